@@ -1,0 +1,18 @@
+"""`oltunes` command line. Each area registers its own commands from a module of this package."""
+
+from __future__ import annotations
+
+import typer
+
+from oltunes.cli import simulate, tuner, worker, zoo
+from oltunes.config import apply_offline_env
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="OLTunes: online-tuned DL inference.")
+
+for _module in (zoo, worker, tuner, simulate):
+    _module.register(app)
+
+
+@app.callback()
+def _main() -> None:
+    apply_offline_env()

@@ -1,0 +1,29 @@
+"""One root exception; subclasses say which part failed and what to do about it."""
+
+
+class OLTunesError(Exception):
+    """Root of every error OLTunes raises on purpose."""
+
+
+class ConfigError(OLTunesError, ValueError):
+    """A setting, inventory, scenario or parameter is invalid (the message names the field)."""
+
+
+class ModelError(OLTunesError):
+    """A model file is missing, corrupt, or does not match its input."""
+
+
+class DataError(OLTunesError, ValueError):
+    """An input dataset is missing, empty or has the wrong shape/dtype."""
+
+
+class WorkerError(OLTunesError):
+    """The inference worker failed to start, crashed, or reported an error."""
+
+
+class TunerUnavailable(OLTunesError):
+    """The tuning service cannot be reached (the client falls back to a safe default)."""
+
+
+class MissingDependency(OLTunesError):
+    """Optional hardware or software (GPU, NVML, Docker engine) is not present on this machine."""
