@@ -27,7 +27,7 @@ test: setup
 
 bench: setup
 	mkdir -p benchmarks/results
-	for b in benchmarks/*.py; do $(PY) $$b --json benchmarks/results/$$(basename $$b .py).json || exit 1; done
+	for b in $$(ls benchmarks/*.py | grep -v -e common -e __init__); do n=$$(basename $$b .py); $(PY) -m benchmarks.$$n --json benchmarks/results/$$n.json || exit 1; done
 
 clean:
 	rm -rf .oltunes

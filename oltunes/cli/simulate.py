@@ -1,9 +1,69 @@
-"""`oltunes simulate` commands."""
+"""`oltunes simulate --scenario NAME_OR_FILE --policies a,b,... [--json PATH] [--plots DIR]`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def simulate(
+    scenario: str = typer.Option("light", "--scenario", "-s", help="shipped scenario name or a YAML file"),
+    policies: str = typer.Option(
+        "oltunes,round-robin,least-loaded,random,static-profile,gavel-like,oracle",
+        "--policies",
+        "-p",
+        help="comma-separated policy names",
+    ),
+    json_path: Path | None = typer.Option(None, "--json", help="write the report JSON here"),
+    plots: Path | None = typer.Option(None, "--plots", help="write latency CDF / violations / energy plots here"),
+    mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="log a parent run + one child run per policy"),
+) -> None:
+    """Run a scenario under several policies and compare them (table, JSON, plots, MLflow)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from oltunes.errors import OLTunesError
+    from oltunes.policies import Policy
+    from oltunes.sim import report as R
+    from oltunes.sim.run import prepare, run_scenario
+    from oltunes.sim.scenario import load_scenario
+
+    console = Console(width=max(Console().width, 130))
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    try:
+        for n in names:
+            Policy.lookup(n)
+        sc = load_scenario(scenario)
+        prep = prepare(sc)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), console=console) as bar:
+            tasks = {n: bar.add_task(f"{sc.name}: {n}", total=1.0) for n in names}
+            results = run_scenario(prep, names, lambda n, f: bar.update(tasks[n], completed=f))
+        rep = R.build(sc, results)
+        cols, rows = R.table_rows(rep, short=True)
+        table = Table(title=f"scenario {sc.name}: {len(prep.jobs)} jobs, {prep.n_requests} requests, "
+                            f"{rep['meta']['devices']} devices, {sc.duration_s:g} s")
+        for c in cols:
+            table.add_column(c)
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+        if json_path:
+            console.print(f"report: {R.write_json(rep, json_path)}")
+        written = R.write_plots(results, plots, sc.name) if plots else []
+        for p in written:
+            console.print(f"plot: {p}")
+        if mlflow:
+            from oltunes.sim.tracking import log_report
+
+            console.print(f"MLflow parent run: {log_report(rep, written)}")
+    except OLTunesError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+
+
 def register(root: typer.Typer) -> None:
-    """Attach this area's commands to the root CLI (filled in by the simulate work)."""
+    """Attach ``oltunes simulate`` to the root CLI."""
+    root.command("simulate")(simulate)

@@ -1,9 +1,176 @@
-"""`oltunes tuner` commands."""
+"""`oltunes tuner` commands: serve the tuner over HTTP, ask it for one decision, flush the client's outbox."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from pydantic import TypeAdapter, ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from oltunes.errors import ConfigError, OLTunesError
+from oltunes.types import ClusterState, JobSpec, Variant
+
+tuner_app = typer.Typer(no_args_is_help=True, help="The tuning service (FM-FTML tuner) and its client.")
+err = Console(stderr=True)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what}: file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what}: {path} is not valid JSON: {e}") from e
+
+
+def load_variants(path: Path) -> list[Variant]:
+    """Variants from a JSON file: a list of Variant objects, ``{"variants": [...]}``, or JSON lines.
+
+    The output of ``oltunes zoo list --json`` is accepted too (its ``variant`` key is the Variant's ``name``;
+    keys a Variant does not have are ignored).
+    """
+    text = path.read_text() if path.exists() else None
+    if text is None:
+        raise ConfigError(f"--variants: file not found: {path}")
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--variants: {path} is neither JSON nor JSON lines: {e}") from e
+    if isinstance(data, dict):
+        data = data.get("variants", data)
+    if not isinstance(data, list):
+        raise ConfigError(f"--variants: {path} must hold a list of variants")
+    fields = set(Variant.model_fields)
+    rows = []
+    for row in data:
+        if isinstance(row, dict):
+            row = dict(row)
+            if "name" not in row and "variant" in row:
+                row["name"] = row.pop("variant")
+            row = {k: v for k, v in row.items() if k in fields}
+        rows.append(row)
+    try:
+        return TypeAdapter(list[Variant]).validate_python(rows)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ConfigError(f"--variants: {path}: field {'.'.join(map(str, first['loc']))!r}: {first['msg']}") from e
+
+
+def _build_tuner(state: Path, variants_path: Path | None):
+    from oltunes.tuner.core import Tuner
+
+    if state.exists():
+        try:
+            return Tuner.load(state)
+        except OLTunesError:
+            raise
+        except Exception as e:  # a corrupt file must stop the start-up, never be overwritten silently
+            raise ConfigError(f"--state: cannot restore {state}: {type(e).__name__}: {e}; move it away to start fresh") from e
+    if variants_path is not None:
+        return Tuner(load_variants(variants_path))
+    from oltunes.zoo import list_variants  # the built zoo is the default catalogue (imports torch: only here)
+
+    zoo = list_variants()
+    if not zoo:
+        raise ConfigError(
+            f"--variants: no saved state at {state} and the model zoo is empty: run `oltunes zoo build` "
+            "or pass --variants FILE (e.g. the output of `oltunes zoo list --json`)"
+        )
+    return Tuner(zoo)
+
+
+@tuner_app.command("serve")
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="address to bind; non-loopback needs OLTUNES_TUNER_TOKEN")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8765,
+    inventory: Annotated[Path | None, typer.Option(help="pools YAML: the cluster for requests that omit one")] = None,
+    state: Annotated[Path | None, typer.Option(help="tuner state JSON (default: settings.tuner_state_path)")] = None,
+    variants: Annotated[Path | None, typer.Option(help="variants JSON for a fresh tuner (default: the built zoo)")] = None,
+    persist_every: Annotated[float, typer.Option(min=0, help="seconds between state saves (0: on exit only)")] = 30.0,
+    log_level: Annotated[str, typer.Option()] = "info",
+) -> None:
+    """Serve the tuner over HTTP (routes under /v1: recommend, observe, health, state, variants)."""
+    from oltunes.config import get_settings
+    from oltunes.inventory import load_inventory
+    from oltunes.tuner.service import check_bind, serve
+
+    settings = get_settings()
+    token = settings.tuner_token.get_secret_value() if settings.tuner_token else None
+    state_path = state or settings.tuner_state_path
+    try:
+        check_bind(host, token)  # before the (possibly slow) state load
+        pools = load_inventory(inventory) if inventory else None
+        tuner = _build_tuner(state_path, variants)
+    except OLTunesError as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    err.print(f"tuner: serving on http://{host}:{port}/v1 (auth {'on' if token else 'off'}), state {state_path}")
+    serve(tuner, host=host, port=port, token=token, state_path=state_path, pools=pools,
+          persist_every_s=persist_every, log_level=log_level)
+
+
+@tuner_app.command("recommend")
+def recommend_cmd(
+    job: Annotated[Path, typer.Option(help="JobSpec JSON file")],
+    cluster: Annotated[Path | None, typer.Option(help="ClusterState JSON file")] = None,
+    inventory: Annotated[Path | None, typer.Option(help="pools YAML (an empty cluster) instead of --cluster")] = None,
+    variants: Annotated[Path | None, typer.Option(help="variants JSON (fresh in-process tuner / client fallback)")] = None,
+) -> None:
+    """Print one Decision as JSON, from the tuner the settings select (in-process, or OLTUNES_TUNER_URL)."""
+    from oltunes.inventory import load_inventory
+    from oltunes.tuner.factory import get_tuner
+
+    try:
+        job_spec = JobSpec.model_validate(_read_json(job, "--job"))
+        if cluster is not None:
+            state = ClusterState.model_validate(_read_json(cluster, "--cluster"))
+        elif inventory is not None:
+            state = ClusterState(pools=load_inventory(inventory))
+        else:
+            raise ConfigError("--cluster or --inventory: one is required")
+        tuner = get_tuner(variants=load_variants(variants) if variants else None)
+        decision = tuner.recommend(job_spec, state)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(map(str, first["loc"]))
+        err.print(f"[red]error:[/red] {escape(f'field {loc!r}: ' + first['msg'])}")
+        raise typer.Exit(2) from None
+    except OLTunesError as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    typer.echo(decision.model_dump_json(indent=2))
+
+
+@tuner_app.command("flush")
+def flush_cmd() -> None:
+    """Send the measurements the HTTP client queued while the service was unreachable."""
+    from oltunes.config import get_settings
+    from oltunes.tuner.client import TunerClient
+
+    settings = get_settings()
+    if not settings.tuner_url:
+        err.print("[red]error:[/red] OLTUNES_TUNER_URL is not set: there is no service to flush to")
+        raise typer.Exit(2)
+    token = settings.tuner_token.get_secret_value() if settings.tuner_token else None
+    with TunerClient(settings.tuner_url, token=token, retry_after_s=0) as client:
+        try:
+            sent = client.flush()
+        except OLTunesError as e:
+            err.print(f"[red]error:[/red] {escape(str(e))}")
+            raise typer.Exit(2) from None
+        left = client.pending
+    typer.echo(json.dumps({"sent": sent, "pending": left}))
+    if left:
+        raise typer.Exit(1)
 
 
 def register(root: typer.Typer) -> None:
-    """Attach this area's commands to the root CLI (filled in by the tuner work)."""
+    """Attach ``oltunes tuner ...`` to the root CLI."""
+    root.add_typer(tuner_app, name="tuner")

@@ -1,0 +1,260 @@
+"""Tuner speed: recommend p50/p99 in-process and over HTTP on loopback, and the observe() rate.
+
+Set-up (synthetic, seeded): 10 pools built from ``inventory.CATALOG`` (each accelerator type once, A100 and T4
+twice) with two jobs already placed on each, 18 variants (2 families x 3 sizes x 3 precisions, accuracies
+0.89-0.98), batch sizes 1-16 and concurrencies 1-4: 10 x 18 x 5 x 4 = 3,600 configurations. A job names one
+family (9 variants) and the tuner considers up to two devices per pool (an empty one and the fullest with a
+free slot), so it scores ~3,000 candidates per call (``n_candidates_per_job``). The tuner is warmed with
+``--warm`` measurements from a simple synthetic performance model first, so the FM path is timed, not only
+the prior.
+
+In-process and HTTP calls alternate in rounds (same tuner, same jobs) so that machine noise hits both alike.
+HTTP goes through `TunerClient` (a keep-alive httpx client) to a real uvicorn server running `create_app` in
+a thread of this process. The server-side time of each recommend is recorded too, so the HTTP stack's own
+cost per call (``http_overhead_*``: client encode + loopback + FastAPI + decode) is reported apart from the
+tuner's; the 1-minute load average is recorded because the machine is shared.
+
+Goals (issue 3): p99 <= 1 ms in-process, <= 5 ms over HTTP, observe >= 2,000/s.
+
+Run: ``.venv/bin/python -m benchmarks.tuner_latency --json benchmarks/results/tuner_latency.json``
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from benchmarks.common import parser, print_table, write_json
+from oltunes.inventory import CATALOG
+from oltunes.tuner import Tuner
+from oltunes.tuner.api import RecommendRequest, RecommendResponse
+from oltunes.tuner.client import TunerClient
+from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.types import Candidate, ClusterState, CoRunner, JobSpec, Measurement, Placement, Pool, Variant
+
+GOALS = {"recommend_p99_ms_inprocess": 1.0, "recommend_p99_ms_http": 5.0, "observe_per_s": 2000.0}
+
+# family -> size -> (parameters, fp32 accuracy); precision -> (relative compute, accuracy loss)
+FAMILIES = {
+    "cnn": {"s": (1_200_000, 0.90), "m": (5_000_000, 0.94), "l": (22_000_000, 0.97)},
+    "vit": {"s": (2_000_000, 0.92), "m": (9_000_000, 0.95), "l": (30_000_000, 0.98)},
+}
+PRECISIONS = {"fp32": (1.0, 0.0), "fp16": (0.6, 0.002), "int8": (0.45, 0.012)}
+# effective TFLOP/s of the synthetic ground truth (not the tuner's prior)
+SPEED = {"cpu": 0.4, "p100": 6.0, "t4": 7.0, "l4": 14.0, "a10": 14.0, "v100": 14.0, "a100": 30.0, "h100": 60.0}
+BATCHES = (1, 2, 4, 8, 16)
+CONCURRENCIES = (1, 2, 3, 4)
+
+
+def synthetic_variants() -> list[Variant]:
+    return [
+        Variant(family=f, name=f"{f}-{s}-{p}", size=s, precision=p, accuracy=round(acc - loss, 3),
+                params=params, bytes=int(params * {"fp32": 4, "fp16": 2, "int8": 1}[p]))
+        for f, sizes in FAMILIES.items()
+        for s, (params, acc) in sizes.items()
+        for p, (_, loss) in PRECISIONS.items()
+    ]
+
+
+def synthetic_cluster(rng: np.random.Generator, variants: list[Variant], per_pool: int = 2) -> ClusterState:
+    kinds = [*CATALOG, "a100", "t4"]
+    pools = [Pool(name=f"{k}-{i}", accelerator=CATALOG[k], count=int(rng.integers(2, 9)), slots_per_device=4)
+             for i, k in enumerate(kinds)]
+    placements = [
+        Placement(job_id=f"running-{p.name}-{j}", pool=p.name, device=j % p.count,
+                  candidate=_candidate(p, variants[int(rng.integers(len(variants)))], rng),
+                  slo_ms=100.0, arrival_rate_rps=float(rng.choice([0.0, 50.0])))
+        for p in pools for j in range(per_pool)
+    ]
+    return ClusterState(pools=pools, placements=placements)
+
+
+def _candidate(pool: Pool, v: Variant, rng: np.random.Generator, co: tuple[CoRunner, ...] = ()) -> Candidate:
+    return Candidate(pool=pool.name, accelerator=pool.accelerator.name, variant=v,
+                     batch_size=int(rng.choice(BATCHES)), concurrency=int(rng.choice(CONCURRENCIES)), co_runners=co)
+
+
+def true_latency_ms(c: Candidate) -> float:
+    """Synthetic ground truth: compute-bound batch cost + fixed overhead, slowed by concurrency and co-runners."""
+    compute, _ = PRECISIONS[c.variant.precision]
+    gflop = 2e-9 * c.variant.params * 60 * compute * c.batch_size**0.85
+    base = (0.2 if c.accelerator == "cpu" else 0.8) + gflop / SPEED[c.accelerator]
+    load = sum(r.load for r in c.co_runners)
+    return base * (1 + 0.35 * (c.concurrency - 1)) * (1 + 0.6 * load)
+
+
+def synthetic_measurement(rng: np.random.Generator, cluster: ClusterState, variants: list[Variant], i: int) -> Measurement:
+    pool = cluster.pools[int(rng.integers(len(cluster.pools)))]
+    co = tuple(CoRunner(job_id=pl.job_id, family=pl.candidate.variant.family, variant=pl.candidate.variant.name,
+                        size=pl.candidate.variant.size, precision=pl.candidate.variant.precision,
+                        batch_size=pl.candidate.batch_size, load=0.5)
+               for pl in cluster.jobs_on(pool.name, 0))
+    c = _candidate(pool, variants[int(rng.integers(len(variants)))], rng, co if rng.random() < 0.5 else ())
+    p99 = true_latency_ms(c) * float(np.exp(rng.normal(0, 0.08)))
+    thr = 1000.0 * c.batch_size * c.concurrency / p99
+    energy = CATALOG[c.accelerator].max_w * 0.7 / thr
+    streaming = rng.random() < 0.5
+    return Measurement(
+        measurement_id=f"bench-{i}", job_id=f"job-{i}", kind="streaming" if streaming else "batch",
+        arrival_rate_rps=50.0 if streaming else 0.0, candidate=c, items=1000, wall_s=1000 / thr,
+        latency_p50_ms=p99 * 0.7, latency_p95_ms=p99 * 0.9, latency_p99_ms=p99, throughput_items_per_s=thr,
+        energy_j_per_item=energy, energy_source="simulated", accuracy=c.variant.accuracy, simulated=True,
+    )
+
+
+def synthetic_jobs(rng: np.random.Generator, n: int) -> list[JobSpec]:
+    jobs = []
+    for i in range(n):
+        streaming = bool(i % 2)
+        jobs.append(JobSpec(
+            job_id=f"bench-job-{i}", kind="streaming" if streaming else "batch", family=("cnn", "vit")[i % 4 // 2],
+            slo_ms=float(rng.choice([5.0, 20.0, 50.0, 200.0])), accuracy_floor=float(rng.choice([0.0, 0.9, 0.95])),
+            objective="energy", arrival_rate_rps=float(rng.choice([10.0, 100.0])) if streaming else 0.0,
+            items=0 if streaming else 10_000,
+        ))
+    return jobs
+
+
+class _ServerSideTimer:
+    """Serves the real tuner and records how long each recommend takes inside the server, so the HTTP stack's
+    own cost (client + network + FastAPI) is measured per call as total minus this."""
+
+    def __init__(self, tuner: Tuner):
+        self.tuner, self.times_ms = tuner, []
+
+    def __getattr__(self, name: str):
+        return getattr(self.tuner, name)
+
+    def recommend(self, job: JobSpec, cluster: ClusterState):
+        t0 = time.perf_counter()
+        d = self.tuner.recommend(job, cluster)
+        self.times_ms.append((time.perf_counter() - t0) * 1e3)
+        return d
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--warm", type=int, default=500, help="observations before timing (model path, not prior)")
+    p.add_argument("--calls", type=int, default=2000, help="recommend calls per path (in rounds)")
+    p.add_argument("--observe", type=int, default=3000, help="observations timed for the observe rate")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+
+    rng = np.random.default_rng(args.seed)
+    variants = synthetic_variants()
+    cluster = synthetic_cluster(rng, variants)
+    tuner = Tuner(variants, batch_sizes=BATCHES, concurrencies=CONCURRENCIES, seed=args.seed)
+    measurements = [synthetic_measurement(rng, cluster, variants, i) for i in range(args.warm + args.observe)]
+    for m in measurements[: args.warm]:
+        tuner.observe(m)
+
+    # observe rate: a fresh stream of new measurements, one call each
+    t0 = time.perf_counter()
+    for m in measurements[args.warm :]:
+        tuner.observe(m)
+    observe_s = time.perf_counter() - t0
+    observe_per_s = args.observe / observe_s
+
+    jobs = synthetic_jobs(rng, 64)
+    first = tuner.recommend(jobs[0], cluster)
+    n_candidates = first.explanation.n_candidates
+    sources: dict[str, int] = {}
+    inproc: list[float] = []
+    http: list[float] = []
+    encode: list[float] = []
+    decode: list[float] = []
+    served = _ServerSideTimer(tuner)
+    app = create_app(served, token="bench-token", persist_every_s=0)
+    load_before = os.getloadavg()[0]
+    with serve_in_thread(app) as url, TunerClient(url, token="bench-token", timeout_s=5.0, retry_after_s=0) as client:
+        for _ in range(20):  # connection set-up, first-call caches
+            client.recommend(jobs[0], cluster)
+            tuner.recommend(jobs[0], cluster)
+        served.times_ms.clear()
+        rounds, per_round = 10, max(1, args.calls // 10)
+        for r in range(rounds):
+            for i in range(per_round):
+                job = jobs[(r * per_round + i) % len(jobs)]
+                t0 = time.perf_counter()
+                d = tuner.recommend(job, cluster)
+                inproc.append((time.perf_counter() - t0) * 1e3)
+                sources[d.source] = sources.get(d.source, 0) + 1
+            for i in range(per_round):
+                job = jobs[(r * per_round + i) % len(jobs)]
+                t0 = time.perf_counter()
+                d = client.recommend(job, cluster)
+                http.append((time.perf_counter() - t0) * 1e3)
+                if d.source == "fallback":
+                    raise SystemExit(f"HTTP call fell back: {d.explanation.note}")
+        body = RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()
+        reply = RecommendResponse(decision=tuner.recommend(jobs[1], cluster)).model_dump_json()
+        for _ in range(200):
+            encode.append(_timed(lambda: RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()))
+            decode.append(_timed(lambda: RecommendResponse.model_validate_json(reply)))
+
+    load_after = os.getloadavg()[0]
+    overhead = [h - s for h, s in zip(http, served.times_ms, strict=True)]
+    res = {
+        "recommend_p50_ms_inprocess": pct(inproc, 50),
+        "recommend_p99_ms_inprocess": pct(inproc, 99),
+        "recommend_p50_ms_http": pct(http, 50),
+        "recommend_p99_ms_http": pct(http, 99),
+        "http_overhead_p50_ms": pct(overhead, 50),
+        "http_overhead_p99_ms": pct(overhead, 99),
+        "server_side_recommend_p50_ms": pct(served.times_ms, 50),
+        "observe_per_s": observe_per_s,
+        "observe_mean_ms": observe_s / args.observe * 1e3,
+        "client_encode_p50_ms": pct(encode, 50),
+        "client_decode_p50_ms": pct(decode, 50),
+        "request_bytes": len(body),
+        "response_bytes": len(reply),
+        "n_pools": len(cluster.pools),
+        "n_variants": len(variants),
+        "n_placements": len(cluster.placements),
+        "n_candidates_per_job": n_candidates,
+        "n_calls_per_path": len(inproc),
+        "n_warm_observations": args.warm,
+        "decision_sources_inprocess": sources,
+        "load_average_1min": [load_before, load_after],
+        "goals": GOALS,
+        "goals_met": {
+            "recommend_p99_ms_inprocess": pct(inproc, 99) <= GOALS["recommend_p99_ms_inprocess"],
+            "recommend_p99_ms_http": pct(http, 99) <= GOALS["recommend_p99_ms_http"],
+            "observe_per_s": observe_per_s >= GOALS["observe_per_s"],
+        },
+    }
+    print_table(
+        f"tuner latency: {len(cluster.pools)} pools x {len(variants)} variants x {len(BATCHES)} batch x "
+        f"{len(CONCURRENCIES)} conc ({n_candidates} candidates/job), warm {args.warm}, "
+        f"load avg {load_before:.1f}->{load_after:.1f} on {os.cpu_count()} cpus",
+        ["metric", "p50", "p99 / rate", "goal", "met"],
+        [
+            ["recommend in-process (ms)", res["recommend_p50_ms_inprocess"], res["recommend_p99_ms_inprocess"],
+             "p99 <= 1", res["goals_met"]["recommend_p99_ms_inprocess"]],
+            ["recommend HTTP loopback (ms)", res["recommend_p50_ms_http"], res["recommend_p99_ms_http"],
+             "p99 <= 5", res["goals_met"]["recommend_p99_ms_http"]],
+            ["observe (per s)", res["observe_mean_ms"], observe_per_s, ">= 2000", res["goals_met"]["observe_per_s"]],
+            ["HTTP stack only: total - server-side tuner (ms)", res["http_overhead_p50_ms"],
+             res["http_overhead_p99_ms"], "", ""],
+            ["client encode / decode (ms)", res["client_encode_p50_ms"], res["client_decode_p50_ms"], "", ""],
+            ["request / response (bytes)", res["request_bytes"], res["response_bytes"], "", ""],
+        ],
+    )
+    write_json(args.json, res)
+
+
+if __name__ == "__main__":
+    main()

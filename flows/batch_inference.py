@@ -1,0 +1,206 @@
+"""Batch inference flow: tuner -> launcher -> measurement + telemetry -> MLflow run -> tuner.observe.
+
+Run it from Python (``asyncio.run(batch_inference(family="cnn", dataset="in.parquet"))``), through ``oltunes
+demo``, or as the scheduled deployment in ``prefect.yaml``.
+
+A job larger than `items_per_worker` is split into parts run in parallel (one worker per device of the chosen
+pool); every output shard is atomic, so re-running a failed flow with the same `output` resumes it without
+losing or duplicating rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from flows.common import check_family, cluster_for, make_tracker, make_tuner, validate
+from oltunes.config import get_settings
+from oltunes.errors import DataError
+from oltunes.launchers import Launcher, WorkerSpec
+from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
+from oltunes.tracking import experiment_for
+from oltunes.types import Decision, JobSpec, Measurement, Objective, new_id
+from tasks import tracking as track
+from tasks import tuning
+from tasks.workers import plan_job_parts, run_worker
+
+
+class BatchParams(BaseModel):
+    """The flow's parameters, validated before anything runs (errors name the parameter)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: str = Field(min_length=1)
+    dataset: Path | None = None
+    output: Path | None = None
+    slo_ms: float = Field(gt=0, description="p99 latency bound of one batch")
+    accuracy_floor: float = Field(ge=0, le=1)
+    objective: Objective
+    items: int | None = Field(default=None, ge=1, description="simulated launcher: items to simulate")
+    job_id: str | None = None
+    launcher: str
+    inventory: str | None = None
+    items_per_worker: int = Field(ge=1)
+    shard_size: int = Field(ge=1)
+    part_timeout_s: float = Field(gt=0)
+    deadline_s: float | None = Field(default=None, gt=0)
+    policy: str
+
+    @field_validator("dataset", "output")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        return None if v is None else v.expanduser().resolve()
+
+
+class BatchOutcome(BaseModel):
+    job_id: str
+    decision: Decision
+    measurement: Measurement | None
+    run_id: str | None = Field(description="MLflow run (None: buffered on disk, MLflow unreachable)")
+    observed: bool
+    output: str | None
+    parts: int
+    job_wall_s: float
+
+
+def _count_items(dataset: Path) -> int:
+    from oltunes.worker.dataset import read_dataset
+
+    if dataset.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(dataset).num_rows
+    return len(read_dataset(dataset))
+
+
+@flow(name="batch-inference", flow_run_name="batch-{family}", validate_parameters=True)
+async def batch_inference(
+    family: str,
+    dataset: str | None = None,
+    output: str | None = None,
+    slo_ms: float = 1000.0,
+    accuracy_floor: float = 0.0,
+    objective: Objective = "energy",
+    items: int | None = None,
+    job_id: str | None = None,
+    launcher: str = "local",
+    inventory: str | None = None,
+    items_per_worker: int = 50_000,
+    shard_size: int = 1_000,
+    part_timeout_s: float = 1_800.0,
+    deadline_s: float | None = None,
+    policy: str = "oltunes",
+) -> BatchOutcome:
+    """Run one batch inference job where the tuner says, measure it, log it, and feed it back.
+
+    Parameters
+    ----------
+    family
+        Model family (a zoo family for real launchers; a performance-model family for ``simulated``).
+    dataset
+        Input dataset (``.parquet``/``.npz`` with id, x[, label]); required unless the launcher is simulated.
+    output
+        Output directory (default ``$OLTUNES_HOME/outputs/<job_id>``); re-running with the same one resumes.
+    slo_ms, accuracy_floor, objective, deadline_s
+        The job's requirements (`oltunes.types.JobSpec`).
+    items
+        Simulated launcher only: how many items to simulate (default: the dataset's size).
+    launcher
+        ``local`` (default), ``simulated`` or ``docker``.
+    inventory
+        Pools YAML; default the launcher's own (``infra/inventory.local.yaml`` for local).
+    items_per_worker
+        Parts of at most this many items run in parallel, one worker per device of the chosen pool.
+    shard_size
+        Rows per output shard (the unit of atomic output and of resumption).
+    part_timeout_s
+        A worker running longer is stopped and its part retried.
+    policy
+        Tag naming the deciding policy in MLflow.
+    """
+    log = get_run_logger()
+    p = validate(
+        BatchParams, family=family, dataset=dataset, output=output, slo_ms=slo_ms, accuracy_floor=accuracy_floor,
+        objective=objective, items=items, job_id=job_id, launcher=launcher, inventory=inventory,
+        items_per_worker=items_per_worker, shard_size=shard_size, part_timeout_s=part_timeout_s,
+        deadline_s=deadline_s, policy=policy,
+    )  # fmt: skip
+    settings = get_settings()
+    backend = Launcher.lookup(p.launcher)
+    if p.dataset is not None and not p.dataset.is_file():
+        raise DataError(f"parameter 'dataset': {p.dataset} does not exist")
+    if p.dataset is None and backend.needs_dataset:
+        raise DataError(f"parameter 'dataset': required with launcher {p.launcher!r}")
+    variants = check_family(p.family, backend.variants(settings), p.launcher)
+    n_items = p.items if p.dataset is None else _count_items(p.dataset)
+    if not n_items:
+        raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")
+    jid = p.job_id or new_id()
+    out = p.output or settings.home / "outputs" / jid
+    cluster = cluster_for(backend, p.inventory)
+    job = JobSpec(
+        job_id=jid, kind="batch", family=p.family, slo_ms=p.slo_ms, accuracy_floor=p.accuracy_floor,
+        objective=p.objective, items=n_items, deadline_s=p.deadline_s,
+    )  # fmt: skip
+
+    tracker = make_tracker()
+    tuner, tsettings = make_tuner(backend, variants)
+    history = await track.history(tracker, ("batch", "streaming", "simulation"), backend.simulated)
+    replayed = await tuning.warm_start(tuner, history)
+    decision = recorded_decision(out) if not backend.simulated else None
+    if decision is not None:
+        # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
+        job = job.model_copy(update={"job_id": decision.job_id})
+        jid = decision.job_id
+        log.info("job %s: resuming with its recorded decision %s", jid, decision.candidate.key)
+    else:
+        decision = await tuning.recommend(tuner, job, cluster)
+        if not backend.simulated:
+            record_decision(out, decision)
+        log.info("job %s: decision %s (source %s), warm start replayed %d", jid, decision.candidate.key, decision.source, replayed)
+
+    pool = cluster.pool(decision.pool)
+    parts = await plan_job_parts(out, n_items, p.items_per_worker, p.dataset)
+    gate = asyncio.Semaphore(pool.count)  # one worker per device of the pool at a time
+
+    async def run(part) -> Any:
+        device_ids = (pool.device_ids[part.index % len(pool.device_ids)],) if pool.device_ids else ()
+        spec = WorkerSpec(
+            mode="batch", job=job, candidate=decision.candidate, pool=pool.model_copy(update={"device_ids": device_ids}),
+            run_dir=part.run_dir, decision_id=decision.decision_id, input_path=part.input_path,
+            output_dir=part.output_dir, shard_size=p.shard_size, items=part.items,
+        )  # fmt: skip
+        async with gate:
+            return await run_worker(p.launcher, spec, p.part_timeout_s)
+
+    t0 = time.monotonic()
+    results = await asyncio.gather(*(run(part) for part in parts))
+    job_wall = time.monotonic() - t0
+    m = measurement_from_results(job, decision.candidate, list(results), decision)
+
+    run_id, observed = None, False
+    if m is None:
+        log.info("job %s: every part was already complete (resumed run); nothing new to measure", jid)
+    else:
+        run_id = await track.log_measurement(
+            tracker, m, experiment=experiment_for("simulation" if m.simulated else "batch"), slo_ms=p.slo_ms,
+            policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
+            extra_metrics={"job_wall_s": job_wall, "parts": float(len(parts))},
+            extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+        )  # fmt: skip
+        observed = await tuning.observe(tuner, m, tsettings)
+        if not m.simulated:
+            await track.register_variant(tracker, decision.variant, m.accuracy, run_id)
+    await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
+    rows = len(job_outputs(out)) if not backend.simulated else 0
+    log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)
+    return BatchOutcome(
+        job_id=jid, decision=decision, measurement=m, run_id=run_id, observed=observed,
+        output=None if backend.simulated else str(out), parts=len(parts), job_wall_s=job_wall,
+    )  # fmt: skip
+

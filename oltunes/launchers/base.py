@@ -1,0 +1,126 @@
+"""The launcher interface: start / wait / stop / logs a worker, picked by name (``Launcher.make("local")``)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from oltunes.registry import Registered
+from oltunes.telemetry import TelemetryReport
+from oltunes.types import Candidate, JobSpec, Measurement, Pool, Variant
+
+WorkerMode = Literal["batch", "serve"]
+
+
+class WorkerSpec(BaseModel):
+    """What to run: a Decision's candidate on one pool, in batch or serve mode."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    mode: WorkerMode
+    job: JobSpec
+    candidate: Candidate
+    pool: Pool
+    run_dir: Path = Field(description="logs, report and pid of this worker")
+    decision_id: str | None = None
+    # batch mode
+    input_path: Path | None = None
+    output_dir: Path | None = None
+    shard_size: int = Field(default=512, ge=1)
+    items: int = Field(default=0, ge=0, description="items in the input (simulated launcher: items to simulate)")
+    # serve mode
+    host: str = "127.0.0.1"
+    port: int | None = Field(default=None, ge=0, le=65535)
+    max_delay_ms: float = Field(default=2.0, ge=0)
+
+    @property
+    def report_path(self) -> Path:
+        return self.run_dir / "report.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "worker.log"
+
+
+class WorkerResult(BaseModel):
+    """How a worker ended: its own report (real workers), its telemetry, or a simulated Measurement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    returncode: int
+    report: dict[str, Any] = {}
+    telemetry: TelemetryReport | None = None
+    measurement: Measurement | None = None
+    simulated: bool = False
+
+
+@dataclass
+class Handle:
+    """A started worker. `url` is set for serve mode."""
+
+    spec: WorkerSpec
+    launcher: str
+    pid: int | None = None
+    url: str | None = None
+    started_at: float = field(default_factory=time.time)
+    result: WorkerResult | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Launcher(Registered, root=True):
+    """Start workers somewhere. Implementations register by name: ``class X(Launcher, name="x")``.
+
+    Each launcher also says which cluster it drives (`default_inventory`), which variants it can run
+    (`variants`) and whether its results are simulated, so flows never branch on the launcher's name.
+    """
+
+    default_inventory: str = "infra/inventory.yaml"  # relative to the repository root
+    simulated: bool = False
+    needs_dataset: bool = True
+
+    @classmethod
+    def variants(cls, settings: Any) -> list[Variant]:
+        """Servable variants: the model zoo's by default (real ONNX files)."""
+        from oltunes.zoo import list_variants
+
+        return list_variants(settings.zoo_dir)
+
+    def start(self, spec: WorkerSpec) -> Handle:
+        raise NotImplementedError
+
+    def wait(self, handle: Handle, timeout_s: float | None = None) -> WorkerResult:
+        """Block until a batch worker exits; raises `WorkerError` on a crash, a non-zero exit or a timeout."""
+        raise NotImplementedError
+
+    def ready(self, handle: Handle, timeout_s: float = 60.0) -> None:
+        """Block until a serve worker answers its health check (no-op for batch)."""
+
+    def alive(self, handle: Handle) -> bool:
+        raise NotImplementedError
+
+    def stop(self, handle: Handle, grace_s: float = 10.0) -> int | None:
+        """Ask the worker to finish (in-flight requests drain), kill it after `grace_s`; returns its exit code."""
+        raise NotImplementedError
+
+    def logs(self, handle: Handle, tail: int = 50) -> str:
+        raise NotImplementedError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now (bound and released; the worker binds it right after)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tail_file(path: Path, lines: int) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

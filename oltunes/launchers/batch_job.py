@@ -1,0 +1,192 @@
+"""A batch job split into parts, one worker per part, and the parts' results folded into one `Measurement`.
+
+Layout of a job's output directory::
+
+    _decision.json             the Decision this job runs with (a resumed job keeps it: one job, one model)
+    _plan.json                 what the parts are (input fingerprint, items, items per worker)
+    _inputs/input-00000.parquet  part inputs (only when the job has more than one part)
+    worker-00000/part-*.parquet  each worker's resumable shards (see `oltunes.worker.batch`)
+    worker-00000/_run/           the worker's log and measurement report
+
+Every file is written atomically and the plan is checked on re-run, so a resumed job continues the very same
+parts; the worker skips its finished shards. Rows are therefore neither lost nor written twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from oltunes.errors import DataError
+from oltunes.launchers.base import WorkerResult
+from oltunes.types import Candidate, Decision, EnergySource, JobSpec, Measurement
+
+PLAN_FILE = "_plan.json"
+DECISION_FILE = "_decision.json"
+
+
+@dataclass(frozen=True)
+class Part:
+    index: int
+    input_path: Path | None  # None for simulated jobs (no data)
+    output_dir: Path
+    run_dir: Path
+    items: int
+
+
+def _fingerprint(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None) -> list[Part]:
+    """Split `items` into parts of at most `items_per_worker` and write their inputs (idempotent).
+
+    A re-run with the same dataset and split finds the same plan and the same files; a different dataset or
+    split on an output directory that already holds a plan is refused, naming the parameter to change.
+    """
+    from oltunes.worker.dataset import read_dataset, write_dataset  # the worker owns the dataset format
+    from oltunes.worker.files import atomic_write_json
+
+    output = Path(output)
+    n_parts = max(1, math.ceil(items / items_per_worker))
+    plan = {
+        "dataset": str(dataset) if dataset else None,
+        "dataset_sha256": _fingerprint(dataset) if dataset else None,
+        "items": items,
+        "items_per_worker": items_per_worker,
+        "parts": n_parts,
+    }
+    plan_path = output / PLAN_FILE
+    if plan_path.is_file():
+        old = json.loads(plan_path.read_text())
+        if {k: v for k, v in old.items() if k != "dataset"} != {k: v for k, v in plan.items() if k != "dataset"}:
+            raise DataError(
+                f"output: {output} holds another job's parts (planned {old}); use a new output directory"
+            )
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(plan_path, plan)
+    bounds = [(i * items_per_worker, min(items, (i + 1) * items_per_worker)) for i in range(n_parts)]
+    parts = []
+    data = None
+    for i, (lo, hi) in enumerate(bounds):
+        inp = dataset
+        if dataset is not None and n_parts > 1:
+            inp = output / "_inputs" / f"input-{i:05d}{dataset.suffix}"
+            if not inp.is_file():
+                data = data or read_dataset(dataset)
+                write_dataset(inp, data.slice(lo, hi))
+        wdir = output / f"worker-{i:05d}"
+        parts.append(Part(index=i, input_path=inp, output_dir=wdir, run_dir=wdir / "_run", items=hi - lo))
+    return parts
+
+
+def recorded_decision(output: Path) -> Decision | None:
+    """The decision a job in `output` was started with, if any (a re-run resumes with it, not a new one)."""
+    path = Path(output) / DECISION_FILE
+    if not path.is_file():
+        return None
+    try:
+        return Decision.model_validate_json(path.read_text())
+    except ValueError as e:
+        raise DataError(f"output: {path} is not a valid decision record ({e}); use a new output directory") from e
+
+
+def record_decision(output: Path, decision: Decision) -> None:
+    from oltunes.worker.files import atomic_write
+
+    Path(output).mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(output) / DECISION_FILE, lambda tmp: tmp.write_text(decision.model_dump_json(indent=2)))
+
+
+def job_outputs(output: Path) -> list[Path]:
+    """Every prediction shard of a job, in part then shard order."""
+    return sorted(Path(output).glob("worker-*/part-*.parquet"))
+
+
+@dataclass(frozen=True)
+class _PartStats:
+    items: int
+    wall_s: float
+    p50: float
+    p95: float
+    p99: float
+    accuracy: float | None
+    energy_j: float
+    energy_source: EnergySource
+    gpu_util: float | None
+    simulated: bool
+
+
+def _stats(r: WorkerResult) -> _PartStats | None:
+    if r.measurement is not None:
+        m = r.measurement
+        return _PartStats(
+            m.items, m.wall_s, m.latency_p50_ms, m.latency_p95_ms, m.latency_p99_ms, m.accuracy,
+            m.energy_j_per_item * m.items, m.energy_source, m.gpu_util, m.simulated,
+        )  # fmt: skip
+    rep = r.report
+    if not rep or not rep.get("items") or rep.get("latency_p99_ms") is None:
+        return None  # everything was resumed from an earlier run: nothing was measured now
+    t = r.telemetry
+    return _PartStats(
+        items=int(rep["items"]),
+        wall_s=float(rep["wall_s"]),
+        p50=float(rep["latency_p50_ms"]),
+        p95=float(rep["latency_p95_ms"]),
+        p99=float(rep["latency_p99_ms"]),
+        accuracy=rep.get("accuracy"),
+        energy_j=t.energy_j if t else 0.0,
+        energy_source=t.energy_source if t else "estimated",
+        gpu_util=t.gpu_util if t else None,
+        simulated=False,
+    )
+
+
+def measurement_from_results(
+    job: JobSpec, candidate: Candidate, results: list[WorkerResult], decision: Decision | None = None
+) -> Measurement | None:
+    """Fold the parts of one job into one Measurement; None when no part measured anything (all resumed).
+
+    Folding: items and energy add up; throughput is items per worker-second (the rate of one worker with this
+    candidate, what the learner predicts); p50 is the items-weighted mean of the parts' p50 and p95/p99 are
+    the worst part's (percentiles cannot be merged exactly without the raw latencies; one part = exact).
+    Energy is ``measured`` only if every part measured it, ``simulated`` if simulated, else ``estimated``.
+    """
+    parts = [s for r in results if (s := _stats(r)) is not None]
+    if not parts:
+        return None
+    items = sum(p.items for p in parts)
+    wall = sum(p.wall_s for p in parts)
+    with_acc = [p for p in parts if p.accuracy is not None]
+    acc = sum(p.accuracy * p.items for p in with_acc) / sum(p.items for p in with_acc) if with_acc else None
+    utils = [p.gpu_util for p in parts if p.gpu_util is not None]
+    sources = {p.energy_source for p in parts}
+    source: EnergySource = (
+        "simulated" if "simulated" in sources else "measured" if sources == {"measured"} else "estimated"
+    )
+    return Measurement(
+        job_id=job.job_id,
+        decision_id=decision.decision_id if decision else None,
+        kind=job.kind,
+        arrival_rate_rps=job.arrival_rate_rps,
+        candidate=candidate,
+        items=items,
+        wall_s=wall,
+        latency_p50_ms=sum(p.p50 * p.items for p in parts) / items,
+        latency_p95_ms=max(p.p95 for p in parts),
+        latency_p99_ms=max(p.p99 for p in parts),
+        throughput_items_per_s=items / wall if wall > 0 else 0.0,
+        energy_j_per_item=sum(p.energy_j for p in parts) / items,
+        energy_source=source,
+        accuracy=None if acc is None else min(max(acc, 0.0), 1.0),
+        gpu_util=sum(utils) / len(utils) if utils else None,
+        simulated=any(p.simulated for p in parts),
+    )

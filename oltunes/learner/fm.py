@@ -1,0 +1,373 @@
+"""Factorization machines with dense parameter tables: river's estimator interface, numpy speed.
+
+river's ``facto.FMRegressor`` keeps its parameters in dicts and costs ~1 ms per ``learn_one`` and ~0.25 ms
+per ``predict_one`` here; the tuner must score thousands of candidates per request and learn thousands of
+measurements per second. These models keep the same equation and interface, but store weights and latent
+vectors in numpy tables (one row per feature, a vocabulary maps feature names to rows), so that
+
+* ``learn_one`` gathers the active rows once and hands the optimizer one block (``step_rows``, with state
+  kept per feature — see :class:`~oltunes.learner.ftml.FTML`);
+* ``predict_many`` scores many encoded rows in one pass with the O(nk) identity
+  :math:`\\sum_{i<j}\\langle v_i,v_j\\rangle x_i x_j = \\tfrac12(\\lVert\\sum_i v_i x_i\\rVert^2 - \\sum_i\\lVert v_i x_i\\rVert^2)`;
+* ``predict_grid`` scores an outer product of disjoint feature *parts* (placement × variant × batch ×
+  concurrency) by combining per-part sums — no per-candidate gather at all.
+
+Any river optimizer works; those without ``step_rows`` are driven through their keyed dict path with one
+key per (feature, target[, factor]) so that their state is per parameter too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from river import base, optim
+
+from oltunes.learner.ftml import FTML
+
+__all__ = ["FMRegressor", "MultiFMRegressor"]
+
+_BIAS = "__bias__"  # row 0: the intercept; its latent row stays zero and is never updated
+
+
+class _FMBase(base.Base):
+    def __init__(self, n_factors: int = 8, weight_optimizer: optim.base.Optimizer | None = None,
+                 latent_optimizer: optim.base.Optimizer | None = None, l2_weight: float = 0.0,
+                 l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 10.0,
+                 seed: int | None = None) -> None:
+        self.n_factors = n_factors
+        self.weight_optimizer = weight_optimizer
+        self.latent_optimizer = latent_optimizer
+        self.l2_weight = l2_weight
+        self.l2_latent = l2_latent
+        self.init_std = init_std
+        self.clip_gradient = clip_gradient
+        self.seed = seed
+        self._index: dict[str, int] | None = None  # lazy state
+
+    # -- state ---------------------------------------------------------------------------------------------
+    @property
+    def _n_targets(self) -> int:
+        return len(self._target_names())
+
+    def _target_names(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _init_state(self) -> None:
+        self._index = {_BIAS: 0}
+        self._W = np.zeros((16, self._n_targets))
+        self._V = np.zeros((16, self._n_targets, self.n_factors))
+        self._rng = np.random.default_rng(self.seed)
+        self._wopt = self.weight_optimizer if self.weight_optimizer is not None else FTML(lr=0.05)
+        self._vopt = self.latent_optimizer if self.latent_optimizer is not None else FTML(lr=0.05)
+        self.n_learned = 0
+
+    @property
+    def vocabulary_version(self) -> int:
+        """Changes whenever a new feature gets a row (callers caching index arrays invalidate on it)."""
+        return 0 if self._index is None else len(self._index)
+
+    def _row(self, name: str) -> int:
+        r = self._index.get(name)
+        if r is None:
+            r = len(self._index)
+            if r >= self._W.shape[0]:
+                cap = 2 * self._W.shape[0]
+                self._W = np.concatenate([self._W, np.zeros_like(self._W)])[:cap]
+                self._V = np.concatenate([self._V, np.zeros_like(self._V)])[:cap]
+            self._V[r] = self._rng.normal(0.0, self.init_std, size=self._V.shape[1:])
+            self._index[name] = r
+        return r
+
+    def index(self, xs: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Encode feature dicts as padded (rows, values) arrays of shape (len(xs), max features).
+
+        Unknown and zero-valued features map to row 0 with value 0 (they contribute nothing).
+        """
+        if self._index is None:
+            self._init_state()
+        idx = self._index
+        m = max((len(x) for x in xs), default=0) or 1
+        rows = np.zeros((len(xs), m), dtype=np.intp)
+        vals = np.zeros((len(xs), m))
+        for i, x in enumerate(xs):
+            j = 0
+            for name, v in x.items():
+                r = idx.get(name)
+                if r is not None and v != 0.0:
+                    rows[i, j] = r
+                    vals[i, j] = v
+                    j += 1
+        return rows, vals
+
+    # -- prediction ----------------------------------------------------------------------------------------
+    def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """Raw outputs (n, n_targets) for padded index arrays."""
+        W, V = self._W, self._V
+        lin = np.einsum("nm,nmt->nt", vals, W[rows])
+        xv = V[rows] * vals[:, :, None, None]  # n, m, T, k
+        s = xv.sum(axis=1)
+        inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
+        return W[0] + lin + inter
+
+    def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
+        lin = np.einsum("nm,nmt->nt", vals, self._W[rows])
+        xv = self._V[rows] * vals[:, :, None, None]
+        return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
+
+    def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Raw outputs over the outer product of disjoint parts: shape (n_targets, n_0, ..., n_{p-1}).
+
+        Equal (to rounding) to ``predict_many`` on the concatenated features of every combination: with
+        S = Σ_parts s_j (s_j = Σ_{i in part j} v_i x_i), ½(‖S‖² − Σ q_j) splits into per-part terms
+        ½(‖s_j‖² − q_j) plus pairwise dot products ⟨s_j, s_l⟩ — small (n_j x n_l) matrices — so the full grid
+        is only a sum of broadcasts, never an (n_candidates x n_features x k) gather.
+        """
+        if self._index is None:
+            self._init_state()
+        T = self._n_targets
+        sizes = [rows.shape[0] for rows, _ in parts]
+        terms = [self.part_terms(rows, vals) for rows, vals in parts]
+        # Merge neighbouring parts whose product is small (e.g. the single job row into the placements,
+        # batch x concurrency): fewer, larger broadcasts are cheaper than many small ones.
+        groups: list[list[int]] = []
+        merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for j, (lin, s, q) in enumerate(terms):
+            if merged and merged[-1][0].shape[0] * sizes[j] <= 64:
+                lin0, s0, q0 = merged[-1]
+                merged[-1] = ((lin0[:, None] + lin[None]).reshape(-1, T), (s0[:, None] + s[None]).reshape(-1, *s.shape[1:]),
+                              (q0[:, None] + q[None]).reshape(-1, T))
+                groups[-1].append(j)
+            else:
+                merged.append((lin, s, q))
+                groups.append([j])
+        p = len(merged)
+        gsizes = [m[0].shape[0] for m in merged]
+        out = np.zeros((T, *gsizes))
+        out += self._W[0].reshape(T, *([1] * p))
+        for j, (lin, s, q) in enumerate(merged):
+            shape = [1] * p
+            shape[j] = gsizes[j]
+            out += (lin + 0.5 * ((s * s).sum(-1) - q)).T.reshape(T, *shape)
+        for j in range(p):
+            for m in range(j + 1, p):
+                shape = [1] * p
+                shape[j], shape[m] = gsizes[j], gsizes[m]
+                out += np.einsum("itk,jtk->tij", merged[j][1], merged[m][1]).reshape(T, *shape)
+        return out.reshape(T, *sizes)
+
+    def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """Raw outputs (n_a, n_d, n_targets) for every feature-wise sum ``xa[i] + xd[j]`` (keys may overlap).
+
+        Used to add a co-runner to many placed jobs at once: with a = xa[i], d = xd[j],
+        y(a + d) = y(a) + w·d + ⟨Vᵀa, Vᵀd⟩ + ½(‖Vᵀd‖² − Σ‖v_f‖² d_f²) − Σ_f ‖v_f‖² a_f d_f.
+        """
+        rows_a, vals_a = self.index(xa)
+        rows_d, vals_d = self.index(xd)
+        lin_a, s_a, q_a = self.part_terms(rows_a, vals_a)
+        lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
+        y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
+        y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
+        out = y_a[:, None, :] + y_d[None, :, :] + np.einsum("itk,jtk->ijt", s_a, s_d)
+        # Overlap correction for keys present in both a and d.
+        idx = self._index
+        keys_d = [[k for k, v in x.items() if v != 0.0 and k in idx] for x in xd]  # same order as index()
+        a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
+        for i, x in enumerate(xa):
+            for j, keys in enumerate(keys_d):
+                for m, k in enumerate(keys):
+                    if k in x:
+                        a_at[i, j, m] = x[k]
+        if a_at.any():
+            norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T
+            out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
+        return out
+
+    # -- learning ------------------------------------------------------------------------------------------
+    def _learn(self, x: Mapping[str, float], y: np.ndarray, mask: np.ndarray, w: float = 1.0) -> np.ndarray:
+        """One step on targets ``y`` (n_targets,) where ``mask`` is True; returns the pre-update prediction."""
+        if self._index is None:
+            self._init_state()
+        names = [k for k, v in x.items() if v != 0.0]
+        rows = np.fromiter((self._row(k) for k in names), dtype=np.intp, count=len(names))
+        vals = np.fromiter((x[k] for k in names), dtype=float, count=len(names))
+        W, V = self._W, self._V
+        Wr = W[rows]
+        Vr = V[rows]  # m, T, k
+        xv = Vr * vals[:, None, None]
+        s = xv.sum(axis=0)  # T, k
+        yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+        g = np.where(mask, np.clip(w * (yhat - y), -self.clip_gradient, self.clip_gradient), 0.0)
+        # Linear weights (bias row 0 included, not regularised).
+        wrows = np.concatenate(([0], rows))
+        gW = np.outer(np.concatenate(([1.0], vals)), g)
+        gW[1:] += self.l2_weight * Wr
+        self._step(self._wopt, self._W, wrows, gW)
+        # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
+        gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
+        self._step(self._vopt, self._V, rows, gV)
+        self.n_learned += 1
+        return yhat
+
+    @staticmethod
+    def _step(opt: optim.base.Optimizer, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> None:
+        if hasattr(opt, "step_rows"):
+            opt.step_rows(table, rows, g)
+            return
+        # Generic river optimizer: keyed dict path, one scalar key per parameter (feature, target[, factor]).
+        w = {}
+        gd = {}
+        for i, r in enumerate(rows):
+            for pos in np.ndindex(table.shape[1:]):
+                key = (int(r), *pos)
+                w[key] = float(table[(r, *pos)])
+                gd[key] = float(g[(i, *pos)])
+        w = opt.step(w, gd)
+        for key, val in w.items():
+            table[key] = val
+
+    # -- JSON state ----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        if self._index is None:
+            self._init_state()
+        n = len(self._index)
+        out: dict[str, Any] = {
+            "params": {"n_factors": self.n_factors, "l2_weight": self.l2_weight, "l2_latent": self.l2_latent,
+                       "init_std": self.init_std, "clip_gradient": self.clip_gradient, "seed": self.seed},
+            "features": list(self._index),
+            "W": self._W[:n].tolist(),
+            "V": self._V[:n].tolist(),
+            "rng": self._rng.bit_generator.state,
+            "n_learned": self.n_learned,
+        }
+        for name, opt in (("weight_optimizer", self._wopt), ("latent_optimizer", self._vopt)):
+            if not isinstance(opt, FTML):
+                raise TypeError(f"state_dict supports FTML optimizers only, {name} is {type(opt).__name__}")
+            out[name] = opt.state_dict()
+        return out
+
+    def load_state_dict(self, d: dict[str, Any]) -> _FMBase:
+        self._init_state()
+        feats = d["features"]
+        self._index = {f: i for i, f in enumerate(feats)}
+        cap = max(16, 1 << math.ceil(math.log2(max(len(feats), 1))))
+        self._W = np.zeros((cap, self._n_targets))
+        self._V = np.zeros((cap, self._n_targets, self.n_factors))
+        self._W[: len(feats)] = np.asarray(d["W"], dtype=float).reshape(len(feats), self._n_targets)
+        self._V[: len(feats)] = np.asarray(d["V"], dtype=float).reshape(len(feats), self._n_targets, self.n_factors)
+        self._rng.bit_generator.state = d["rng"]
+        self.n_learned = int(d["n_learned"])
+        self._wopt = FTML.from_state_dict(d["weight_optimizer"])
+        self._vopt = FTML.from_state_dict(d["latent_optimizer"])
+        return self
+
+
+class FMRegressor(_FMBase, base.Regressor):
+    """Factorization machine regressor (squared loss), dense tables, FTML by default.
+
+    Parameters
+    ----------
+    n_factors
+        Dimension of the latent vectors.
+    weight_optimizer, latent_optimizer
+        river optimizers for the linear weights (incl. intercept) and the latent vectors. Default
+        ``FTML(lr=0.05)`` each. Optimizers with ``step_rows`` (FTML) take the fast path.
+    l2_weight, l2_latent
+        L2 penalties.
+    init_std
+        Std of the normal initialisation of a new feature's latent vector (small, so that untrained
+        interactions add little noise).
+    clip_gradient
+        Bound on the loss gradient.
+    seed
+        Seed of the latent initialisation.
+
+    Examples
+    --------
+    >>> from oltunes.learner import FMRegressor
+    >>> fm = FMRegressor(seed=0)
+    >>> data = [({"acc=gpu": 1, "fam=bert": 1}, 1.0), ({"acc=cpu": 1, "fam=bert": 1}, 3.0),
+    ...         ({"acc=gpu": 1, "fam=cnn": 1}, 0.5), ({"acc=cpu": 1, "fam=cnn": 1}, 1.5)]
+    >>> for _ in range(300):
+    ...     for x, y in data:
+    ...         fm.learn_one(x, y)
+    >>> round(fm.predict_one({"acc=cpu": 1, "fam=bert": 1}), 1)
+    3.0
+    """
+
+    def _target_names(self) -> tuple[str, ...]:
+        return ("y",)
+
+    def learn_one(self, x: dict, y: float, w: float = 1.0) -> None:
+        self._learn(x, np.array([float(y)]), np.array([True]), w)
+
+    def predict_one(self, x: dict) -> float:
+        rows, vals = self.index([x])
+        return float(self._raw_many(rows, vals)[0, 0])
+
+    def predict_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """Vectorised predictions for index arrays from :meth:`index`."""
+        return self._raw_many(rows, vals)[:, 0]
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"seed": 42}
+
+
+class MultiFMRegressor(_FMBase, base.MultiTargetRegressor):
+    """One factorization machine per target, sharing one feature vocabulary and one gather.
+
+    Learning a measurement updates every target present in ``y``; absent (or ``None``) targets are skipped.
+    Used by the tuner for log p99 latency, log energy per item and log throughput.
+
+    Parameters
+    ----------
+    targets
+        Target names, in output order.
+    n_factors, weight_optimizer, latent_optimizer, l2_weight, l2_latent, init_std, clip_gradient, seed
+        As :class:`FMRegressor`.
+
+    Examples
+    --------
+    >>> from oltunes.learner import MultiFMRegressor
+    >>> fm = MultiFMRegressor(targets=("lat", "energy"), seed=0)
+    >>> for _ in range(300):
+    ...     fm.learn_one({"acc=gpu": 1}, {"lat": 1.0, "energy": 2.0})
+    ...     fm.learn_one({"acc=cpu": 1}, {"lat": 3.0})
+    >>> round(fm.predict_one({"acc=cpu": 1})["lat"], 1)
+    3.0
+    """
+
+    def __init__(self, targets: Sequence[str] = ("y",), n_factors: int = 8,
+                 weight_optimizer: optim.base.Optimizer | None = None,
+                 latent_optimizer: optim.base.Optimizer | None = None, l2_weight: float = 0.0,
+                 l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 10.0,
+                 seed: int | None = None) -> None:
+        super().__init__(n_factors, weight_optimizer, latent_optimizer, l2_weight, l2_latent, init_std,
+                         clip_gradient, seed)
+        self.targets = tuple(targets)
+
+    def _target_names(self) -> tuple[str, ...]:
+        return self.targets
+
+    def learn_one(self, x: dict, y: dict, w: float = 1.0) -> None:
+        self.learn_predict_one(x, y, w)
+
+    def learn_predict_one(self, x: dict, y: dict, w: float = 1.0) -> np.ndarray:
+        """Learn the targets in ``y``; return the raw predictions made just before the update (progressive
+        validation without a second gather)."""
+        yv = np.array([float(y[t]) if y.get(t) is not None else 0.0 for t in self.targets])
+        mask = np.array([y.get(t) is not None for t in self.targets])
+        return self._learn(x, yv, mask, w)
+
+    def predict_one(self, x: dict) -> dict[str, float]:
+        rows, vals = self.index([x])
+        out = self._raw_many(rows, vals)[0]
+        return {t: float(v) for t, v in zip(self.targets, out)}
+
+    def predict_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """Vectorised predictions (n, n_targets) for index arrays from :meth:`index`."""
+        return self._raw_many(rows, vals)

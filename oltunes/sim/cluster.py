@@ -1,0 +1,131 @@
+"""The simulated cluster: pools of devices (inventory format), slot occupancy and placements, with fast lookups.
+
+Policies see this object (they may call :meth:`SimCluster.state` for the shared ``ClusterState`` type); the engine
+is the only one that changes it, through :meth:`place` and :meth:`remove`, which enforce capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.errors import ConfigError
+from oltunes.types import ClusterState, CoRunner, Placement, Pool
+
+
+class SimCluster:
+    """Pools, per-device occupancy and the current placements (job id -> Placement)."""
+
+    def __init__(self, pools: list[Pool]) -> None:
+        if not pools:
+            raise ConfigError("cluster: needs at least one pool")
+        self.pools = list(pools)
+        self._pool = {p.name: p for p in pools}
+        self._occ = {p.name: np.zeros(p.count, dtype=np.int64) for p in pools}
+        self._members: dict[tuple[str, int], list[str]] = {}
+        self.placements: dict[str, Placement] = {}
+        self.loads: dict[str, float] = {}  # job id -> busy fraction of its device it kept last interval
+        self.now: float = 0.0  # simulated time of the current decision (set by the engine)
+
+    # ------------------------------------------------------------------ queries
+    def pool(self, name: str) -> Pool:
+        try:
+            return self._pool[name]
+        except KeyError:
+            raise ConfigError(f"unknown pool {name!r}; known: {', '.join(self._pool)}") from None
+
+    @property
+    def n_devices(self) -> int:
+        return sum(p.count for p in self.pools)
+
+    def occupancy(self, pool: str) -> np.ndarray:
+        """Jobs per device of a pool (read-only view)."""
+        a = self._occ[pool].view()
+        a.flags.writeable = False
+        return a
+
+    def free_slots(self, pool: str) -> int:
+        p = self._pool[pool]
+        return int(p.count * p.slots_per_device - self._occ[pool].sum())
+
+    def free_slots_total(self) -> int:
+        return sum(self.free_slots(p.name) for p in self.pools)
+
+    def empty_device(self, pool: str) -> int | None:
+        idx = np.flatnonzero(self._occ[pool] == 0)
+        return int(idx[0]) if len(idx) else None
+
+    def least_loaded_device(self, pool: str) -> int | None:
+        """The device with the fewest jobs that still has a free slot (lowest index on ties)."""
+        occ = self._occ[pool]
+        d = int(np.argmin(occ))
+        return d if occ[d] < self._pool[pool].slots_per_device else None
+
+    def most_loaded_device(self, pool: str) -> int | None:
+        """The fullest device that still has a free slot and is not empty (for packing), else None."""
+        occ = self._occ[pool]
+        ok = np.flatnonzero((occ > 0) & (occ < self._pool[pool].slots_per_device))
+        return int(ok[np.argmax(occ[ok])]) if len(ok) else None
+
+    def has_slot(self, pool: str, device: int) -> bool:
+        p = self._pool.get(pool)
+        return p is not None and 0 <= device < p.count and self._occ[pool][device] < p.slots_per_device
+
+    def members(self, pool: str, device: int) -> list[str]:
+        return list(self._members.get((pool, device), ()))
+
+    def co_runners(self, pool: str, device: int, exclude: str | None = None) -> tuple[CoRunner, ...]:
+        out = []
+        for jid in self._members.get((pool, device), ()):
+            if jid == exclude:
+                continue
+            pl = self.placements[jid]
+            c = pl.candidate
+            out.append(
+                CoRunner(
+                    job_id=jid,
+                    family=c.variant.family,
+                    variant=c.variant.name,
+                    size=c.variant.size,
+                    precision=c.variant.precision,
+                    batch_size=c.batch_size,
+                    load=min(1.0, max(0.0, self.loads.get(jid, 0.0))),
+                )
+            )
+        return tuple(out)
+
+    def active_devices(self) -> int:
+        return int(sum((o > 0).sum() for o in self._occ.values()))
+
+    def fragmentation(self) -> float:
+        """Share of free slots stranded on partly used devices (FGD-style: usable only by co-location)."""
+        free = stranded = 0
+        for name, occ in self._occ.items():
+            s = self._pool[name].slots_per_device
+            f = s - occ
+            free += int(f.sum())
+            stranded += int(f[occ > 0].sum())
+        return stranded / free if free else 0.0
+
+    def state(self) -> ClusterState:
+        """The shared ``ClusterState`` (built without re-validation: the engine validated each placement)."""
+        return ClusterState.model_construct(pools=self.pools, placements=list(self.placements.values()))
+
+    # ------------------------------------------------------------------ changes (engine only)
+    def place(self, pl: Placement) -> None:
+        if pl.job_id in self.placements:
+            raise ConfigError(f"job {pl.job_id} is already placed")
+        if not self.has_slot(pl.pool, pl.device):
+            raise ConfigError(f"pool {pl.pool} device {pl.device}: no free slot")
+        self._occ[pl.pool][pl.device] += 1
+        self._members.setdefault((pl.pool, pl.device), []).append(pl.job_id)
+        self.placements[pl.job_id] = pl
+
+    def remove(self, job_id: str, keep_load: bool = False) -> Placement | None:
+        pl = self.placements.pop(job_id, None)
+        if pl is None:
+            return None
+        self._occ[pl.pool][pl.device] -= 1
+        self._members[(pl.pool, pl.device)].remove(job_id)
+        if not keep_load:
+            self.loads.pop(job_id, None)
+        return pl

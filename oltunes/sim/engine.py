@@ -1,0 +1,485 @@
+"""Discrete-event engine: per-request queues with dynamic batching per serving instance, device sharing per
+co-running group, re-tuning at an interval; deterministic for a seed.
+
+Time advances in control intervals. Inside one interval every serving instance processes its own arrival array
+in one tight loop over *batches* (never a heap event per request): the earliest-free executor takes every request
+that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and the per-request
+results are filled in vectorised (``np.repeat``) afterwards. What couples instances on one device (interference by
+pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed per interval
+from the loads each job kept in the previous interval. Requests that wait longer than ``drop_after_slo x SLO`` are
+shed (counted as dropped, which is a violation); requests still queued when the run ends after a drain are dropped.
+So every request is either served or dropped: conservation holds by construction and is tested.
+
+Policies see only measurements (noisy, drifting); the same noise and drift make the "physics" the requests feel.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oltunes.errors import ConfigError
+from oltunes.policies.base import Policy
+from oltunes.sim import calibration as cal
+from oltunes.sim.cluster import SimCluster
+from oltunes.sim.perfmodel import PerformanceModel
+from oltunes.sim.workload import SimJob
+from oltunes.types import Candidate, Decision, Measurement, Placement
+
+_Z99 = 2.3263
+
+
+@dataclass
+class JobRun:
+    """Runtime state and outputs of one job."""
+
+    job: SimJob
+    seed: int
+    rng: np.random.Generator = field(init=False)
+    decision: Decision | None = None
+    placement: Placement | None = None
+    vi: int = -1
+    accel: str = ""
+    batch: int = 1
+    conc: int = 1
+    lat: list[float] = field(default_factory=list)  # isolated p50 seconds per actual batch size 0..batch
+    power: float = 0.0  # busy W at the configured batch
+    accuracy: float = 0.0
+    sigma: float = 0.05
+    kappa: float = 1.0
+    # streaming
+    arr: list[float] = field(default_factory=list)
+    i: int = 0
+    free: list[float] = field(default_factory=list)
+    done: np.ndarray | None = None
+    start: np.ndarray | None = None
+    acc_per_req: np.ndarray | None = None
+    dropped: np.ndarray | None = None
+    # batch
+    remaining: int = 0
+    started_s: float | None = None
+    finished_s: float | None = None
+    ready_s: float = 0.0
+    items_done: int = 0
+    batches_done: float = 0.0
+    batches_violated: int = 0
+    # per-interval
+    busy_iso: float = 0.0
+    energy_j: float = 0.0
+    interval_items: int = 0
+    interval_lat_ms: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        if self.job.arrivals is not None:
+            n = len(self.job.arrivals)
+            self.arr = self.job.arrivals.tolist()
+            self.done = np.full(n, np.nan)
+            self.start = np.full(n, np.nan)
+            self.acc_per_req = np.zeros(n)
+            self.dropped = np.zeros(n, dtype=bool)
+        else:
+            self.remaining = self.job.spec.items
+
+    @property
+    def streaming(self) -> bool:
+        return self.job.arrivals is not None
+
+
+@dataclass
+class RunResult:
+    """Everything metrics and the report need from one (scenario, policy) run."""
+
+    policy: str
+    duration_s: float
+    interval_s: float
+    runs: list[JobRun]
+    best_accuracy: dict[str, float]
+    # per control interval
+    t: list[float] = field(default_factory=list)
+    util: list[float] = field(default_factory=list)
+    energy_j: list[float] = field(default_factory=list)
+    active_devices: list[int] = field(default_factory=list)
+    fragmentation: list[float] = field(default_factory=list)
+    capacity_violations: int = 0
+    floor_violations: int = 0
+    invalid_decisions: int = 0
+    decisions: int = 0
+    wall_s: float = 0.0
+
+
+class Simulator:
+    """Runs one policy over one workload on one cluster."""
+
+    def __init__(
+        self,
+        model: PerformanceModel,
+        cluster: SimCluster,
+        jobs: list[SimJob],
+        *,
+        duration_s: float,
+        seed: int = 0,
+        control_interval_s: float = 5.0,
+        retune_interval_s: float = 30.0,
+        drop_after_slo: float = 5.0,
+        drain_s: float | None = None,
+    ) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.jobs = jobs
+        self.duration_s = float(duration_s)
+        self.seed = seed
+        self.dt = float(control_interval_s)
+        self.retune_s = float(retune_interval_s)
+        self.drop_after = float(drop_after_slo)
+        self.drain_s = drain_s
+        model.add_accelerators({p.accelerator.name: p.accelerator for p in cluster.pools})
+        rng = np.random.default_rng([seed, 7])
+        # slow drift per device: random phase and period, plus a fixed per-device factor
+        self._drift = {
+            p.name: (
+                rng.uniform(0, 2 * math.pi, p.count),
+                rng.uniform(*cal.DRIFT_PERIOD_S, p.count),
+                1.0 + rng.uniform(-cal.DEVICE_SPREAD, cal.DEVICE_SPREAD, p.count),
+            )
+            for p in cluster.pools
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def drift(self, pool: str, device: int, t: float) -> float:
+        phase, period, fixed = self._drift[pool]
+        return float(fixed[device] * (1.0 + cal.DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / period[device] + phase[device])))
+
+    def _configure(self, r: JobRun, d: Decision, device: int, now: float) -> None:
+        c = d.candidate
+        same = (
+            r.placement is not None
+            and r.placement.pool == c.pool
+            and r.placement.device == device
+            and r.vi == self.model.variant_index(c.variant.name)
+            and r.batch == c.batch_size
+            and r.conc == c.concurrency
+        )
+        r.decision = d
+        spec = r.job.spec
+        r.placement = Placement.model_construct(
+            job_id=spec.job_id,
+            pool=c.pool,
+            device=device,
+            candidate=c,
+            slo_ms=spec.slo_ms,
+            arrival_rate_rps=spec.arrival_rate_rps,
+        )
+        if same:
+            return
+        r.vi = self.model.variant_index(c.variant.name)
+        r.accel = c.accelerator
+        r.batch = min(c.batch_size, cal.MAX_BATCH)
+        r.conc = c.concurrency
+        row = self.model.latency_row(r.vi, r.accel)
+        r.lat = (row[: r.batch + 1] / 1000.0).tolist()
+        r.power = self.model.busy_power_w(r.vi, r.accel, r.batch)
+        r.accuracy = c.variant.accuracy
+        r.sigma = self.model.sigma(r.vi, r.accel)
+        r.kappa = self.model.concurrency_factor(r.accel, r.conc)
+        ready = now + cal.SWITCH_COST_S
+        if r.streaming:
+            busy_until = max(r.free) if r.free else now
+            r.free = [max(ready, busy_until)] * r.conc
+        else:
+            r.ready_s = ready
+
+    def _valid(self, r: JobRun, d: Decision | None, res: RunResult) -> int | None:
+        """Device to place on, or None (invalid decisions are counted; the job then waits)."""
+        if d is None:
+            return None
+        res.decisions += 1
+        c = d.candidate
+        spec = r.job.spec
+        try:
+            pool = self.cluster.pool(c.pool)
+        except ConfigError:
+            res.invalid_decisions += 1
+            return None
+        if c.variant.family != spec.family or c.variant.accuracy < spec.accuracy_floor - 1e-12:
+            res.floor_violations += 1
+            return None
+        if pool.accelerator.name != c.accelerator:
+            res.invalid_decisions += 1
+            return None
+        dev = d.group.device if d.group is not None and d.group.pool == c.pool else self.cluster.least_loaded_device(c.pool)
+        if dev is None or not self.cluster.has_slot(c.pool, dev):
+            res.capacity_violations += 1
+            return None
+        return dev
+
+    # ------------------------------------------------------------------ serving
+    def _serve(self, r: JobRun, t1: float, factor: float, sigma: float) -> None:
+        """Process one streaming instance's queue until no batch can start before ``t1``."""
+        arr, n, i = r.arr, len(r.arr), r.i
+        if i >= n:
+            return
+        lat, free, B = r.lat, r.free, r.batch
+        drop_s = self.drop_after * r.job.spec.slo_ms / 1000.0
+        noise = r.rng.lognormal(0.0, sigma, 256).tolist()
+        q = 0
+        b_i, b_m, b_t, b_d = [], [], [], []
+        drops = []
+        busy = 0.0
+        while i < n:
+            e = min(free)
+            a = arr[i]
+            t = e if e > a else a
+            if t >= t1:
+                break
+            lim = t - drop_s
+            if a < lim:
+                j = bisect_left(arr, lim, i, n)
+                drops.append((i, j))
+                i = j
+                continue
+            m = bisect_right(arr, t, i, i + B if i + B < n else n)
+            base = lat[m - i]
+            if q == 256:
+                noise = r.rng.lognormal(0.0, sigma, 256).tolist()
+                q = 0
+            s = base * factor * noise[q]
+            q += 1
+            free[free.index(e)] = t + s
+            b_i.append(i)
+            b_m.append(m)
+            b_t.append(t)
+            b_d.append(t + s)
+            busy += base
+            i = m
+        r.i = i
+        for a_, b_ in drops:
+            r.dropped[a_:b_] = True
+        if b_i:
+            counts = np.subtract(b_m, b_i)
+            total = int(counts.sum())
+            # request indices of every batch (shed ranges may sit between batches)
+            offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            idx = np.repeat(b_i, counts) + offs
+            r.done[idx] = np.repeat(b_d, counts)
+            r.start[idx] = np.repeat(b_t, counts)
+            r.acc_per_req[idx] = r.accuracy
+            r.interval_items += total
+            r.interval_lat_ms.extend(((np.array(b_d) - np.array(b_t)) * 1000.0).tolist())
+        r.busy_iso += busy
+
+    def _shed_unplaced(self, r: JobRun, t1: float) -> None:
+        """A job without a placement: its requests older than the drop window are shed."""
+        lim = t1 - self.drop_after * r.job.spec.slo_ms / 1000.0
+        j = bisect_left(r.arr, lim, r.i, len(r.arr))
+        if j > r.i:
+            r.dropped[r.i : j] = True
+            r.i = j
+
+    def _advance_batch(self, r: JobRun, t0: float, t1: float, factor: float, sigma: float) -> None:
+        start = max(t0, r.ready_s)
+        if start >= t1 or r.remaining <= 0:
+            return
+        b = r.batch
+        s_mean = r.lat[b] * factor * math.exp(sigma**2 / 2)
+        rate = r.conc * b / s_mean
+        items = min(r.remaining, int(rate * (t1 - start)))
+        if items >= r.remaining:
+            items = r.remaining
+            r.finished_s = start + items / rate
+        r.remaining -= items
+        r.items_done += items
+        nb = items / b
+        r.batches_done += nb
+        slo_s = r.job.spec.slo_ms / 1000.0
+        med = r.lat[b] * factor
+        p_viol = 0.5 * math.erfc(math.log(slo_s / med) / (sigma * math.sqrt(2))) if med > 0 else 0.0
+        r.batches_violated += int(r.rng.binomial(max(0, int(round(nb))), min(1.0, max(0.0, p_viol))))
+        r.busy_iso += nb * r.lat[b]
+        r.interval_items += items
+        k = min(64, max(1, int(nb)))
+        r.interval_lat_ms.extend((med * 1000.0 * r.rng.lognormal(0.0, sigma, k)).tolist())
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, policy: Policy, progress: Callable[[float], None] | None = None) -> RunResult:
+        """Simulate the whole workload under ``policy``; deterministic for (seed, jobs, policy)."""
+        wall0 = time.perf_counter()
+        model, cl = self.model, self.cluster
+        runs = [JobRun(j, seed=self.seed * 1_000_003 + k) for k, j in enumerate(self.jobs)]
+        res = RunResult(
+            policy=policy.name,
+            duration_s=self.duration_s,
+            interval_s=self.dt,
+            runs=runs,
+            best_accuracy={f: model.best_accuracy(f) for f in {j.spec.family for j in self.jobs}},
+        )
+        by_submit = sorted(range(len(runs)), key=lambda k: (runs[k].job.submit_s, k))
+        nxt = 0
+        waiting: list[JobRun] = []
+        active: list[JobRun] = []
+        next_retune = self.retune_s
+        n_ticks = int(math.ceil(self.duration_s / self.dt))
+        for tick in range(n_ticks + 1):
+            final = tick == n_ticks
+            t0 = tick * self.dt
+            t1 = min(t0 + self.dt, self.duration_s) if not final else math.inf
+            cl.now = t0
+            if final:
+                # drain: no new arrivals; queues empty or are shed within the drop window
+                t1 = self.duration_s + (self.drain_s if self.drain_s is not None else self._drain_window())
+            else:
+                while nxt < len(by_submit) and runs[by_submit[nxt]].job.submit_s < t1:
+                    waiting.append(runs[by_submit[nxt]])
+                    nxt += 1
+                if policy.adaptive and t0 >= next_retune:
+                    next_retune += self.retune_s
+                    for r in active:
+                        self._retune(policy, r, res, t0)
+                still = []
+                for r in waiting:
+                    d = policy.decide(r.job.spec, cl)
+                    dev = self._valid(r, d, res)
+                    if dev is None:
+                        still.append(r)
+                        continue
+                    self._configure(r, d, dev, max(t0, r.job.submit_s))
+                    cl.place(r.placement)
+                    # until it has run an interval, a job's load is what its expected rate implies (what a
+                    # monitor would show after a few seconds); batch jobs run flat out
+                    spec = r.job.spec
+                    cl.loads[spec.job_id] = (
+                        min(1.0, model.load(spec, r.placement.candidate)) if r.streaming else 1.0
+                    )
+                    if not r.streaming:
+                        r.started_s = max(t0, r.job.submit_s)
+                    active.append(r)
+                waiting = still
+            self._step(policy, res, active, waiting, t0, t1, final)
+            if not final:
+                for r in [r for r in active if not r.streaming and r.remaining <= 0]:
+                    cl.remove(r.job.spec.job_id)  # the slot frees at the next tick
+                active = [r for r in active if r.streaming or r.remaining > 0]
+            if progress is not None:
+                progress(min(1.0, (tick + 1) / (n_ticks + 1)))
+        res.wall_s = time.perf_counter() - wall0
+        return res
+
+    def _drain_window(self) -> float:
+        slo = max((j.spec.slo_ms for j in self.jobs if j.arrivals is not None), default=0.0)
+        return self.drop_after * slo / 1000.0 + self.dt
+
+    def _retune(self, policy: Policy, r: JobRun, res: RunResult, now: float) -> None:
+        old_pl = self.cluster.remove(r.job.spec.job_id, keep_load=True)
+        spec = r.job.spec
+        if r.streaming and r.i < len(r.arr):
+            # the rate seen over the last re-tune window is what an operator's monitor would report
+            lo = bisect_left(r.arr, now - self.retune_s)
+            hi = bisect_left(r.arr, now)
+            rate = (hi - lo) / self.retune_s
+            spec = spec.model_copy(update={"arrival_rate_rps": rate})
+        d = policy.decide(spec, self.cluster)
+        dev = self._valid(r, d, res)
+        if dev is None:
+            d, dev = r.decision, old_pl.device  # keep the old placement
+        self._configure(r, d, dev, now)
+        self.cluster.place(r.placement)
+
+    def _step(self, policy: Policy, res: RunResult, active: list[JobRun], waiting: list[JobRun], t0: float,
+              t1: float, final: bool) -> None:
+        model, cl = self.model, self.cluster
+        span = (self.duration_s - t0) if final else (t1 - t0)
+        span = max(span, 1e-9)
+        tmid = (t0 + min(t1, self.duration_s)) / 2
+        # per-device coupling from last interval's loads
+        groups: dict[tuple[str, int], list[JobRun]] = {}
+        for r in active:
+            groups.setdefault((r.placement.pool, r.placement.device), []).append(r)
+        energy = 0.0
+        busy_total = 0.0
+        for (pool, dev), members in groups.items():
+            acc = cl.pool(pool).accelerator
+            drift = self.drift(pool, dev, tmid)
+            loads = {r.job.spec.job_id: cl.loads.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0) for r in members}
+            total = sum(loads.values())
+            shared = len(members) > 1
+            share = model.sharing_factor(acc.name, total, shared)
+            dyn = 0.0
+            dev_busy = 0.0
+            for r in members:
+                r.busy_iso = 0.0
+                r.interval_items = 0
+                r.interval_lat_ms = []
+                jid = r.job.spec.job_id
+                co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] if shared else []
+                slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
+                factor = drift * slow * r.kappa * share
+                sigma = math.hypot(r.sigma, extra)
+                if r.streaming:
+                    self._serve(r, t1, factor, sigma)
+                else:
+                    self._advance_batch(r, t0, t1, factor, sigma)
+                work_s = r.busy_iso * drift * slow  # device time at full draw
+                r.energy_j = (r.power - acc.idle_w) * work_s + acc.idle_w * span / len(members)
+                dyn += (r.power - acc.idle_w) * work_s
+                # share of the device the job kept busy (batch jobs run flat out)
+                load = r.busy_iso * r.kappa / (r.conc * span) if r.streaming else 1.0
+                cl.loads[jid] = min(1.0, load)
+                dev_busy += min(1.0, r.busy_iso * drift * slow / span)
+            energy += acc.idle_w * span + min(dyn, (acc.max_w - acc.idle_w) * span)
+            busy_total += min(1.0, dev_busy)
+        for r in waiting:
+            if r.streaming:
+                self._shed_unplaced(r, t1 if not final else math.inf)
+        if final:
+            for r in active + waiting:
+                if r.streaming and r.i < len(r.arr):
+                    r.dropped[r.i :] = True
+                    r.i = len(r.arr)
+            return
+        res.t.append(t0)
+        res.util.append(busy_total / len(groups) if groups else 0.0)
+        res.energy_j.append(energy)
+        res.active_devices.append(len(groups))
+        res.fragmentation.append(cl.fragmentation())
+        if policy.learns:
+            for r in active:
+                if r.interval_items > 0:
+                    policy.observe(self._measurement(r, span, t1))
+
+    def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
+        lat = np.asarray(r.interval_lat_ms)
+        p50, p95, p99 = np.percentile(lat, [50, 95, 99])
+        c = r.decision.candidate
+        cand = Candidate.model_construct(
+            pool=c.pool,
+            accelerator=c.accelerator,
+            variant=c.variant,
+            batch_size=c.batch_size,
+            concurrency=c.concurrency,
+            co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
+        )
+        busy = float(lat.sum()) / 1000.0 / r.conc
+        return Measurement(
+            job_id=r.job.spec.job_id,
+            decision_id=r.decision.decision_id,
+            kind=r.job.spec.kind,
+            arrival_rate_rps=r.interval_items / span if r.streaming else 0.0,
+            candidate=cand,
+            items=r.interval_items,
+            wall_s=span,
+            latency_p50_ms=float(p50),
+            latency_p95_ms=float(p95),
+            latency_p99_ms=float(p99),
+            throughput_items_per_s=r.interval_items / busy if busy > 0 else 0.0,
+            energy_j_per_item=r.energy_j / r.interval_items,
+            energy_source="simulated",
+            accuracy=r.accuracy,
+            gpu_util=min(1.0, r.busy_iso / span),
+            simulated=True,
+            timestamp=now,
+        )

@@ -1,0 +1,99 @@
+"""Per-policy metrics from a run: SLO violations, latency percentiles, goodput, utilisation, energy, accuracy loss,
+queueing delay, job completion time, fragmentation — plus the per-interval series the report plots.
+
+Definitions (also in the report):
+
+* ``slo_violation_rate``: streaming requests served later than their SLO or dropped, over all streaming requests.
+* ``p50_ms`` / ``p99_ms``: end-to-end latency (arrival -> batch done) of served streaming requests.
+* ``throughput_rps``: goodput, streaming requests served within SLO per second of the run.
+* ``gpu_util``: mean busy fraction of the devices that host at least one job (unused devices are powered down).
+* ``energy_j_per_req``: energy of every active device (idle draw + busy draw) over streaming requests served plus
+  batch items processed.
+* ``accuracy_loss_pts``: mean over served requests and batch items of (family's best accuracy - used), x100.
+* ``queueing_delay_s``: mean wait of a served streaming request before its batch starts.
+* ``jct_s``: mean batch-job completion time (submit -> last item); unfinished jobs count until the run's end.
+* ``fragmentation``: mean share of free slots stranded on partly used devices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.sim.engine import RunResult
+
+
+def _streams(res: RunResult):
+    return [r for r in res.runs if r.streaming and len(r.arr) > 0]
+
+
+def request_arrays(res: RunResult) -> dict[str, np.ndarray]:
+    """Concatenated per-request arrays: arrival, latency (s, nan = dropped), SLO (s), violated, accuracy loss."""
+    rs = _streams(res)
+    if not rs:
+        z = np.zeros(0)
+        return {"arrival": z, "latency": z, "wait": z, "slo": z, "violated": z.astype(bool), "loss": z}
+    arrival = np.concatenate([r.job.arrivals for r in rs])
+    done = np.concatenate([r.done for r in rs])
+    start = np.concatenate([r.start for r in rs])
+    dropped = np.concatenate([r.dropped for r in rs])
+    slo = np.concatenate([np.full(len(r.arr), r.job.spec.slo_ms / 1000.0) for r in rs])
+    best = np.concatenate([np.full(len(r.arr), res.best_accuracy[r.job.spec.family]) for r in rs])
+    acc = np.concatenate([r.acc_per_req for r in rs])
+    latency = np.where(dropped, np.nan, done - arrival)
+    violated = dropped | ~(latency <= slo)
+    return {
+        "arrival": arrival,
+        "latency": latency,
+        "wait": start - arrival,
+        "slo": slo,
+        "violated": violated,
+        "loss": np.where(dropped, np.nan, (best - acc) * 100.0),
+    }
+
+
+def compute(res: RunResult, req: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+    req = req if req is not None else request_arrays(res)
+    n = len(req["arrival"])
+    served = ~np.isnan(req["latency"])
+    lat_ms = req["latency"][served] * 1000.0
+    batch = [r for r in res.runs if not r.streaming]
+    items = sum(r.items_done for r in batch)
+    batch_loss = sum(r.items_done * (res.best_accuracy[r.job.spec.family] - r.accuracy) * 100.0 for r in batch)
+    n_served = int(served.sum())
+    energy = float(np.sum(res.energy_j))
+    jct = [((r.finished_s if r.finished_s is not None else res.duration_s) - r.job.submit_s) for r in batch]
+    nb = sum(r.batches_done for r in batch)
+    loss_total = float(np.nansum(req["loss"])) + batch_loss
+    return {
+        "slo_violation_rate": float(req["violated"].mean()) if n else 0.0,
+        "p50_ms": float(np.percentile(lat_ms, 50)) if n_served else float("nan"),
+        "p99_ms": float(np.percentile(lat_ms, 99)) if n_served else float("nan"),
+        "throughput_rps": float((served & ~req["violated"]).sum() / res.duration_s),
+        "gpu_util": float(np.mean(res.util)) if res.util else 0.0,
+        "energy_j_per_req": energy / (n_served + items) if (n_served + items) else float("nan"),
+        "accuracy_loss_pts": loss_total / (n_served + items) if (n_served + items) else 0.0,
+        "queueing_delay_s": float(np.mean(req["wait"][served])) if n_served else float("nan"),
+        "jct_s": float(np.mean(jct)) if jct else float("nan"),
+        "fragmentation": float(np.mean(res.fragmentation)) if res.fragmentation else 0.0,
+        "requests": n,
+        "dropped_rate": float((~served).mean()) if n else 0.0,
+        "batch_jobs": len(batch),
+        "batch_jobs_finished": sum(r.finished_s is not None for r in batch),
+        "batch_items": items,
+        "batch_slo_violation_rate": sum(r.batches_violated for r in batch) / nb if nb else 0.0,
+        "active_devices_mean": float(np.mean(res.active_devices)) if res.active_devices else 0.0,
+        "decisions": res.decisions,
+        "invalid_decisions": res.invalid_decisions + res.capacity_violations + res.floor_violations,
+        "sim_wall_s": res.wall_s,
+    }
+
+
+def violations_over_time(res: RunResult, req: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(bin start times, SLO violation rate of the requests arriving in each control interval)."""
+    req = req if req is not None else request_arrays(res)
+    edges = np.arange(0.0, res.duration_s + res.interval_s, res.interval_s)
+    tot, _ = np.histogram(req["arrival"], edges)
+    bad, _ = np.histogram(req["arrival"][req["violated"]], edges)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(tot > 0, bad / np.maximum(tot, 1), 0.0)
+    return edges[:-1], rate

@@ -1,0 +1,170 @@
+"""The evaluation report: JSON (shape of issue 4), a printed table, and plots (latency CDF, SLO violations over
+time, energy vs accuracy).
+
+JSON::
+
+    {"scenario": "light",
+     "policies": {"oracle": {"slo_violation_rate": ..., "p50_ms": ..., "p99_ms": ..., "throughput_rps": ...,
+                             "gpu_util": ..., "energy_j_per_req": ..., "accuracy_loss_pts": ...,
+                             "queueing_delay_s": ..., "jct_s": ..., "fragmentation": ..., ...}, ...},
+     "meta": {...}, "timeseries": {"<policy>": {"t_s": [...], "slo_violation_rate": [...], ...}}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oltunes.sim import metrics as M
+from oltunes.sim.engine import RunResult
+from oltunes.sim.scenario import Scenario
+
+HEADLINE = (
+    "slo_violation_rate",
+    "p50_ms",
+    "p99_ms",
+    "throughput_rps",
+    "gpu_util",
+    "energy_j_per_req",
+    "accuracy_loss_pts",
+    "queueing_delay_s",
+    "jct_s",
+    "fragmentation",
+)
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (np.floating, np.integer)):
+        return _clean(x.item())
+    return x
+
+
+def build(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) -> dict[str, Any]:
+    """The report as a JSON-ready dict."""
+    ts = {}
+    for name, (res, _) in results.items():
+        t, viol = M.violations_over_time(res)
+        ts[name] = {
+            "t_s": [float(x) for x in t],
+            "slo_violation_rate": [float(x) for x in viol],
+            "energy_j": [float(x) for x in res.energy_j],
+            "gpu_util": [float(x) for x in res.util],
+            "active_devices": [int(x) for x in res.active_devices],
+        }
+    return {
+        "scenario": sc.name,
+        "policies": {name: {k: _clean(v) for k, v in m.items()} for name, (_, m) in results.items()},
+        "meta": {
+            "seed": sc.seed,
+            "duration_s": sc.duration_s,
+            "control_interval_s": sc.control_interval_s,
+            "retune_interval_s": sc.retune_interval_s,
+            "devices": sum(p["count"] for p in sc.pools),
+            "definitions": M.__doc__,
+        },
+        "timeseries": ts,
+    }
+
+
+def write_json(report: dict[str, Any], path: Path) -> Path:
+    """Atomic write (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(tmp, path)
+    return path
+
+
+SHORT = {
+    "slo_violation_rate": "SLO viol",
+    "p50_ms": "p50 ms",
+    "p99_ms": "p99 ms",
+    "throughput_rps": "goodput/s",
+    "gpu_util": "util",
+    "energy_j_per_req": "J/req",
+    "accuracy_loss_pts": "acc loss",
+    "queueing_delay_s": "queue s",
+    "jct_s": "JCT s",
+    "fragmentation": "frag",
+}
+
+
+def table_rows(report: dict[str, Any], short: bool = False) -> tuple[list[str], list[list[str]]]:
+    cols = ["policy", *(SHORT[k] if short else k for k in HEADLINE)]
+    rows = []
+    for name, m in report["policies"].items():
+        rows.append([name] + ["–" if m.get(k) is None else f"{m[k]:.4g}" for k in HEADLINE])
+    return cols, rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    cols, rows = table_rows(report)
+    out = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _save(fig, path: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+    return path
+
+
+def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir: Path, title: str = "") -> list[Path]:
+    """latency_cdf.png, slo_violations_over_time.png, energy_vs_accuracy.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, (res, _) in results.items():
+        lat = M.request_arrays(res)["latency"]
+        lat = np.sort(lat[~np.isnan(lat)]) * 1000.0
+        if len(lat):
+            ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("request latency (ms, served requests)")
+    ax.set_ylabel("CDF")
+    ax.set_title(f"{title} latency CDF")
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, out_dir / "latency_cdf.png"))
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, (res, _) in results.items():
+        t, v = M.violations_over_time(res)
+        ax.plot(t, v, label=name)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("SLO violation rate (by arrival)")
+    ax.set_title(f"{title} SLO violations over time")
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, out_dir / "slo_violations_over_time.png"))
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, (_, m) in results.items():
+        ax.scatter(m["accuracy_loss_pts"], m["energy_j_per_req"], label=name)
+        ax.annotate(name, (m["accuracy_loss_pts"], m["energy_j_per_req"]), fontsize=7)
+    ax.set_xlabel("accuracy loss vs the family's best variant (points)")
+    ax.set_ylabel("energy per request (J)")
+    ax.set_title(f"{title} energy vs accuracy")
+    paths.append(_save(fig, out_dir / "energy_vs_accuracy.png"))
+    plt.close(fig)
+    return paths

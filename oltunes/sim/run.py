@@ -1,0 +1,70 @@
+"""Run a scenario under several policies: the one entry point the CLI, the benchmarks and the tests share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from oltunes.config import Settings, get_settings
+from oltunes.policies import Policy, PolicyContext
+from oltunes.sim.cluster import SimCluster
+from oltunes.sim.engine import RunResult, Simulator
+from oltunes.sim.metrics import compute
+from oltunes.sim.perfmodel import PerformanceModel, load_performance_model
+from oltunes.sim.scenario import Scenario
+from oltunes.sim.workload import SimJob, build_workload
+
+
+@dataclass
+class Prepared:
+    scenario: Scenario
+    model: PerformanceModel
+    jobs: list[SimJob]
+
+    @property
+    def n_requests(self) -> int:
+        return sum(j.n_requests for j in self.jobs)
+
+
+def prepare(sc: Scenario, settings: Settings | None = None) -> Prepared:
+    s = settings or get_settings()
+    model = load_performance_model(s)
+    return Prepared(sc, model, build_workload(sc, model, s.shared_data))
+
+
+def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], None] | None = None,
+               **policy_kwargs) -> RunResult:
+    """One policy on a fresh cluster (same jobs, same seed: policies see the same workload and device drift)."""
+    sc = p.scenario
+    if isinstance(policy, str):
+        ctx = PolicyContext(
+            model=p.model,
+            variants=tuple(p.model.variants()),
+            batch_sizes=tuple(sc.batch_sizes),
+            concurrencies=tuple(sc.concurrencies),
+            seed=sc.seed,
+            arrivals={j.spec.job_id: j.arrivals for j in p.jobs if j.arrivals is not None},
+            horizon_s=sc.retune_interval_s,
+        )
+        policy = Policy.make(policy, ctx=ctx, **policy_kwargs)
+    sim = Simulator(
+        p.model,
+        SimCluster(sc.pool_list()),
+        p.jobs,
+        duration_s=sc.duration_s,
+        seed=sc.seed,
+        control_interval_s=sc.control_interval_s,
+        retune_interval_s=sc.retune_interval_s,
+        drop_after_slo=sc.drop_after_slo,
+    )
+    return sim.run(policy, progress)
+
+
+def run_scenario(p: Prepared, policies: list[str], progress: Callable[[str, float], None] | None = None
+                 ) -> dict[str, tuple[RunResult, dict[str, float]]]:
+    out = {}
+    for name in policies:
+        cb = (lambda f, n=name: progress(n, f)) if progress else None
+        res = run_policy(p, name, cb)
+        out[name] = (res, compute(res))
+    return out

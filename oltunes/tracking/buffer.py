@@ -1,0 +1,55 @@
+"""A disk buffer for tracking records written while MLflow is unreachable.
+
+One JSON file per record, named by a sortable sequence and the record's idempotency key, written atomically
+(temp file + ``os.replace``). Writing the same key twice keeps one file, so a record is buffered at most once;
+replay deletes a file only after MLflow accepted it, and MLflow-side idempotency (the key stored as a tag) makes a
+replay that crashed between "accepted" and "deleted" harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class DiskBuffer:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _name(self, key: str) -> str:
+        return hashlib.sha1(key.encode()).hexdigest()[:20]
+
+    def put(self, key: str, record: dict[str, Any]) -> Path:
+        """Store `record` under `key` unless it is already buffered; returns its file."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        suffix = f"-{self._name(key)}.json"
+        for existing in self.root.glob(f"*{suffix}"):
+            return existing
+        path = self.root / f"{time.time_ns():020d}{suffix}"
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, **record}, f)
+        os.replace(tmp, path)
+        return path
+
+    def items(self) -> Iterator[tuple[Path, dict[str, Any]]]:
+        """Buffered records, oldest first."""
+        if not self.root.is_dir():
+            return
+        for path in sorted(self.root.glob("*.json")):
+            try:
+                yield path, json.loads(path.read_text())
+            except (OSError, ValueError):  # vanished (replayed concurrently) or half-written by a crash
+                continue
+
+    def remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+    def __len__(self) -> int:
+        return len(list(self.root.glob("*.json"))) if self.root.is_dir() else 0

@@ -1,0 +1,109 @@
+"""MLflow naming conventions: one place that says what every run looks like (see ``mlflow/README.md``).
+
+- experiment per flow kind: ``oltunes-batch``, ``oltunes-streaming``, ``oltunes-simulation``;
+- run per batch job / per streaming service;
+- params = the decision (pool, accelerator, variant, precision, batch, concurrency, group, ...);
+- metrics = `METRICS` (same names everywhere, so runs compare in the UI without post-processing);
+- tags = job id, policy, energy source, simulated, and the measurement JSON used to rebuild history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from oltunes.types import Candidate, Decision, Measurement
+
+EXPERIMENTS: dict[str, str] = {
+    "batch": "oltunes-batch",
+    "streaming": "oltunes-streaming",
+    "simulation": "oltunes-simulation",
+}
+
+LATENCY_P50 = "latency_p50_ms"
+LATENCY_P99 = "latency_p99_ms"
+THROUGHPUT = "throughput_items_per_s"
+ENERGY = "energy_j_per_item"
+ACCURACY = "accuracy"
+SLO_MET = "slo_met"
+GPU_UTIL = "gpu_util"
+METRICS = (LATENCY_P50, LATENCY_P99, THROUGHPUT, ENERGY, ACCURACY, SLO_MET, GPU_UTIL)
+
+TAG_JOB = "job_id"
+TAG_POLICY = "policy"
+TAG_ENERGY_SOURCE = "energy_source"
+TAG_SIMULATED = "simulated"
+TAG_KIND = "flow_kind"
+TAG_DECISION_SOURCE = "decision_source"
+TAG_KEY = "oltunes.idempotency_key"  # one run per key (a batch job's measurement_id)
+TAG_SERVICE = "oltunes.service_id"  # one run per streaming service
+TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # + measurement_id -> the Measurement as JSON
+
+
+def measurement_tag(measurement_id: str) -> str:
+    return f"{TAG_MEASUREMENT_PREFIX}{measurement_id}"
+
+
+def experiment_for(kind: str) -> str:
+    return EXPERIMENTS.get(kind, f"oltunes-{kind}")
+
+
+def decision_params(candidate: Candidate, decision: Decision | None = None) -> dict[str, str]:
+    """The decision as MLflow params (strings; MLflow params are immutable once logged)."""
+    v = candidate.variant
+    params: dict[str, Any] = {
+        "pool": candidate.pool,
+        "accelerator": candidate.accelerator,
+        "family": v.family,
+        "variant": v.name,
+        "variant_size": v.size,
+        "precision": v.precision,
+        "batch_size": candidate.batch_size,
+        "concurrency": candidate.concurrency,
+        "co_runners": ",".join(c.job_id for c in candidate.co_runners) or "none",
+        "group": "none",
+    }
+    if decision is not None:
+        params["decision_id"] = decision.decision_id
+        if decision.group is not None:
+            params["group"] = f"{decision.group.pool}/{decision.group.device}:{'+'.join(decision.group.members)}"
+    return {k: str(val) for k, val in params.items()}
+
+
+def measurement_metrics(m: Measurement, slo_ms: float | None = None) -> dict[str, float]:
+    """The standard metrics of one Measurement; absent values are left out rather than logged as 0."""
+    out: dict[str, float] = {
+        LATENCY_P50: m.latency_p50_ms,
+        "latency_p95_ms": m.latency_p95_ms,
+        LATENCY_P99: m.latency_p99_ms,
+        THROUGHPUT: m.throughput_items_per_s,
+        ENERGY: m.energy_j_per_item,
+        "items": float(m.items),
+        "wall_s": m.wall_s,
+    }
+    if m.accuracy is not None:
+        out[ACCURACY] = m.accuracy
+    if m.gpu_util is not None:
+        out[GPU_UTIL] = m.gpu_util
+    if slo_ms is not None:
+        out[SLO_MET] = 1.0 if m.latency_p99_ms <= slo_ms else 0.0
+    return out
+
+
+def measurement_tags(m: Measurement, policy: str = "", decision: Decision | None = None) -> dict[str, str]:
+    tags = {
+        TAG_JOB: m.job_id,
+        TAG_KIND: m.kind,
+        TAG_ENERGY_SOURCE: m.energy_source,
+        TAG_SIMULATED: str(m.simulated).lower(),
+        measurement_tag(m.measurement_id): m.model_dump_json(),
+    }
+    if policy:
+        tags[TAG_POLICY] = policy
+    if decision is not None:
+        tags[TAG_DECISION_SOURCE] = decision.source
+    return tags
+
+
+def parse_measurement(value: str) -> Measurement:
+    return Measurement.model_validate(json.loads(value))

@@ -1,0 +1,103 @@
+"""Where a new job could go: placement options per pool, and the capacity rules.
+
+A *placement option* is one device of a pool the job could join: the first empty device (no co-runners)
+and the fullest device that still has a free slot (co-running; best fit, it fragments least). The tuner's
+candidate grid is then options x variants of the job's family x batch sizes x concurrencies.
+
+Capacity:
+
+* slots — a job takes one slot on one device, whatever its batch size and concurrency
+  (``Pool.slots_per_device`` bounds co-running jobs per device);
+* memory — a job needs ``concurrency x (2 x model bytes + 0.25 GB)`` of device memory (weights plus
+  workspace/activations for each in-flight batch, a deliberate over-estimate); the co-runners' needs are
+  counted the same way from their placements.
+
+Concurrency is the number of batches the job keeps in flight on its device (ONNX Runtime sessions/streams).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oltunes.types import ClusterState, CoRunner, Placement, Pool, Variant
+
+__all__ = ["PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of"]
+
+_WORKSPACE_GB = 0.25
+
+
+def model_bytes(v: Variant) -> float:
+    """Serialized model size; estimated from the parameter count (or ~100 MB) when unknown."""
+    if v.bytes:
+        return float(v.bytes)
+    per_param = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0}[v.precision]
+    return (v.params or 25_000_000) * per_param
+
+
+def memory_need_gb(v: Variant, concurrency: int) -> float:
+    return concurrency * (2.0 * model_bytes(v) / 1e9 + _WORKSPACE_GB)
+
+
+def co_runner_of(p: Placement) -> CoRunner:
+    """How a placed job appears to a job sharing its device (load 1: assume it keeps the device busy)."""
+    c = p.candidate
+    return CoRunner(job_id=p.job_id, family=c.variant.family, variant=c.variant.name, size=c.variant.size,
+                    precision=c.variant.precision, batch_size=c.batch_size)
+
+
+@dataclass(frozen=True)
+class PlacementOption:
+    pool: Pool
+    device: int
+    members: tuple[Placement, ...]  # jobs already on that device
+    free_memory_gb: float
+    free_slots_after: int  # on the device, once the new job is placed
+    pool_free_slots_after: int
+    co_runners: tuple[CoRunner, ...] = field(default=())  # the members, as the new job would see them
+
+    def __post_init__(self) -> None:
+        if self.members and not self.co_runners:
+            object.__setattr__(self, "co_runners", tuple(co_runner_of(m) for m in self.members))
+
+    @property
+    def shared(self) -> bool:
+        return bool(self.members)
+
+
+def _device_usage(cluster: ClusterState, pool: Pool) -> list[list[Placement]]:
+    devices: list[list[Placement]] = [[] for _ in range(pool.count)]
+    for pl in cluster.jobs_on(pool.name):
+        if 0 <= pl.device < pool.count:
+            devices[pl.device].append(pl)
+    return devices
+
+
+def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False) -> list[PlacementOption]:
+    """Options per pool: first empty device, and the fullest device with a free slot.
+
+    With ``ignore_capacity`` every pool yields its least-loaded device even when full (used only to name a
+    best-available candidate when nothing fits).
+    """
+    out: list[PlacementOption] = []
+    for pool in cluster.pools:
+        devices = _device_usage(cluster, pool)
+        cap = pool.slots_per_device
+        mem = pool.accelerator.memory_gb
+        pool_free = pool.count * cap - sum(len(d) for d in devices)
+        free_devs = [i for i, d in enumerate(devices) if len(d) < cap]
+        if not free_devs:
+            if ignore_capacity:
+                i = min(range(pool.count), key=lambda k: len(devices[k]))
+                used = sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in devices[i])
+                out.append(PlacementOption(pool, i, tuple(devices[i]), mem - used, 0, 0))
+            continue
+        empty = next((i for i in free_devs if not devices[i]), None)
+        if empty is not None:
+            out.append(PlacementOption(pool, empty, (), mem, cap - 1, pool_free - 1))
+        shared = [i for i in free_devs if devices[i]]
+        if shared:
+            i = max(shared, key=lambda k: (len(devices[k]), -k))
+            used = sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in devices[i])
+            out.append(PlacementOption(pool, i, tuple(devices[i]), mem - used, cap - len(devices[i]) - 1,
+                                       pool_free - 1))
+    return out

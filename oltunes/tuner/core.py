@@ -1,0 +1,659 @@
+"""The Tuner: ask (``recommend``) / tell (``observe``) over an FM-FTML performance model.
+
+How a recommendation is made (all candidates in one vectorised pass):
+
+1. Placement options (``candidates.placement_options``): per pool, the first empty device and the fullest
+   device with a free slot. Grid = options x variants of the job's family x batch sizes x concurrencies.
+2. Prediction: ``log metric = log prior + FM residual`` for log p99 latency per batch, log energy per item,
+   log throughput. The FM is scored over the grid by combining per-part sums of its parameters
+   (``MultiFMRegressor.raw_grid``), the prior's base table is cached per (accelerator, family).
+3. Margin: pessimistic latency = latency x exp(m), m = rolling 95th percentile of |log error| of recent
+   predictions on that accelerator type, shrunk towards the prior's margin while there are few
+   (``ResidualQuantiles``). Throughput is discounted the same way.
+4. Feasible = fits memory and slots, variant accuracy >= floor, pessimistic p99 (+ batch-fill wait
+   ``1000 (b-1) / rate`` for streaming) <= SLO, streaming: pessimistic throughput >= rate x headroom, and
+   for a shared device every job already there keeps its SLO with the newcomer (predicted with the FM's
+   co-runner features).
+5. Objective: streaming -> energy per item (tie-break cost); batch -> ``job.objective``: energy per item,
+   completion time ``items / throughput``, or cost per item. Candidates within ``near_equal`` (2%) of the
+   best are ranked by fragmentation (free slots left on the device, then in the pool), then the secondary.
+6. Bounded exploration: with probability ``explore_rate x 20 / (20 + n_observed)`` the tuner picks, among
+   feasible candidates (pessimistic latency still meets the SLO) whose objective is within
+   ``explore_slack`` of the best, the one with the best *optimistic* objective (objective discounted by
+   the margin, more for rarely measured accelerator x variant pairs).
+7. Nothing feasible: the least-violating candidate, ``feasible=False`` and a note naming the constraint.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oltunes.errors import ConfigError, DataError
+from oltunes.inventory import CATALOG
+from oltunes.learner.features import (
+    JobContext,
+    batch_features,
+    co_runner_features,
+    concurrency_features,
+    encode,
+    job_context,
+    job_features,
+    placement_features,
+    variant_features,
+)
+from oltunes.learner.fm import MultiFMRegressor
+from oltunes.learner.ftml import FTML
+from oltunes.learner.uncertainty import ResidualQuantiles
+from oltunes.tuner.candidates import PlacementOption, co_runner_of, memory_need_gb, placement_options
+from oltunes.tuner.grouping import plan_groups
+from oltunes.tuner.prior import Prior
+from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_json_atomic
+from oltunes.types import (
+    Accelerator,
+    Alternative,
+    Candidate,
+    ClusterState,
+    ColocationGroup,
+    CoRunner,
+    Decision,
+    Explanation,
+    JobSpec,
+    Measurement,
+    Placement,
+    Prediction,
+    Variant,
+)
+
+__all__ = ["Tuner", "TARGETS"]
+
+TARGETS = ("log_latency", "log_energy", "log_throughput")
+_LAT, _EN, _THR = 0, 1, 2
+_EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
+_MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
+_MAX_SEEN = 1_000_000  # measurement ids remembered for exactly-once
+
+
+class _CoRunnerLike:
+    """The three fields the encoding reads from a co-runner (cheaper than building pydantic objects)."""
+
+    __slots__ = ("family", "size", "load")
+
+    def __init__(self, family: str, size: str, load: float = 1.0) -> None:
+        self.family, self.size, self.load = family, size, load
+
+
+class Tuner:
+    """Online tuner: recommends (pool, variant, batch size, concurrency, co-running group) per job.
+
+    Parameters
+    ----------
+    variants
+        The variant catalogue (extend later with :meth:`add_variants`).
+    batch_sizes, concurrencies
+        The grid of settings considered for every variant.
+    prior
+        Cold-start prior (``Prior.make("heuristic")`` by default; ``Prior.make("profile", rows=...)`` for a
+        user-supplied profile table).
+    seed
+        Seeds the FM's initialisation and the exploration draws (decisions are reproducible).
+    n_factors, lr
+        FM latent dimension and FTML step size.
+    explore_rate, explore_slack
+        Initial exploration probability (decays as ``20 / (20 + n_observed)``); exploration only picks
+        candidates whose objective is within ``1 + explore_slack`` of the best.
+    margin_quantile
+        Quantile of recent |log errors| used as the safety margin.
+    throughput_headroom
+        Streaming jobs need pessimistic throughput >= arrival rate x this.
+    near_equal
+        Relative objective band in which fragmentation decides.
+
+    Examples
+    --------
+    >>> from oltunes.inventory import CATALOG
+    >>> from oltunes.types import ClusterState, JobSpec, Pool, Variant
+    >>> from oltunes.tuner import Tuner
+    >>> variants = [Variant(family="cnn", name=f"cnn-{s}", size=s, accuracy=a, params=p)
+    ...             for s, a, p in (("s", 0.70, 5_000_000), ("l", 0.80, 60_000_000))]
+    >>> tuner = Tuner(variants, seed=0, explore_rate=0.0)
+    >>> cluster = ClusterState(pools=[Pool(name="t4", accelerator=CATALOG["t4"], count=2),
+    ...                               Pool(name="cpu", accelerator=CATALOG["cpu"], count=1)])
+    >>> d = tuner.recommend(JobSpec(family="cnn", slo_ms=200, accuracy_floor=0.75, items=1000), cluster)
+    >>> d.feasible, d.candidate.variant.name, d.source
+    (True, 'cnn-l', 'prior')
+    """
+
+    def __init__(self, variants: Sequence[Variant], *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16),
+                 concurrencies: Sequence[int] = (1, 2, 3, 4), prior: Prior | None = None, seed: int = 0,
+                 n_factors: int = 8, lr: float = 0.05, explore_rate: float = 0.2, explore_slack: float = 0.5,
+                 margin_quantile: float = 0.95, throughput_headroom: float = 1.2,
+                 near_equal: float = 0.02) -> None:
+        self._lock = threading.RLock()  # the service may call from several threads
+        self.batch_sizes = self._positive_ints(batch_sizes, "batch_sizes")
+        self.concurrencies = self._positive_ints(concurrencies, "concurrencies")
+        for name, v, lo in (("lr", lr, 0.0), ("explore_slack", explore_slack, -1e-12),
+                            ("throughput_headroom", throughput_headroom, 0.0), ("near_equal", near_equal, -1e-12)):
+            if not v > lo:
+                raise ConfigError(f"Tuner: {name} must be > {max(lo, 0)}, got {v}")
+        if not 0.0 <= explore_rate <= 1.0:
+            raise ConfigError(f"Tuner: explore_rate must be in [0, 1], got {explore_rate}")
+        if not 0.5 <= margin_quantile < 1.0:
+            raise ConfigError(f"Tuner: margin_quantile must be in [0.5, 1), got {margin_quantile}")
+        self.prior = prior if prior is not None else Prior.make("heuristic")
+        self.seed = seed
+        self.n_factors = n_factors
+        self.lr = lr
+        self.explore_rate = explore_rate
+        self.explore_slack = explore_slack
+        self.margin_quantile = margin_quantile
+        self.throughput_headroom = throughput_headroom
+        self.near_equal = near_equal
+
+        self.variants: list[Variant] = []
+        self._by_family: dict[str, list[Variant]] = {}
+        self._variants_version = 0
+        self.add_variants(variants)
+
+        self.model = MultiFMRegressor(targets=TARGETS, n_factors=n_factors, weight_optimizer=FTML(lr=lr),
+                                      latent_optimizer=FTML(lr=lr), seed=seed)
+        self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
+        self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
+        self.n_observed = 0
+        self._seen: dict[str, None] = {}  # insertion-ordered set of measurement ids
+        self._accelerators: dict[str, Accelerator] = dict(CATALOG)
+        self._rng = np.random.default_rng(seed)
+        self._cache: dict[Any, Any] = {}
+        self._cache_key: tuple[int, int] = (-1, -1)
+        self._margin_memo: tuple[int, dict[str, np.ndarray]] = (-1, {})
+
+    # ------------------------------------------------------------------------------------------------ catalogue
+    @staticmethod
+    def _positive_ints(xs: Sequence[int], name: str) -> tuple[int, ...]:
+        out = tuple(sorted({int(x) for x in xs}))
+        if not out or out[0] < 1:
+            raise ConfigError(f"Tuner: {name} must be a non-empty list of integers >= 1, got {list(xs)}")
+        return out
+
+    def add_variants(self, variants: Iterable[Variant]) -> int:
+        """Add variants to the catalogue (a variant with a known name replaces it). Returns how many."""
+        n = 0
+        with self._lock:
+            by_name = {v.name: i for i, v in enumerate(self.variants)}
+            for v in variants:
+                if not isinstance(v, Variant):
+                    raise ConfigError(f"add_variants: expected Variant, got {type(v).__name__}")
+                if v.name in by_name:
+                    self.variants[by_name[v.name]] = v
+                else:
+                    by_name[v.name] = len(self.variants)
+                    self.variants.append(v)
+                n += 1
+            self._by_family = {}
+            for v in self.variants:
+                self._by_family.setdefault(v.family, []).append(v)
+            self._variants_version += 1
+        return n
+
+    def families(self) -> list[str]:
+        return sorted(self._by_family)
+
+    # ------------------------------------------------------------------------------------------------ caches
+    def _cached(self, key: Any, build):
+        # Index arrays hold FM row numbers and the variant lists: rebuilt when either changes.
+        version = (self.model.vocabulary_version, self._variants_version)
+        if version != self._cache_key:
+            self._cache = {}
+            self._cache_key = version
+        val = self._cache.get(key)
+        if val is None:
+            val = self._cache[key] = build()
+        return val
+
+    def _accelerator(self, name: str) -> Accelerator:
+        acc = self._accelerators.get(name)
+        if acc is None:  # unknown type seen only in a measurement: a mid-range GPU for the prior
+            acc = Accelerator(name=name, memory_gb=16, idle_w=30, max_w=250)
+        return acc
+
+    def _prior_base(self, acc: Accelerator, variant: Variant, batch: int) -> tuple[float, float]:
+        key = ("prior1", acc, variant.name, variant, batch)
+        return self._cached(key, lambda: self.prior.base(acc, variant, batch))
+
+    def _prior_log(self, candidate: Candidate) -> np.ndarray:
+        lat, en = self._prior_base(self._accelerator(candidate.accelerator), candidate.variant,
+                                   candidate.batch_size)
+        load = sum(c.load for c in candidate.co_runners)
+        out = Prior.adjust(np.float64(lat), np.float64(en), np.float64(candidate.batch_size),
+                           np.float64(candidate.concurrency), np.float64(load))
+        return np.array(out)
+
+    def _margins(self, region: str) -> np.ndarray:
+        """Log margins (latency, energy, throughput) of a region; memoised until the next observation."""
+        if self._margin_memo[0] != self.n_observed:
+            self._margin_memo = (self.n_observed, {})
+        memo = self._margin_memo[1]
+        m = memo.get(region)
+        if m is None:
+            pm = self.prior.margin
+            m = memo[region] = np.array([self.residuals[t].margin(region, pm) for t in TARGETS])
+        return m
+
+    # ------------------------------------------------------------------------------------------------ predict
+    def _predict_log(self, ctxs: Sequence[JobContext], candidates: Sequence[Candidate]) -> np.ndarray:
+        xs = [encode(c, cand) for c, cand in zip(ctxs, candidates)]
+        rows, vals = self.model.index(xs)
+        raw = self.model.predict_many(rows, vals)
+        return raw + np.array([self._prior_log(c) for c in candidates])
+
+    def predict(self, job: JobSpec | JobContext, candidates: Sequence[Candidate]) -> list[Prediction]:
+        """Predicted metrics (and latency margin) for explicit candidates."""
+        if not candidates:
+            return []
+        ctx = job_context(job)
+        with self._lock:
+            lp = self._predict_log([ctx] * len(candidates), candidates)
+            out = []
+            for c, row in zip(candidates, lp):
+                m = self._margins(c.accelerator)
+                lat = math.exp(row[_LAT])
+                out.append(Prediction(latency_p99_ms=lat, energy_j_per_item=math.exp(row[_EN]),
+                                      throughput_items_per_s=math.exp(row[_THR]),
+                                      margin_ms=lat * (math.exp(m[_LAT]) - 1.0)))
+            return out
+
+    # ------------------------------------------------------------------------------------------------ observe
+    def observe(self, m: Measurement) -> bool:
+        """Learn from one measurement. False (and no change) if its ``measurement_id`` was already observed."""
+        with self._lock:
+            if m.measurement_id in self._seen:
+                return False
+            c = m.candidate
+            x = encode(m, c)
+            prior = self._prior_log(c)
+            y: dict[str, float | None] = {
+                "log_latency": math.log(m.latency_p99_ms) - prior[_LAT] if m.latency_p99_ms > 0 else None,
+                "log_energy": math.log(m.energy_j_per_item) - prior[_EN] if m.energy_j_per_item > 0 else None,
+                "log_throughput": (math.log(m.throughput_items_per_s) - prior[_THR]
+                                   if m.throughput_items_per_s > 0 else None),
+            }
+            before = self.model.learn_predict_one(x, y)
+            for i, t in enumerate(TARGETS):
+                if y[t] is not None:
+                    self.residuals[t].update(c.accelerator, y[t] - before[i])
+            key = f"{c.accelerator}/{c.variant.name}"
+            self.visits[key] = self.visits.get(key, 0) + 1
+            self.n_observed += 1
+            self._seen[m.measurement_id] = None
+            if len(self._seen) > _MAX_SEEN:
+                del self._seen[next(iter(self._seen))]
+            return True
+
+    def replay(self, measurements: Iterable[Measurement]) -> int:
+        """Rebuild from history (e.g. MLflow runs, oldest first); returns how many were new."""
+        return sum(1 for m in measurements if self.observe(m))
+
+    # ------------------------------------------------------------------------------------------------ recommend
+    def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
+        m = self.model
+        job = m.index([job_features(ctx)])
+        place = self._cached(("place", tuple((o.pool.name, o.pool.accelerator.name,
+                                              tuple((c.family, c.size, c.load) for c in o.co_runners))
+                                             for o in options)),
+                             lambda: m.index([placement_features(o.pool.name, o.pool.accelerator.name, o.co_runners)
+                                              for o in options]))
+        var = self._cached(("var", variants[0].family), lambda: m.index([variant_features(v) for v in variants]))
+        bat = self._cached(("batch",), lambda: m.index([batch_features(b) for b in self.batch_sizes]))
+        con = self._cached(("conc",), lambda: m.index([concurrency_features(c) for c in self.concurrencies]))
+        return [job, place, var, bat, con]
+
+    def _prior_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> np.ndarray:
+        """Log prior (3, P, V, B, C), cached per (accelerator, co-runner load) of the options and family."""
+        key = ("prior_grid", variants[0].family,
+               tuple((o.pool.accelerator, sum(c.load for c in o.co_runners)) for o in options))
+        return self._cached(key, lambda: self._build_prior_grid(options, variants))
+
+    def _build_prior_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> np.ndarray:
+        bases = []
+        for o in options:
+            acc = o.pool.accelerator
+            self._accelerators.setdefault(acc.name, acc)
+            bases.append(self._cached(("prior", acc, variants[0].family), lambda acc=acc: np.array(
+                [[self.prior.base(acc, v, b) for b in self.batch_sizes] for v in variants])))  # V, B, 2
+        base = np.stack(bases)  # P, V, B, 2
+        load = np.array([sum(c.load for c in o.co_runners) for o in options], dtype=float)
+        b = np.array(self.batch_sizes, dtype=float)[None, None, :, None]
+        c = np.array(self.concurrencies, dtype=float)[None, None, None, :]
+        lat, en, thr = Prior.adjust(base[..., 0][..., None], base[..., 1][..., None], b, c,
+                                    load[:, None, None, None])
+        shape = (len(options), len(variants), len(self.batch_sizes), len(self.concurrencies))
+        return np.stack([np.broadcast_to(a, shape) for a in (lat, en, thr)])
+
+    def _member_checks(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
+                       job: JobSpec) -> tuple[np.ndarray, dict[tuple[int, str], dict[str, float]]]:
+        """(P, V) mask: every job already on the option's device keeps its SLO if this job joins with
+        variant v; and predicted slowdowns per (option, size) for the chosen group's explanation.
+
+        The newcomer enters a member's features only through additive co-runner features that depend on
+        its family and size, so one ``raw_sums`` call scores every (member, size) pair.
+        """
+        ok = np.ones((len(options), len(variants)), dtype=bool)
+        slowdowns: dict[tuple[int, str], dict[str, float]] = {}
+        members = [(p, o, mem) for p, o in enumerate(options) for mem in o.members]
+        if not members:
+            return ok, slowdowns
+        sizes = sorted({v.size for v in variants})
+        xa, x_alone, prior_with, prior_alone, margins, waits, slos = [], [], [], [], [], [], []
+        for _, o, mem in members:
+            cand = mem.candidate
+            acc = o.pool.accelerator
+            base_x = {**job_features(job_context(mem)), **placement_features(o.pool.name, acc.name, ()),
+                      **variant_features(cand.variant), **batch_features(cand.batch_size),
+                      **concurrency_features(cand.concurrency)}
+            others = [co_runner_of(x) for x in o.members if x.job_id != mem.job_id]
+            xa.append({**base_x, **co_runner_features(others)})
+            x_alone.append(base_x)
+            lat0, en0 = self._prior_base(acc, cand.variant, cand.batch_size)
+            load = np.array([0.0, sum(c.load for c in others) + 1.0])
+            plat = Prior.adjust(np.float64(lat0), np.float64(en0), np.float64(cand.batch_size),
+                                np.float64(cand.concurrency), load)[_LAT]
+            prior_alone.append(plat[0])
+            prior_with.append(plat[1])
+            margins.append(self._margins(acc.name)[_LAT])
+            rate = mem.arrival_rate_rps
+            waits.append(1000.0 * (cand.batch_size - 1) / rate if rate > 0 else 0.0)
+            slos.append(mem.slo_ms)
+        xd = [co_runner_features([_CoRunnerLike(job.family, s)]) for s in sizes]
+        log_with = self.model.raw_sums(xa, xd)[:, :, _LAT] + np.array(prior_with)[:, None]  # M, S
+        rows, vals = self.model.index(x_alone)
+        log_alone = self.model.predict_many(rows, vals)[:, _LAT] + np.array(prior_alone)
+        pess = np.exp(log_with + np.array(margins)[:, None]) + np.array(waits)[:, None]
+        good = pess <= np.array(slos)[:, None]
+        slow = np.exp(log_with - log_alone[:, None])
+        size_of = {s: [j for j, v in enumerate(variants) if v.size == s] for s in sizes}
+        for i, (p, _, mem) in enumerate(members):
+            for j, s in enumerate(sizes):
+                slowdowns.setdefault((p, s), {})[mem.job_id] = float(slow[i, j])
+                if not good[i, j]:
+                    ok[p, size_of[s]] = False
+        return ok, slowdowns
+
+    def recommend(self, job: JobSpec, cluster: ClusterState) -> Decision:
+        """Best candidate for ``job`` on ``cluster`` (never raises for an infeasible job: see ``feasible``)."""
+        variants = self._by_family.get(job.family)
+        if not variants:
+            raise ConfigError(f"recommend: no variant of family {job.family!r} in the catalogue; "
+                              f"known families: {', '.join(self.families()) or '(none)'}")
+        if not cluster.pools:
+            raise ConfigError("recommend: the cluster has no pools")
+        with self._lock:
+            options = placement_options(cluster)
+            no_capacity = not options
+            if no_capacity:
+                options = placement_options(cluster, ignore_capacity=True)
+            return self._decide(job, cluster, options, variants, no_capacity)
+
+    def _decide(self, job: JobSpec, cluster: ClusterState, options: list[PlacementOption],
+                variants: list[Variant], no_capacity: bool) -> Decision:
+        ctx = job_context(job)
+        P, V, B, C = len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)
+        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants))[:, 0]  # 3, P, V, B, C
+        logp = raw + self._prior_grid(options, variants)
+        regions = [o.pool.accelerator.name for o in options]
+        marg = np.array([self._margins(r) for r in regions])  # P, 3
+        lat = np.exp(logp[_LAT])
+        energy = np.exp(logp[_EN])
+        thr = np.exp(logp[_THR])
+        pess_lat = lat * np.exp(marg[:, _LAT])[:, None, None, None]
+        pess_thr = thr * np.exp(-marg[:, _THR])[:, None, None, None]
+        batches = np.array(self.batch_sizes, dtype=float)
+        concs = np.array(self.concurrencies)
+        rate = job.arrival_rate_rps
+        streaming = job.kind == "streaming"
+        wait = 1000.0 * (batches - 1.0) / rate if (streaming and rate > 0) else np.zeros(B)
+        req_lat = pess_lat + wait[None, None, :, None]
+
+        # Constraints, each broadcast to (P, V, B, C).
+        shape = (P, V, B, C)
+        need = self._cached(("need", job.family), lambda: np.array(
+            [[memory_need_gb(v, c) for c in concs] for v in variants]))  # V, C
+        free_mem = np.array([o.free_memory_gb for o in options])
+        mem_ok = np.broadcast_to((need[None, :, :] <= free_mem[:, None, None])[:, :, None, :], shape)
+        acc_ok = np.broadcast_to(np.array([v.accuracy >= job.accuracy_floor for v in variants])[None, :, None, None],
+                                 shape)
+        slo_ok = req_lat <= job.slo_ms
+        thr_ok = pess_thr >= rate * self.throughput_headroom if streaming else np.ones(shape, dtype=bool)
+        co_mask, slowdowns = self._member_checks(options, variants, job)
+        co_ok = np.broadcast_to(co_mask[:, :, None, None], shape)
+        cap_ok = mem_ok & (not no_capacity)
+        feasible = cap_ok & acc_ok & slo_ok & thr_ok & co_ok
+
+        # Objectives (lower is better).
+        cost_h = np.array([o.pool.accelerator.cost_per_hour for o in options])[:, None, None, None]
+        cost_item = cost_h / 3600.0 / thr
+        items = max(job.items, 1)
+        if streaming or job.objective == "energy":
+            obj, secondary, obj_name = energy, cost_item, "energy"
+        elif job.objective == "completion_time":
+            obj, secondary, obj_name = items / thr, energy, "completion_time"
+        else:
+            obj, secondary, obj_name = cost_item, energy, "cost"
+        frag = np.array([o.free_slots_after + o.pool_free_slots_after / 1e4 for o in options])
+        frag = np.broadcast_to(frag[:, None, None, None], shape)
+
+        n_cand = int(cap_ok.sum()) if not no_capacity else 0
+        n_feas = int(feasible.sum())
+        source = "model"
+        if n_feas:
+            idx = self._choose(feasible, obj, frag, secondary)
+            p_explore = self.explore_rate * _EXPLORE_N0 / (_EXPLORE_N0 + self.n_observed)
+            if p_explore > 0 and self._rng.random() < p_explore:
+                eidx = self._explore(feasible, obj, marg, options, variants, obj_name)
+                if eidx != idx:
+                    idx, source = eidx, "explore"
+        else:
+            idx = self._least_violating(cap_ok, acc_ok, slo_ok, thr_ok, co_ok, req_lat, job, pess_thr, obj)
+        p, v, b, c = idx
+        if source != "explore":
+            n_region = self.residuals["log_latency"].count(regions[p])
+            source = "model" if n_region >= _MIN_MODEL_OBS else "prior"
+
+        opt = options[p]
+        variant = variants[v]
+        cand = Candidate(pool=opt.pool.name, accelerator=opt.pool.accelerator.name, variant=variant,
+                         batch_size=self.batch_sizes[b], concurrency=self.concurrencies[c],
+                         co_runners=opt.co_runners)
+        pred = self._prediction(lat, energy, thr, pess_lat, idx)
+        group = None
+        if opt.shared:
+            alone = self._predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[0, _LAT]
+            sd = dict(slowdowns.get((p, variant.size), {}))
+            sd[job.job_id] = float(math.exp(logp[_LAT][idx] - alone))
+            group = ColocationGroup(pool=opt.pool.name, device=opt.device,
+                                    members=tuple(m.job_id for m in opt.members) + (job.job_id,),
+                                    predicted_slowdown=sd)
+        masks = {"cap": cap_ok, "acc": acc_ok, "slo": slo_ok, "thr": thr_ok, "co": co_ok}
+        runner_ups = self._runner_ups(idx, feasible, masks, obj, obj_name, options, variants, lat, energy, thr,
+                                      pess_lat, req_lat, job)
+        note = self._note(idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source)
+        expl = Explanation(predicted=pred, n_candidates=n_cand, n_feasible=n_feas, runner_ups=tuple(runner_ups),
+                           note=note)
+        return Decision(job_id=job.job_id, candidate=cand, group=group, source=source, feasible=bool(n_feas),
+                        explanation=expl)
+
+    def _choose(self, feasible: np.ndarray, obj: np.ndarray, frag: np.ndarray, secondary: np.ndarray):
+        o = np.where(feasible, obj, np.inf)
+        best = o.min()
+        near = feasible & (o <= best * (1.0 + self.near_equal))
+        flat = np.flatnonzero(near)
+        keys = np.lexsort((o.ravel()[flat], secondary.ravel()[flat], frag.ravel()[flat]))
+        return np.unravel_index(flat[keys[0]], feasible.shape)
+
+    def _explore(self, feasible, obj, marg, options, variants, obj_name):
+        o = np.where(feasible, obj, np.inf)
+        within = feasible & (o <= o.min() * (1.0 + self.explore_slack))
+        # Optimism: discount the objective by its margin, scaled down as a (accelerator, variant) pair is measured.
+        t = _EN if obj_name == "energy" else _THR
+        visits = np.array([[self.visits.get(f"{op.pool.accelerator.name}/{v.name}", 0) for v in variants]
+                           for op in options], dtype=float)
+        bonus = marg[:, t][:, None] / np.sqrt(1.0 + visits)  # P, V
+        optimistic = np.where(within, o * np.exp(-bonus[:, :, None, None]), np.inf)
+        return np.unravel_index(int(np.argmin(optimistic)), feasible.shape)
+
+    def _least_violating(self, cap_ok, acc_ok, slo_ok, thr_ok, co_ok, req_lat, job, pess_thr, obj):
+        # Weighted sum of relative violations: capacity and accuracy are hard, latency/throughput graded.
+        viol = (
+            (~cap_ok) * 100.0
+            + (~acc_ok) * 10.0
+            + np.maximum(0.0, req_lat / job.slo_ms - 1.0)
+            + (~co_ok) * 1.0
+            + (np.maximum(0.0, job.arrival_rate_rps * self.throughput_headroom / pess_thr - 1.0)
+               if job.kind == "streaming" else 0.0)
+        )
+        viol = np.broadcast_to(viol, obj.shape)
+        flat = np.lexsort((obj.ravel(), viol.ravel()))
+        return np.unravel_index(int(flat[0]), obj.shape)
+
+    @staticmethod
+    def _prediction(lat, energy, thr, pess_lat, idx) -> Prediction:
+        return Prediction(latency_p99_ms=float(lat[idx]), energy_j_per_item=float(energy[idx]),
+                          throughput_items_per_s=float(thr[idx]),
+                          margin_ms=float(pess_lat[idx] - lat[idx]))
+
+    def _key(self, options, variants, idx) -> str:
+        p, v, b, c = idx
+        return f"{options[p].pool.name}/{variants[v].name}/b{self.batch_sizes[b]}/c{self.concurrencies[c]}" + (
+            f"/dev{options[p].device}" + ("+shared" if options[p].shared else ""))
+
+    def _why(self, idx, masks, req_lat, job, variants) -> str:
+        p, v, b, c = idx
+        if not masks["cap"][idx]:
+            return "does not fit free memory/slots"
+        if not masks["acc"][idx]:
+            return f"below accuracy floor ({variants[v].accuracy:.3f} < {job.accuracy_floor:.3f})"
+        if not masks["slo"][idx]:
+            return f"slower than SLO ({req_lat[idx]:.1f} ms with margin > {job.slo_ms:g} ms)"
+        if not masks["thr"][idx]:
+            return "throughput below arrival rate x headroom"
+        if not masks["co"][idx]:
+            return "a co-runner on that device would miss its SLO"
+        return ""
+
+    def _runner_ups(self, idx, feasible, masks, obj, obj_name, options, variants, lat, energy, thr, pess_lat,
+                    req_lat, job, k: int = 4) -> list[Alternative]:
+        out: list[Alternative] = []
+        best = obj[idx]
+        # Feasible runner-ups: the next best distinct (option, variant) pairs.
+        o = np.where(feasible, obj, np.inf)
+        seen_pv = {idx[:2]}
+        flat_o = o.ravel()
+        top = np.argpartition(flat_o, min(63, flat_o.size - 1))[:64]
+        for flat in top[np.argsort(flat_o[top])]:
+            j = np.unravel_index(int(flat), o.shape)
+            if not np.isfinite(o[j]) or len(out) >= k - 1:
+                break
+            if j[:2] in seen_pv:
+                continue
+            seen_pv.add(j[:2])
+            rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
+            word = {"energy": "more energy", "completion_time": "slower completion", "cost": "higher cost"}[obj_name]
+            reason = f"{word} (+{rel:.1f}%)" if rel > self.near_equal * 100 else "near-equal, leaves more fragmentation"
+            out.append(Alternative(candidate_key=self._key(options, variants, j),
+                                   prediction=self._prediction(lat, energy, thr, pess_lat, j), reason=reason))
+        # The best infeasible candidate (by objective), with the constraint it breaks.
+        inf = np.where(~feasible, obj, np.inf)
+        if np.isfinite(inf).any():
+            j = np.unravel_index(int(np.argmin(inf)), inf.shape)
+            if j != idx:
+                out.append(Alternative(candidate_key=self._key(options, variants, j),
+                                       prediction=self._prediction(lat, energy, thr, pess_lat, j),
+                                       reason=self._why(j, masks, req_lat, job, variants)))
+        return out
+
+    def _note(self, idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source) -> str:
+        where = f"{opt.pool.name} device {opt.device}" + (
+            f" shared with {', '.join(m.job_id for m in opt.members)}" if opt.shared else " (empty)")
+        if n_feas:
+            return f"{n_feas}/{n_cand} candidates feasible; chosen by {source}; {where}"
+        if no_capacity:
+            return f"infeasible: no free slot in any pool; best available would be {where}"
+        fails = [name for name, key in (("accuracy floor", "acc"), ("p99 latency SLO", "slo"),
+                                        ("throughput >= arrival rate", "thr"), ("co-runners' SLOs", "co"),
+                                        ("device memory", "cap")) if not masks[key][idx]]
+        counts = ", ".join(f"{int((~masks[k]).sum())} fail {n}" for n, k in (
+            ("accuracy", "acc"), ("latency", "slo"), ("throughput", "thr"), ("co-runners", "co"), ("memory", "cap")))
+        detail = ""
+        if "p99 latency SLO" in fails:
+            detail = f" (predicted {req_lat[idx]:.1f} ms with margin > SLO {job.slo_ms:g} ms)"
+        elif "accuracy floor" in fails:
+            detail = f" (best accuracy {max(v.accuracy for v in self._by_family[job.family]):.3f} < {job.accuracy_floor:.3f})"
+        return (f"infeasible: no candidate meets every constraint; best available ({where}) fails "
+                f"{' and '.join(fails) or 'nothing'}{detail}; of {masks['slo'].size} candidates: {counts}")
+
+    # ------------------------------------------------------------------------------------------------ groups
+    def groups(self, cluster: ClusterState, pool: str) -> list[ColocationGroup]:
+        """Which of the jobs on ``pool`` may share a device (every member inside its SLO), see ``grouping``."""
+        with self._lock:
+            p = cluster.pool(pool)
+            return plan_groups(p, cluster.jobs_on(pool), self._member_latency)
+
+    def _member_latency(self, pool_name: str, member: Placement, co: Sequence[CoRunner]) -> tuple[float, float]:
+        """(mean, pessimistic) p99 ms of a placed job with the given co-runners on its device."""
+        cand = member.candidate.model_copy(update={"co_runners": tuple(co), "pool": pool_name})
+        lp = self._predict_log([job_context(member)], [cand])[0, _LAT]
+        m = self._margins(cand.accelerator)[_LAT]
+        return math.exp(lp), math.exp(lp + m)
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore this tuner, as plain JSON types."""
+        with self._lock:
+            return {
+                "format": STATE_FORMAT, "version": STATE_VERSION,
+                "config": {"batch_sizes": list(self.batch_sizes), "concurrencies": list(self.concurrencies),
+                           "seed": self.seed, "n_factors": self.n_factors, "lr": self.lr,
+                           "explore_rate": self.explore_rate, "explore_slack": self.explore_slack,
+                           "margin_quantile": self.margin_quantile,
+                           "throughput_headroom": self.throughput_headroom, "near_equal": self.near_equal},
+                "prior": self.prior.to_dict(),
+                "variants": [v.model_dump() for v in self.variants],
+                "accelerators": [a.model_dump() for n, a in self._accelerators.items() if CATALOG.get(n) != a],
+                "model": self.model.state_dict(),
+                "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
+                "visits": dict(self.visits),
+                "n_observed": self.n_observed,
+                "seen": list(self._seen),
+                "rng": self._rng.bit_generator.state,
+            }
+
+    @classmethod
+    def from_state_dict(cls, d: dict[str, Any]) -> Tuner:
+        check_envelope(d)
+        try:
+            t = cls([Variant.model_validate(v) for v in d["variants"]], prior=Prior.from_dict(d["prior"]),
+                    **d["config"])
+            t.model.load_state_dict(d["model"])
+            t.residuals = {k: ResidualQuantiles.from_state_dict(v) for k, v in d["residuals"].items()}
+            t.visits = {str(k): int(v) for k, v in d["visits"].items()}
+            t.n_observed = int(d["n_observed"])
+            t._seen = dict.fromkeys(d["seen"])
+            for a in d.get("accelerators", []):
+                acc = Accelerator.model_validate(a)
+                t._accelerators[acc.name] = acc
+            t._rng.bit_generator.state = d["rng"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"tuner state is malformed ({type(e).__name__}: {e}); delete it to start fresh") from e
+        return t
+
+    def save(self, path: str | Path) -> Path:
+        """Write the state as JSON, atomically (temp file + rename)."""
+        return write_json_atomic(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tuner:
+        return cls.from_state_dict(read_state(path))

@@ -1,0 +1,72 @@
+"""`get_tuner(settings)`: the in-process `Tuner` by default, the HTTP `TunerClient` when ``tuner_url`` is set.
+
+Callers (flows, the simulator's ``oltunes`` policy, the CLI) code against `TunerLike` and never care which one
+they hold: moving the tuner into a service is one setting, ``OLTUNES_TUNER_URL=http://host:port``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from oltunes.config import Settings, get_settings
+from oltunes.errors import ConfigError
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Variant
+
+
+@runtime_checkable
+class TunerLike(Protocol):
+    """The ask/tell interface shared by `oltunes.tuner.Tuner` and `oltunes.tuner.client.TunerClient`."""
+
+    def recommend(self, job: JobSpec, cluster: ClusterState) -> Decision: ...
+
+    def observe(self, m: Measurement) -> bool: ...
+
+
+def get_tuner(
+    settings: Settings | None = None,
+    *,
+    variants: Iterable[Variant] | None = None,
+    load_state: bool = True,
+    **tuner_kwargs: Any,
+) -> TunerLike:
+    """Build the tuner the settings ask for.
+
+    Parameters
+    ----------
+    settings
+        Default: `get_settings()`.
+    variants
+        The servable variants. In-process: the tuner's variants when no saved state exists. HTTP: known to the
+        client's fallback decision (the service's own list is cached on first contact too).
+    load_state
+        In-process only: restore ``settings.tuner_state_path`` when it exists (the caller saves it back with
+        ``tuner.save(settings.tuner_state_path)``).
+    **tuner_kwargs
+        Passed to ``Tuner(...)`` when a fresh in-process tuner is built (batch_sizes, concurrencies, prior, seed).
+    """
+    settings = settings or get_settings()
+    if settings.tuner_url:
+        from oltunes.tuner.client import TunerClient
+
+        token = settings.tuner_token.get_secret_value() if settings.tuner_token else None
+        return TunerClient(
+            settings.tuner_url,
+            token=token,
+            timeout_s=settings.tuner_timeout_s,
+            outbox_dir=settings.buffer_dir / "tuner-outbox",
+            variants=variants or (),
+        )
+
+    from oltunes.tuner.core import Tuner
+
+    path = settings.tuner_state_path
+    if load_state and path.exists():
+        return Tuner.load(path)
+    if variants is None:
+        raise ConfigError(
+            f"variants: required to build a new in-process tuner (no saved state at {path}); "
+            "pass the zoo's variants, or set OLTUNES_TUNER_URL to use a running tuning service"
+        )
+    tuner_kwargs.setdefault("seed", settings.seed)
+    return Tuner(list(variants), **tuner_kwargs)

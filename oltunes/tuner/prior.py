@@ -1,0 +1,184 @@
+"""Cold-start priors: what the tuner believes before (and underneath) what it has measured.
+
+The tuner's FM learns the *residual* ``log(measured) - log(prior)``. With no observations its prediction is
+the prior; every measurement corrects it where the prior is wrong, and the FM's pairwise terms carry the
+correction to similar configurations. So a good prior shortens learning, and a poor one only costs samples.
+
+Two priors, registered by name (``Prior.make("heuristic")``, ``Prior.make("profile", rows=[...])``):
+
+* ``heuristic`` — conservative rule of thumb: latency of one batch at concurrency 1, alone on its device
+  ``= 1.5 x (overhead + 200 x params x precision_factor x batch^0.75 / achieved_flops)``; energy per item
+  ``= max board power x latency / batch`` (full power: an upper bound). Achieved FLOP/s per accelerator
+  type are rough, deliberately low figures (``ACHIEVED_TFLOPS``); unknown types scale with board power.
+* ``profile`` — a table the user supplies (CSV or list of dicts) with columns
+  ``accelerator, variant, batch_size, latency_ms[, energy_j_per_item]`` (e.g. from a profiling run of the
+  model zoo). Exact matches are used as given; another batch size of the same (accelerator, variant) is
+  scaled from the nearest profiled one; anything else falls back to the heuristic.
+
+Both then apply the same adjustments for concurrency *c* and co-runner load *L* (sum of co-runners' loads):
+latency x ``(1 + 0.5 (c-1)) (1 + 0.5 L)``, throughput ``= 1000 b c / latency``, energy per item x
+``(1 + 0.25 L)``. ``margin`` is the prior's own |log error| bound, used until measurements replace it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from oltunes.errors import ConfigError, DataError
+from oltunes.registry import Registered
+from oltunes.types import Accelerator, Variant
+
+__all__ = ["Prior", "HeuristicPrior", "ProfilePrior", "ProfileRow", "ACHIEVED_TFLOPS"]
+
+# Deliberately low "achieved in inference" FLOP/s (TFLOP/s) per accelerator type: a prior must err slow.
+ACHIEVED_TFLOPS: dict[str, float] = {
+    "cpu": 0.3, "p100": 4.0, "t4": 5.0, "l4": 10.0, "a10": 10.0, "v100": 10.0, "a100": 20.0, "h100": 40.0,
+}
+_PRECISION_FACTOR = {"fp32": 1.0, "fp16": 0.6, "int8": 0.5}
+_DEFAULT_PARAMS = 25e6  # when a variant does not say (about a ResNet-50)
+
+
+def _tflops(acc: Accelerator) -> float:
+    return ACHIEVED_TFLOPS.get(acc.name, acc.max_w / 30.0)
+
+
+def _params(v: Variant) -> float:
+    if v.params:
+        return float(v.params)
+    if v.bytes:
+        return v.bytes / (4.0 if v.precision == "fp32" else 2.0 if v.precision == "fp16" else 1.0)
+    return _DEFAULT_PARAMS
+
+
+class Prior(Registered, root=True):
+    """Base class: ``base()`` gives (latency ms, energy J/item) at concurrency 1 alone on the device."""
+
+    margin: ClassVar[float] = 0.7  # |log error| the prior is trusted to within (x2 either way)
+
+    def base(self, accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
+        raise NotImplementedError
+
+    @staticmethod
+    def heuristic(accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
+        gflop = 200.0 * _params(variant) * _PRECISION_FACTOR[variant.precision] / 1e9
+        overhead_ms = 0.3 if accelerator.name == "cpu" else 1.0
+        lat = 1.5 * (overhead_ms + gflop * batch_size**0.75 / _tflops(accelerator))  # GFLOP / TFLOP/s = ms
+        return lat, accelerator.max_w * lat / 1000.0 / batch_size
+
+    @staticmethod
+    def adjust(base_lat: np.ndarray, base_energy: np.ndarray, batch: np.ndarray, conc: np.ndarray,
+               co_load: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Log (latency, energy per item, throughput) for broadcastable arrays of base values and settings."""
+        lat = base_lat * (1.0 + 0.5 * (conc - 1.0)) * (1.0 + 0.5 * co_load)
+        energy = base_energy * (1.0 + 0.25 * co_load)
+        thr = 1000.0 * batch * conc / lat
+        return np.log(lat), np.log(energy), np.log(thr)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Prior:
+        d = dict(d)
+        return cls.make(d.pop("name"), **d)
+
+
+class HeuristicPrior(Prior, name="heuristic"):
+    """Conservative rule of thumb from parameter count, batch size and accelerator speed (module docstring).
+
+    Examples
+    --------
+    >>> from oltunes.inventory import CATALOG
+    >>> from oltunes.types import Variant
+    >>> from oltunes.tuner.prior import Prior
+    >>> v = Variant(family="bert", name="bert-base", size="base", accuracy=0.93, params=110_000_000)
+    >>> lat, energy = Prior.make("heuristic").base(CATALOG["a100"], v, 1)
+    >>> round(lat, 1)
+    3.2
+    """
+
+    margin = 0.7
+
+    def base(self, accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
+        return self.heuristic(accelerator, variant, batch_size)
+
+
+class ProfileRow(BaseModel):
+    """One profiled point: a variant on an accelerator type at one batch size (concurrency 1, alone)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    accelerator: str = Field(min_length=1)
+    variant: str = Field(min_length=1)
+    batch_size: int = Field(ge=1)
+    latency_ms: float = Field(gt=0)
+    energy_j_per_item: float | None = Field(default=None, gt=0)
+
+
+class ProfilePrior(Prior, name="profile"):
+    """A user-supplied profile table (module docstring), heuristic where it has no entry.
+
+    Parameters
+    ----------
+    rows
+        Profile rows (dicts or ProfileRow); ``ProfilePrior.from_csv(path)`` reads a CSV with the same columns.
+
+    Examples
+    --------
+    >>> from oltunes.inventory import CATALOG
+    >>> from oltunes.types import Variant
+    >>> v = Variant(family="cnn", name="cnn-s", size="s", accuracy=0.7, params=5_000_000)
+    >>> prior = ProfilePrior(rows=[{"accelerator": "t4", "variant": "cnn-s", "batch_size": 1, "latency_ms": 2.0}])
+    >>> prior.base(CATALOG["t4"], v, 1)[0], prior.base(CATALOG["t4"], v, 4)[0]
+    (2.0, 5.656854249492381)
+    """
+
+    margin = 0.3
+
+    def __init__(self, rows: Iterable[Mapping[str, Any] | ProfileRow] = ()) -> None:
+        parsed: list[ProfileRow] = []
+        for i, r in enumerate(rows):
+            try:
+                parsed.append(r if isinstance(r, ProfileRow) else ProfileRow.model_validate(r))
+            except ValidationError as e:
+                first = e.errors()[0]
+                raise ConfigError(f"profile row {i}: field {'.'.join(map(str, first['loc']))!r}: {first['msg']}") from e
+        self.rows = parsed
+        self._table: dict[tuple[str, str], dict[int, ProfileRow]] = {}
+        for r in parsed:
+            self._table.setdefault((r.accelerator, r.variant), {})[r.batch_size] = r
+
+    @classmethod
+    def from_csv(cls, path: str | Path) -> ProfilePrior:
+        try:
+            with open(path, newline="") as f:
+                rows = [{k: v for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+        except FileNotFoundError:
+            raise DataError(f"profile table not found: {path}") from None
+        return cls(rows)
+
+    def base(self, accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
+        by_batch = self._table.get((accelerator.name, variant.name))
+        if not by_batch:
+            return self.heuristic(accelerator, variant, batch_size)
+        if batch_size in by_batch:
+            r = by_batch[batch_size]
+            scale = 1.0
+        else:  # nearest profiled batch size, scaled sub-linearly (batching amortises fixed costs)
+            nb = min(by_batch, key=lambda b: abs(math.log(b / batch_size)))
+            r = by_batch[nb]
+            scale = (batch_size / nb) ** 0.75
+        lat = r.latency_ms * scale
+        energy = (r.energy_j_per_item * scale * r.batch_size / batch_size if r.energy_j_per_item is not None
+                  else accelerator.max_w * lat / 1000.0 / batch_size)
+        return lat, energy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rows": [r.model_dump() for r in self.rows]}

@@ -1,0 +1,380 @@
+"""The tuning service: a thin FastAPI router over one `Tuner`.
+
+The service validates requests (pydantic models from `oltunes.tuner.api`), serialises access to the tuner with
+one lock (handlers run on the event loop and on the thread pool, the persister on its own thread), delegates,
+and persists the tuner's state. Every
+decision is the tuner's: nothing here chooses, scores or learns.
+
+Start it with ``oltunes tuner serve`` or `serve`; build the ASGI app alone with `create_app` (tests do).
+
+Safety rules
+------------
+- When a token is set, every route except ``GET /v1/health`` requires ``Authorization: Bearer <token>``
+  (401 otherwise; the comparison is constant-time).
+- `check_bind` refuses a non-loopback address without a token (`serve` calls it before binding).
+- Bad input is a 4xx whose ``detail`` names the field (422 from pydantic, or 422 with the tuner's own message
+  when the tuner rejects the request, e.g. a pool it does not know); the server keeps serving.
+- State is written with ``Tuner.save`` (atomic: temp file, fsync, ``os.replace``) every ``persist_every_s``
+  seconds when something changed, and on shutdown.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from oltunes.errors import ConfigError, OLTunesError
+from oltunes.tuner.api import (
+    API_PREFIX,
+    HealthResponse,
+    ObserveRequest,
+    ObserveResponse,
+    RecommendRequest,
+    RecommendResponse,
+    VariantsRequest,
+    VariantsResponse,
+)
+from oltunes.types import ClusterState, Decision, Measurement, Pool
+
+log = logging.getLogger(__name__)
+
+# Errors the tuner raises on input it cannot use (unknown pool, bad job): the caller's fault, so a 4xx.
+_CLIENT_ERRORS = (OLTunesError, ValueError, LookupError)
+
+
+class ServedTuner(Protocol):
+    """What the service needs from the tuner (`oltunes.tuner.Tuner` provides it)."""
+
+    variants: Sequence[Any]
+    n_observed: int
+
+    def recommend(self, job: Any, cluster: ClusterState) -> Decision: ...
+
+    def observe(self, m: Measurement) -> bool: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def save(self, path: str | Path) -> Any: ...
+
+    def add_variants(self, variants: Sequence[Any]) -> int: ...
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("oltunes")
+    except Exception:  # not installed as a distribution (e.g. run from a source tree)
+        return "0+unknown"
+
+
+class TunerService:
+    """The tuner plus what serving it needs: a lock, a dirty flag and atomic persistence.
+
+    Parameters
+    ----------
+    tuner
+        The `Tuner` to serve (already loaded from its state file by the caller, if one exists).
+    state_path
+        Where `persist` writes the tuner's JSON state; None disables persistence.
+    pools
+        Default cluster (nothing placed) for requests that omit ``cluster``; None makes ``cluster`` required.
+    """
+
+    def __init__(self, tuner: ServedTuner, *, state_path: str | Path | None = None, pools: Sequence[Pool] | None = None):
+        self.tuner = tuner
+        self.state_path = Path(state_path) if state_path is not None else None
+        self.default_cluster = ClusterState(pools=list(pools)) if pools else None
+        self.lock = threading.Lock()
+        self._persist_lock = threading.Lock()
+        self.n_observed = 0
+        self.started = time.monotonic()
+        self._dirty = False
+
+    def recommend(self, req: RecommendRequest) -> Decision:
+        cluster = req.cluster if req.cluster is not None else self.default_cluster
+        if cluster is None:
+            raise ConfigError("cluster: required (this service was started without --inventory)")
+        with self.lock:
+            # Not marked dirty: recommend only advances the exploration RNG, which is not worth a save.
+            return self.tuner.recommend(req.job, cluster)
+
+    def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
+        accepted: list[str] = []
+        with self.lock:
+            for m in measurements:
+                if self.tuner.observe(m):
+                    accepted.append(m.measurement_id)
+            self.n_observed += len(accepted)
+            self._dirty = self._dirty or bool(accepted)
+        return ObserveResponse(accepted=len(accepted), duplicates=len(measurements) - len(accepted), accepted_ids=accepted)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return self.tuner.state_dict()
+
+    def variants(self) -> list[Any]:
+        with self.lock:
+            return list(self.tuner.variants)
+
+    def add_variants(self, variants: Sequence[Any]) -> list[Any]:
+        with self.lock:
+            self.tuner.add_variants(variants)
+            self._dirty = True
+            return list(self.tuner.variants)
+
+    def persist(self, force: bool = False) -> bool:
+        """Write the state atomically if it changed since the last write (or `force`); True if written.
+
+        The service lock is held only to read the dirty flag: ``Tuner.save`` snapshots under the tuner's own
+        lock and writes the file outside it (temp file + fsync + ``os.replace``), so requests wait for the
+        snapshot, never for the disk.
+        """
+        if self.state_path is None:
+            return False
+        with self._persist_lock:  # one writer at a time (periodic thread vs shutdown)
+            with self.lock:
+                if not (self._dirty or force):
+                    return False
+                self._dirty = False
+            try:
+                self.tuner.save(self.state_path)
+            except BaseException:
+                self._dirty = True  # retry next round
+                raise
+        return True
+
+
+class _Persister:
+    """Background thread calling `TunerService.persist` every `every_s` seconds until stopped."""
+
+    def __init__(self, service: TunerService, every_s: float):
+        self.service, self.every_s = service, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tuner-persist", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.service.persist()
+            except Exception:  # a full disk must not kill the service; the next round retries
+                log.exception("could not persist tuner state to %s", self.service.state_path)
+
+    def start(self) -> None:
+        if self.service.state_path is not None and self.every_s > 0:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+
+def _auth_dependency(token: str | None):
+    expected = f"Bearer {token}".encode() if token else None
+
+    def require_token(request: Request) -> None:
+        if expected is None:
+            return
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise _Unauthorized()
+
+    return require_token
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def create_app(
+    tuner: ServedTuner,
+    *,
+    token: str | None = None,
+    state_path: str | Path | None = None,
+    pools: Sequence[Pool] | None = None,
+    persist_every_s: float = 30.0,
+) -> FastAPI:
+    """Build the ASGI app serving `tuner`.
+
+    Parameters
+    ----------
+    tuner
+        The tuner to serve.
+    token
+        Bearer token; None or "" disables auth (only allowed on loopback, see `check_bind`).
+    state_path
+        JSON state file written periodically and on shutdown (None: never).
+    pools
+        Default cluster for requests without ``cluster`` (from ``--inventory``).
+    persist_every_s
+        Period of the background save; 0 saves only on shutdown.
+    """
+    service = TunerService(tuner, state_path=state_path, pools=pools)
+    persister = _Persister(service, persist_every_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        persister.start()
+        try:
+            yield
+        finally:
+            persister.stop()
+            try:
+                service.persist()
+            except Exception:
+                log.exception("could not persist tuner state on shutdown to %s", service.state_path)
+
+    app = FastAPI(title="OLTunes tuning service", version=_version(), lifespan=lifespan)
+    app.state.service = service
+
+    @app.exception_handler(_Unauthorized)
+    async def _unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
+        return JSONResponse(
+            status_code=401,
+            content={"detail": "missing or wrong bearer token (header 'Authorization: Bearer <token>')"},
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    async def _rejected(request: Request, exc: Exception) -> JSONResponse:
+        # The tuner refused this input; the message is its reason (it names the field or the unknown name).
+        return JSONResponse(status_code=422, content={"detail": f"{type(exc).__name__}: {exc}"})
+
+    for exc_type in _CLIENT_ERRORS:
+        app.add_exception_handler(exc_type, _rejected)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        # A bug, not bad input: answer 500 with the reason (uvicorn logs the traceback) and keep serving.
+        return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}: {exc}"})
+
+    public = APIRouter(prefix=API_PREFIX)
+    private = APIRouter(prefix=API_PREFIX, dependencies=[Depends(_auth_dependency(token or None))])
+
+    # recommend/observe/health are `async def` and call the tuner directly: a recommend is ~1 ms of CPU, less
+    # than the thread-pool hop a sync handler costs, and the GIL would serialise the work anyway. The rare,
+    # larger state/variants routes stay sync (thread pool) so they never hold up the event loop.
+    @public.get("/health", response_model=HealthResponse)
+    async def health() -> HealthResponse:
+        return HealthResponse(
+            version=app.version,
+            n_variants=len(service.tuner.variants),
+            n_observed=service.n_observed,
+            n_observed_total=service.tuner.n_observed,
+            uptime_s=time.monotonic() - service.started,
+            auth=bool(token),
+        )
+
+    @private.post("/recommend", response_model=RecommendResponse)
+    async def recommend(req: RecommendRequest) -> RecommendResponse:
+        return RecommendResponse(decision=service.recommend(req))
+
+    @private.post("/observe", response_model=ObserveResponse)
+    async def observe(req: ObserveRequest) -> ObserveResponse:
+        return service.observe(req.measurements)
+
+    @private.get("/state")
+    def state() -> dict[str, Any]:
+        return service.snapshot()
+
+    @private.get("/variants", response_model=VariantsResponse)
+    def variants() -> VariantsResponse:
+        return VariantsResponse(variants=service.variants())
+
+    @private.post("/variants", response_model=VariantsResponse)
+    def add_variants(req: VariantsRequest) -> VariantsResponse:
+        return VariantsResponse(variants=service.add_variants(req.variants))
+
+    app.include_router(public)
+    app.include_router(private)
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` resolves to is a loopback address (unresolvable: False)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to expose an unauthenticated tuner: a non-loopback `host` needs a token."""
+    if not token and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the tuner on non-loopback address {host!r} without a token: "
+            "set OLTUNES_TUNER_TOKEN (or bind 127.0.0.1)"
+        )
+
+
+def serve(
+    tuner: ServedTuner,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    state_path: str | Path | None = None,
+    pools: Sequence[Pool] | None = None,
+    persist_every_s: float = 30.0,
+    log_level: str = "info",
+) -> None:
+    """Serve `tuner` with uvicorn until interrupted (state persisted on the way out)."""
+    import uvicorn
+
+    check_bind(host, token)
+    app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+@contextmanager
+def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 20.0) -> Iterator[str]:
+    """Run `app` under a real uvicorn server in a background thread; yield its base URL; stop it on exit.
+
+    ``port=0`` picks a free port (the socket is bound here, before uvicorn starts, so there is no race).
+    The lifespan runs as in `serve`, so leaving the block persists the state. For tests and benchmarks.
+    """
+    import uvicorn
+
+    # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only then, and
+    # without it every response waits ~40 ms for the client's delayed ACK (Nagle).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    bound_port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="tuner-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise RuntimeError(f"uvicorn did not start on {host}:{bound_port} within {start_timeout_s:g}s")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

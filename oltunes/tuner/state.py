@@ -1,0 +1,61 @@
+"""Tuner state on disk: plain JSON, written atomically, versioned. Never pickle (a user could swap the file).
+
+Loading validates the envelope (format name and version) and turns any malformed content into a
+``DataError`` that says which file and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from oltunes.errors import DataError
+
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "write_json_atomic", "read_state"]
+
+STATE_FORMAT = "oltunes.tuner"
+STATE_VERSION = 1
+
+
+def write_json_atomic(path: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` as JSON to ``path`` via a temp file in the same folder + ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except ValueError as e:  # NaN/inf: a diverged model is refused rather than saved
+        raise DataError(f"{path}: state holds a non-finite number, not saving: {e}") from e
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """Read and check a tuner state file written by ``Tuner.save``."""
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"tuner state file not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a JSON tuner state ({e}); delete it to start fresh or restore a backup") from e
+    check_envelope(d, str(path))
+    return d
+
+
+def check_envelope(d: Any, where: str = "state") -> None:
+    if not isinstance(d, dict) or d.get("format") != STATE_FORMAT:
+        raise DataError(f"{where}: not an OLTunes tuner state (missing format={STATE_FORMAT!r})")
+    if d.get("version") != STATE_VERSION:
+        raise DataError(f"{where}: tuner state version {d.get('version')!r}, this OLTunes reads {STATE_VERSION}")

@@ -1,0 +1,30 @@
+"""The inference worker: ONNX Runtime sessions in batch mode (resumable parquet shards + a measurement
+record) and serve mode (HTTP with dynamic batching).
+
+Python API::
+
+    from oltunes.worker import run_batch, serve_process
+    report = run_batch("cnn-l-fp32.onnx", "in.npz", "out/", batch_size=64, report="out/measurement.json")
+    with serve_process("cnn-l-fp32.onnx", max_batch=32) as srv:   # srv.url -> POST /infer, GET /metrics
+        ...
+
+CLI: ``oltunes worker batch ...`` and ``oltunes worker serve ...`` (also ``python -m oltunes.worker``).
+"""
+
+from oltunes.worker.batch import BatchReport, read_predictions, run_batch
+from oltunes.worker.dataset import Dataset, read_dataset, write_dataset
+from oltunes.worker.process import ServeProcess, free_port, serve_process
+from oltunes.worker.session import ModelSession
+
+__all__ = [
+    "BatchReport",
+    "Dataset",
+    "ModelSession",
+    "ServeProcess",
+    "free_port",
+    "read_dataset",
+    "read_predictions",
+    "run_batch",
+    "serve_process",
+    "write_dataset",
+]

@@ -1,0 +1,54 @@
+"""Atomic file writes: a reader sees the old file or the whole new one, never a partial file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from oltunes.errors import DataError
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp_path)`` on a temp file beside `path`, then rename it over `path`.
+
+    The temp file lives in the same directory so that ``os.replace`` is a same-filesystem rename
+    (atomic on POSIX). On any failure the temp file is removed and the old `path` is left untouched.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise DataError(f"cannot write {path}: {e.strerror or e} (is the directory writable?)") from e
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: Path, payload: Any) -> Path:
+    def _write(tmp: Path) -> None:
+        tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+    return atomic_write(path, _write)
+
+
+def check_writable_dir(path: Path) -> Path:
+    """Create `path` if needed and prove we can write there, before any expensive work starts."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise DataError(f"output directory {path} is not writable: {e.strerror or e}") from e
+    return path

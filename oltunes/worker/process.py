@@ -1,0 +1,119 @@
+"""Start serve mode as a subprocess and wait until it answers `/health` (what flows and tests use)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from oltunes.errors import WorkerError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free right now (tiny race with other binders; fine on loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ServeProcess:
+    """A running ``oltunes worker serve`` subprocess; use as a context manager or call `stop()`.
+
+    Attributes
+    ----------
+    url
+        ``http://host:port`` of the server.
+    pid
+        Process id (stop it with `stop()`, which sends SIGTERM so queued requests are answered).
+    log_path
+        File holding the server's stdout/stderr.
+    """
+
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: Path) -> None:
+        self.proc, self.host, self.port, self.log_path = proc, host, port, log_path
+        self.url = f"http://{host}:{port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (graceful: drains the queue), then SIGKILL after `timeout_s`; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_process(
+    model: Path | str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_batch: int = 32,
+    max_delay_ms: float = 5.0,
+    threads: int = 1,
+    concurrency: int = 1,
+    device: str = "auto",
+    startup_timeout_s: float = 60.0,
+    log_path: Path | str | None = None,
+    env: dict[str, str] | None = None,
+) -> ServeProcess:
+    """Launch serve mode for `model` (a path or a zoo variant name) and return once it is healthy.
+
+    ``port=0`` picks a free port. Raises `WorkerError` (with the server's log tail) if the process exits or
+    does not become healthy within `startup_timeout_s`.
+    """
+    port = port or free_port(host)
+    if log_path is None:
+        fd, name = tempfile.mkstemp(prefix="oltunes-serve-", suffix=".log")
+        os.close(fd)
+        log_path = name
+    log_path = Path(log_path)
+    cmd = [
+        sys.executable, "-m", "oltunes.worker", "serve", "--model", str(model), "--host", host, "--port", str(port),
+        "--max-batch", str(max_batch), "--max-delay-ms", str(max_delay_ms), "--threads", str(threads),
+        "--concurrency", str(concurrency), "--device", device,
+    ]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    handle = ServeProcess(proc, host, port, log_path)
+    deadline = time.monotonic() + startup_timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise WorkerError(f"worker serve exited with code {proc.returncode} before becoming healthy:\n{handle.log_tail()}")
+            try:
+                if client.get(f"{handle.url}/health").status_code == 200:
+                    return handle
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    handle.stop(timeout_s=5)
+    raise WorkerError(f"worker serve did not become healthy within {startup_timeout_s:.0f}s:\n{handle.log_tail()}")

@@ -1,0 +1,282 @@
+"""Build, list and extend the model zoo.
+
+`build_zoo` trains every family × size once (seeded), exports fp32 ONNX, derives fp16 and int8 from it and
+measures every file's accuracy in ONNX Runtime on the held-out split. A variant whose file and manifest
+entry match its configuration hash is skipped, so a second build costs only file hashing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+from pydantic import ValidationError
+
+from oltunes.config import get_settings
+from oltunes.errors import ConfigError, DataError, ModelError
+from oltunes.types import Variant
+from oltunes.worker.dataset import read_dataset, write_dataset
+from oltunes.worker.session import ModelSession
+from oltunes.zoo.data import CALIBRATION_ITEMS, TEST_FRACTION, Split, digits_split
+from oltunes.zoo.evaluate import measure_accuracy
+from oltunes.zoo.export import OPSET, Converter, Int8, export_fp32
+from oltunes.zoo.families import SIZES, Family
+from oltunes.zoo.manifest import ZooEntry, config_hash, load_entries, locked, save_entries, sha256_file
+from oltunes.zoo.train import train
+
+PRECISIONS = ("fp32", "fp16", "int8")
+EVAL_SET = "eval.npz"
+# Bump when the build recipe changes in a way the per-variant config does not capture.
+RECIPE = 1
+
+Progress = Callable[[str], None]
+
+
+def _zoo_dir(zoo_dir: Path | str | None) -> Path:
+    return Path(zoo_dir) if zoo_dir is not None else get_settings().zoo_dir
+
+
+def _variant_config(family: Family, size: str, precision: str, seed: int) -> dict:
+    cfg = {
+        "recipe": RECIPE,
+        "seed": seed,
+        "split": {"test_fraction": TEST_FRACTION, "calibration_items": CALIBRATION_ITEMS},
+        "opset": OPSET,
+        "precision": precision,
+        "torch": torch.__version__,
+        **family.config(size),
+    }
+    if precision == "int8":
+        cfg["int8_ops"] = Int8.op_types
+        cfg["onnxruntime"] = onnxruntime.__version__  # the quantiser lives in onnxruntime
+    return cfg
+
+
+def _cached(entry: ZooEntry | None, chash: str) -> bool:
+    if entry is None or entry.config_hash != chash or not entry.path or not Path(entry.path).is_file():
+        return False
+    return sha256_file(Path(entry.path)) == entry.sha256
+
+
+def _entry(family: str, size: str, precision: str, path: Path, params: int, chash: str, eval_path: Path, split: Split) -> ZooEntry:
+    session = ModelSession(path, threads=1, device="cpu")
+    return ZooEntry(
+        family=family,
+        name=f"{family}-{size}-{precision}",
+        size=size,
+        precision=precision,
+        accuracy=measure_accuracy(session, split.test),
+        params=params,
+        bytes=path.stat().st_size,
+        path=str(path),
+        source="zoo",
+        config_hash=chash,
+        sha256=sha256_file(path),
+        input_name=session.input_name,
+        input_shape=session.input_shape,
+        input_dtype=str(session.input_dtype),
+        output_name=session.output_name,
+        eval_set=str(eval_path),
+        eval_items=len(split.test),
+        built_at=time.time(),
+    )
+
+
+def _train_export(family: str, size: str, seed: int, path: Path) -> tuple[int, float]:
+    """Train one family/size and export its fp32 ONNX file; returns (parameter count, seconds).
+
+    Top-level (picklable) so a process pool can run it; each run is single-threaded and seeded, so
+    running several at once gives the same files as running them one by one.
+    """
+    t0 = time.perf_counter()
+    fam = Family.make(family)
+    module = train(lambda: fam.module(size), digits_split(seed).train, fam.epochs[size], fam.lr, seed)
+    export_fp32(module, digits_split(seed).train.x, path)
+    return sum(p.numel() for p in module.parameters()), time.perf_counter() - t0
+
+
+def _run_training(jobs: list[tuple[str, str, int, Path]]) -> list[tuple[int, float]]:
+    """Run `_train_export` for every job, in worker processes when there is more than one job and core."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [_train_export(*job) for job in jobs]
+    # spawn, not fork: forking a process that already holds torch/ORT thread pools can deadlock.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # largest first, so the longest job does not start last
+        order = sorted(range(len(jobs)), key=lambda i: SIZES.index(jobs[i][1]), reverse=True)
+        futures = {i: pool.submit(_train_export, *jobs[i]) for i in order}
+        try:
+            return [futures[i].result() for i in range(len(jobs))]
+        except BrokenProcessPool as e:
+            raise ModelError(f"a zoo training process died ({e}); retry, or check memory") from e
+
+
+def _same_eval_set(path: Path, split: Split) -> bool:
+    try:
+        return path.is_file() and np.array_equal(read_dataset(path).ids, split.test.ids)
+    except DataError:
+        return False  # unreadable: rewrite it
+
+
+def build_zoo(
+    zoo_dir: Path | str | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+    families: Sequence[str] | None = None,
+    sizes: Sequence[str] | None = None,
+) -> list[Variant]:
+    """Build (or reuse) every shipped variant and return them all, user-registered ones included.
+
+    Parameters
+    ----------
+    zoo_dir
+        Where models and ``manifest.json`` go; default ``get_settings().zoo_dir``.
+    force
+        Rebuild every shipped variant even when its cached file matches.
+    progress
+        Called with one line per variant built or reused.
+    families, sizes
+        Build only these (default: all); entries of the others already in the manifest are kept.
+    """
+    zoo_dir = _zoo_dir(zoo_dir)
+    say = progress or (lambda _msg: None)
+    seed = get_settings().seed
+    families = list(families) if families is not None else Family.known()
+    sizes = list(sizes) if sizes is not None else list(SIZES)
+    for f in families:
+        Family.lookup(f)  # unknown names fail here, listing the known ones
+    if bad := [s for s in sizes if s not in SIZES]:
+        raise ConfigError(f"sizes: unknown {', '.join(bad)}; known: {', '.join(SIZES)}")
+    with locked(zoo_dir):
+        old = {e.name: e for e in load_entries(zoo_dir, tolerate_corrupt=force)}
+        split = digits_split(seed)
+        eval_path = zoo_dir / EVAL_SET
+        if not _same_eval_set(eval_path, split):
+            write_dataset(eval_path, split.test)
+        models = zoo_dir / "models"
+        # Keep what this call does not rebuild: user variants and shipped ones outside the filter.
+        entries: dict[str, ZooEntry] = {n: e for n, e in old.items() if e.source == "user" or e.family not in families or e.size not in sizes}
+        plan: list[tuple[str, str, dict[str, str], list[str]]] = []  # family, size, hash per precision, todo
+        for fam_name in families:
+            family = Family.make(fam_name)
+            for size in sizes:
+                hashes = {p: config_hash(_variant_config(family, size, p, seed)) for p in PRECISIONS}
+                todo = [p for p in PRECISIONS if force or not _cached(old.get(f"{fam_name}-{size}-{p}"), hashes[p])]
+                for p in PRECISIONS:
+                    if p not in todo:
+                        entries[name := f"{fam_name}-{size}-{p}"] = old[name]
+                        say(f"cached  {name}  accuracy={old[name].accuracy:.4f}")
+                if todo:
+                    plan.append((fam_name, size, hashes, todo))
+        # Train what needs training (the slow part) in parallel, then derive and measure every variant.
+        jobs = [(f, s, seed, models / f"{f}-{s}-fp32.onnx") for f, s, _h, todo in plan if "fp32" in todo]
+        params = {(f, s): old[f"{f}-{s}-fp32"].params for f, s, _h, _t in plan if f"{f}-{s}-fp32" in old}
+        for (f, s, *_), (n_params, seconds) in zip(jobs, _run_training(jobs), strict=True):
+            params[(f, s)] = n_params
+            say(f"trained {f}-{s} ({n_params} params) in {seconds:.1f}s")
+        for fam_name, size, hashes, todo in plan:
+            fp32 = models / f"{fam_name}-{size}-fp32.onnx"
+            for p in todo:
+                out = models / f"{fam_name}-{size}-{p}.onnx"
+                Converter.make(p).convert(fp32, out, split.calibration())
+                entries[out.stem] = e = _entry(fam_name, size, p, out, params[(fam_name, size)], hashes[p], eval_path, split)
+                say(f"built   {e.name}  accuracy={e.accuracy:.4f}  bytes={e.bytes}")
+        save_entries(zoo_dir, list(entries.values()))
+    return [e.variant() for e in load_entries(zoo_dir)]
+
+
+def list_variants(zoo_dir: Path | str | None = None, family: str | None = None) -> list[Variant]:
+    """Variants in the manifest (empty list when the zoo has not been built)."""
+    return [e.variant() for e in list_entries(zoo_dir) if family is None or e.family == family]
+
+
+def list_entries(zoo_dir: Path | str | None = None) -> list[ZooEntry]:
+    """Manifest entries with their bookkeeping (input shape, eval set, hashes)."""
+    return load_entries(_zoo_dir(zoo_dir))
+
+
+def get_variant(name: str, zoo_dir: Path | str | None = None) -> Variant:
+    """One variant by name, or `ModelError` listing the known names."""
+    found = {v.name: v for v in list_variants(zoo_dir)}
+    if name not in found:
+        known = ", ".join(found) or "none: run `oltunes zoo build`"
+        raise ModelError(f"unknown variant {name!r}; known: {known}")
+    return found[name]
+
+
+def register_variant(
+    onnx_path: Path | str,
+    eval_path: Path | str,
+    family: str,
+    size: str,
+    precision: str = "fp32",
+    name: str | None = None,
+    zoo_dir: Path | str | None = None,
+) -> Variant:
+    """Add a user's ONNX model to the zoo; its accuracy is measured on the labelled evaluation set given.
+
+    The model and the evaluation set are copied into ``<zoo_dir>/user/`` so the zoo stays self-contained.
+    Re-registering a user variant under the same name replaces it; shipped variant names are refused.
+    """
+    zoo_dir = _zoo_dir(zoo_dir)
+    onnx_path, eval_path = Path(onnx_path), Path(eval_path)
+    name = name or f"{family}-{size}-{precision}"
+    try:  # validate the labels before any file is copied
+        Variant(family=family, name=name, size=size, precision=precision, accuracy=0.0)
+    except ValidationError as e:
+        reasons = "; ".join(f"{err['loc'][0]}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"register_variant: {reasons}") from e
+    data = read_dataset(eval_path)
+    if data.labels is None:
+        raise DataError(f"evaluation set {eval_path} has no 'label'; accuracy cannot be measured without labels")
+    session = ModelSession(onnx_path, threads=1, device="cpu")
+    accuracy = measure_accuracy(session, data)
+    try:
+        onnx.load(str(onnx_path), load_external_data=False)
+        params = sum(int(np.prod(t.dims)) for t in onnx.load(str(onnx_path)).graph.initializer if len(t.dims))
+    except Exception as e:  # ORT loaded it, so this only affects the parameter count
+        raise ModelError(f"model {onnx_path} could not be parsed by onnx: {e}") from e
+    with locked(zoo_dir):
+        entries = {e.name: e for e in load_entries(zoo_dir)}
+        if name in entries and entries[name].source != "user":
+            raise ConfigError(f"name {name!r} belongs to a shipped zoo variant; pass another name")
+        user = zoo_dir / "user"
+        model_dst = user / f"{name}.onnx"
+        eval_dst = user / f"{name}.eval{eval_path.suffix.lower()}"
+        user.mkdir(parents=True, exist_ok=True)
+        for src, dst in ((onnx_path, model_dst), (eval_path, eval_dst)):
+            if src.resolve() != dst.resolve():
+                tmp = dst.with_name(f".{dst.name}.tmp")
+                shutil.copyfile(src, tmp)
+                tmp.replace(dst)
+        entries[name] = ZooEntry(
+            family=family,
+            name=name,
+            size=size,
+            precision=precision,
+            accuracy=accuracy,
+            params=params,
+            bytes=model_dst.stat().st_size,
+            path=str(model_dst),
+            source="user",
+            sha256=sha256_file(model_dst),
+            input_name=session.input_name,
+            input_shape=session.input_shape,
+            input_dtype=str(session.input_dtype),
+            output_name=session.output_name,
+            eval_set=str(eval_dst),
+            eval_items=len(data),
+            built_at=time.time(),
+        )
+        save_entries(zoo_dir, list(entries.values()))
+    return entries[name].variant()

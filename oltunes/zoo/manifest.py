@@ -1,0 +1,108 @@
+"""The zoo manifest: one JSON file (``<zoo_dir>/manifest.json``, written atomically) listing every variant.
+
+Each entry is a `oltunes.types.Variant` plus what a worker or a cache check needs (input name/shape/dtype,
+file hash, config hash, evaluation set). Paths inside the zoo directory are stored relative to it, so the
+whole folder can move; `load_entries` returns them absolute.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from oltunes.errors import ModelError
+from oltunes.types import Variant
+from oltunes.worker.files import atomic_write_json
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+class ZooEntry(Variant):
+    """A manifest entry: the shared `Variant` fields plus bookkeeping."""
+
+    source: Literal["zoo", "user"] = "zoo"
+    config_hash: str = ""
+    sha256: str = ""
+    input_name: str = "x"
+    input_shape: tuple[int | None, ...] = ()
+    input_dtype: str = "float32"
+    output_name: str = ""
+    eval_set: str | None = None
+    eval_items: int = Field(default=0, ge=0)
+    built_at: float = 0.0
+
+    def variant(self) -> Variant:
+        """The plain shared type (other areas pass `Variant` around, never the bookkeeping)."""
+        return Variant(**{k: getattr(self, k) for k in Variant.model_fields})
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _rel(path: str | None, root: Path) -> str | None:
+    if path is None:
+        return None
+    p = Path(path)
+    return str(p.relative_to(root)) if p.is_absolute() and p.is_relative_to(root) else str(p)
+
+
+def _abs(path: str | None, root: Path) -> str | None:
+    return None if path is None else str(Path(path) if Path(path).is_absolute() else root / path)
+
+
+def load_entries(zoo_dir: Path, *, tolerate_corrupt: bool = False) -> list[ZooEntry]:
+    """Entries of the manifest in `zoo_dir` (empty when there is none yet)."""
+    path = zoo_dir / MANIFEST
+    if not path.is_file():
+        return []
+    try:
+        raw = json.loads(path.read_text())
+        entries = [ZooEntry(**e) for e in raw["variants"]]
+    except (OSError, ValueError, KeyError, TypeError, ValidationError) as e:
+        if tolerate_corrupt:
+            return []
+        raise ModelError(f"zoo manifest {path} is unreadable ({type(e).__name__}); rebuild it with `oltunes zoo build --force`") from e
+    return [e.model_copy(update={"path": _abs(e.path, zoo_dir), "eval_set": _abs(e.eval_set, zoo_dir)}) for e in entries]
+
+
+def _order(e: ZooEntry) -> tuple:
+    sizes, precisions = ("s", "m", "l"), ("fp32", "fp16", "int8")
+    rank = lambda v, seq: seq.index(v) if v in seq else len(seq)  # noqa: E731
+    return (e.source != "zoo", e.family, rank(e.size, sizes), e.size, rank(e.precision, precisions), e.name)
+
+
+def save_entries(zoo_dir: Path, entries: list[ZooEntry]) -> Path:
+    rows = [
+        e.model_copy(update={"path": _rel(e.path, zoo_dir), "eval_set": _rel(e.eval_set, zoo_dir)}).model_dump(mode="json")
+        for e in sorted(entries, key=_order)
+    ]
+    return atomic_write_json(zoo_dir / MANIFEST, {"format": FORMAT, "variants": rows})
+
+
+@contextmanager
+def locked(zoo_dir: Path) -> Iterator[None]:
+    """Serialise writers of one zoo directory (two processes building at once would race on the files)."""
+    zoo_dir.mkdir(parents=True, exist_ok=True)
+    with open(zoo_dir / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,50 @@
+"""Tracking tasks: MLflow runs, history, model registry. MLflow being down is not a failure: records are buffered."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import acreate_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from oltunes.errors import OLTunesError
+from oltunes.tracking import Tracker
+from oltunes.tracking.report import decision_markdown
+from oltunes.types import Decision, Measurement, Variant
+
+log = logging.getLogger(__name__)
+
+
+@task(name="mlflow-history", cache_policy=NO_CACHE, timeout_seconds=120)
+async def history(tracker: Tracker, kinds: tuple[str, ...], simulated: bool) -> list[Measurement]:
+    """Logged measurements of these kinds (real or simulated ones); empty, with a warning, if MLflow is down."""
+    try:
+        found = await asyncio.to_thread(tracker.history, kinds, include_simulated=simulated)
+    except OLTunesError as e:
+        log.warning("tuner warm start skipped: %s", e)
+        return []
+    return [m for m in found if m.simulated == simulated]
+
+
+@task(name="mlflow-log-run", cache_policy=NO_CACHE, timeout_seconds=120)
+async def log_measurement(tracker: Tracker, m: Measurement, **kwargs: Any) -> str | None:
+    """Log one run (None = MLflow unreachable, the run waits in the disk buffer)."""
+    return await asyncio.to_thread(lambda: tracker.log_measurement(m, **kwargs))
+
+
+@task(name="mlflow-register-variant", cache_policy=NO_CACHE, timeout_seconds=120)
+async def register_variant(tracker: Tracker, variant: Variant, accuracy: float | None, run_id: str | None) -> str | None:
+    return await asyncio.to_thread(tracker.register_variant, variant, accuracy, run_id)
+
+
+@task(name="decision-artifact", cache_policy=NO_CACHE, timeout_seconds=60)
+async def publish_decision(
+    decision: Decision, measured: Measurement | None, key: str, slo_ms: float | None = None, title: str = "Decision"
+) -> str:
+    """A markdown artifact: the decision, predicted vs measured, and the runner-ups."""
+    md = decision_markdown(decision, measured, slo_ms=slo_ms, title=title)
+    await acreate_markdown_artifact(markdown=md, key=key, description=f"{title} for job {decision.job_id}")
+    return md

@@ -1,0 +1,44 @@
+"""Tuner tasks: warm-start from MLflow history, recommend, observe (and persist the in-process state)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from oltunes.config import Settings
+from oltunes.errors import OLTunesError
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement
+
+log = logging.getLogger(__name__)
+
+
+@task(name="warm-start-tuner", cache_policy=NO_CACHE, timeout_seconds=120)
+async def warm_start(tuner: Any, history: list[Measurement]) -> int:
+    """Replay logged measurements into the tuner; each is observed at most once, so replaying again is harmless."""
+    replay = getattr(tuner, "replay", None)
+    if replay is None or not history:
+        return 0
+    return await asyncio.to_thread(replay, history)
+
+
+@task(name="recommend", cache_policy=NO_CACHE, timeout_seconds=60)
+async def recommend(tuner: Any, job: JobSpec, cluster: ClusterState) -> Decision:
+    """Ask the tuner; an HTTP tuner that cannot be reached answers with its safe default (source='fallback')."""
+    return await asyncio.to_thread(tuner.recommend, job, cluster)
+
+
+@task(name="observe", cache_policy=NO_CACHE, timeout_seconds=60)
+async def observe(tuner: Any, m: Measurement, settings: Settings) -> bool:
+    """Feed one measurement back; an in-process tuner's state is saved so the next flow starts from it."""
+    accepted = await asyncio.to_thread(tuner.observe, m)
+    save = getattr(tuner, "save", None)
+    if save is not None:
+        try:
+            await asyncio.to_thread(save, settings.tuner_state_path)
+        except (OSError, OLTunesError) as e:  # the observation is in MLflow: a later replay restores it
+            log.warning("could not save tuner state to %s: %s", settings.tuner_state_path, e)
+    return bool(accepted)

@@ -1,0 +1,71 @@
+"""Flow tests run for real: Prefect's test harness (a real ephemeral API on SQLite), a real MLflow SQLite store,
+real worker processes running ONNX Runtime on zoo models built once per session.
+
+``OLTUNES_TEST_ZOO=<dir>`` may point at an already built zoo directory to skip the ~1 minute build (it is
+copied, never modified); the build is otherwise cached by the zoo itself within the session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+from oltunes.config import get_settings
+
+
+@pytest.fixture(scope="session")
+def flows_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("flows-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OLTUNES_HOME", str(home))
+    for var in ("OLTUNES_TUNER_URL", "OLTUNES_MLFLOW_TRACKING_URI"):
+        mp.delenv(var, raising=False)
+    get_settings.cache_clear()
+    cached = os.environ.get("OLTUNES_TEST_ZOO")
+    if cached:
+        shutil.copytree(cached, home / "zoo")
+    from oltunes.zoo import build_zoo
+
+    build_zoo()  # no-op for variants already built
+    yield home
+    mp.undo()
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def prefect_api(flows_home):
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def settings_env(monkeypatch, flows_home, prefect_api):
+    """Per-test setting overrides (monkeypatch.setenv then settings_env()) that never leak into other tests."""
+
+    def apply() -> None:
+        get_settings.cache_clear()
+
+    yield apply
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def dataset(flows_home, tmp_path_factory):
+    from oltunes.zoo import make_dataset
+
+    return make_dataset("cnn", 1_500, tmp_path_factory.mktemp("data") / "cnn-1500.parquet", seed=1)
+
+
+@pytest.fixture
+def closed_url():
+    """A loopback URL nobody listens on: a real 'unreachable' service."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

@@ -1,0 +1,135 @@
+"""Dense-table factorization machines: vectorised scoring equals predict_one; learning interactions."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+from river import linear_model, optim
+
+from oltunes.learner import FMRegressor, MultiFMRegressor
+from oltunes.learner.features import co_runner_features, encode, job_context
+from oltunes.types import Candidate, CoRunner, JobSpec, Variant
+
+ACCS = ["cpu", "t4", "a100"]
+FAMS = ["cnn", "bert"]
+
+
+def _interference_data(seed: int, n: int):
+    """log latency = family cost + accelerator speed + family x accelerator + family x co-runner family."""
+    rng = np.random.default_rng(seed)
+    base = {"cnn": 1.0, "bert": 2.0}
+    speed = {"cpu": 2.0, "t4": 0.5, "a100": 0.0}
+    fam_acc = {("bert", "cpu"): 1.0}  # transformers suffer most on CPU
+    # compute-bound with compute-bound interferes; cnn + bert are complementary.
+    interf = {("cnn", "cnn"): 0.8, ("bert", "bert"): 0.7, ("cnn", "bert"): 0.1, ("bert", "cnn"): 0.1}
+    for _ in range(n):
+        fam, acc = rng.choice(FAMS), rng.choice(ACCS)
+        co = rng.choice(["", *FAMS])
+        x = {f"family={fam}": 1.0, f"acc={acc}": 1.0}
+        y = base[fam] + speed[acc] + fam_acc.get((fam, acc), 0.0)
+        if co:
+            x[f"co_family={co}"] = 1.0
+            y += interf[(fam, co)]
+        yield x, y + 0.02 * rng.normal()
+
+
+def test_fm_learns_interference_that_a_linear_model_cannot():
+    fm = FMRegressor(n_factors=4, seed=0)
+    lin = linear_model.LinearRegression(optimizer=optim.SGD(0.05))
+    for x, y in _interference_data(0, 4000):
+        fm.learn_one(x, y)
+        lin.learn_one(x, y)
+    test = list(_interference_data(1, 500))
+    mae_fm = np.mean([abs(fm.predict_one(x) - y) for x, y in test])
+    mae_lin = np.mean([abs(lin.predict_one(x) - y) for x, y in test])
+    assert mae_fm < 0.1, mae_fm
+    assert mae_fm < 0.5 * mae_lin, (mae_fm, mae_lin)
+    # The learned interference ranks the complementary pair first.
+    cnn_with_bert = fm.predict_one({"family=cnn": 1, "acc=t4": 1, "co_family=bert": 1})
+    cnn_with_cnn = fm.predict_one({"family=cnn": 1, "acc=t4": 1, "co_family=cnn": 1})
+    assert cnn_with_bert < cnn_with_cnn - 0.4
+
+
+def _trained_multi(seed=0) -> MultiFMRegressor:
+    fm = MultiFMRegressor(targets=("a", "b", "c"), n_factors=5, seed=seed)
+    rng = np.random.default_rng(seed)
+    names = [f"f{i}" for i in range(30)]
+    for _ in range(300):
+        keys = rng.choice(names, size=6, replace=False)
+        fm.learn_one({k: float(rng.uniform(0.2, 2)) for k in keys},
+                     {"a": float(rng.normal()), "b": float(rng.normal()), "c": None})
+    return fm
+
+
+def test_grid_scoring_equals_predict_one():
+    fm = _trained_multi()
+    rng = np.random.default_rng(3)
+    # Disjoint parts, including a feature never learned (ignored by both paths) and a zero value.
+    parts = [
+        [{"f0": 1.0, "f1": 0.5}],
+        [{"f2": 1.0, "f3": 0.3}, {"f4": 1.0}, {"f5": 2.0, "unseen": 1.0}],
+        [{"f6": float(rng.uniform()), "f7": 1.0}, {"f8": 0.0, "f9": 1.0}],
+        [{"f10": 1.0}, {"f11": 1.5}, {"f12": 0.7, "f13": 1.0}, {"f14": 1.0}],
+    ]
+    grid = fm.raw_grid([fm.index(p) for p in parts])
+    assert grid.shape == (3, 1, 3, 2, 4)
+    for idx in itertools.product(*(range(len(p)) for p in parts)):
+        x = {k: v for j, i in enumerate(idx) for k, v in parts[j][i].items()}
+        one = fm.predict_one(x)
+        np.testing.assert_allclose(grid[(slice(None), *idx)], [one["a"], one["b"], one["c"]], rtol=0, atol=1e-9)
+    rows, vals = fm.index([parts[0][0], parts[1][2]])
+    many = fm.predict_many(rows, vals)
+    np.testing.assert_allclose(many[1], list(fm.predict_one(parts[1][2]).values()), atol=1e-9)
+
+
+def test_raw_sums_equals_predict_one_on_overlapping_keys():
+    fm = _trained_multi(seed=1)
+    xa = [{"f0": 1.0, "f1": 2.0, "f2": 1.0}, {"f3": 1.0, "f2": 0.5}]
+    xd = [{"f2": 1.0, "f4": 1.0}, {"f5": 1.0}]
+    out = fm.raw_sums(xa, xd)
+    for i, a in enumerate(xa):
+        for j, d in enumerate(xd):
+            x = dict(a)
+            for k, v in d.items():
+                x[k] = x.get(k, 0.0) + v
+            np.testing.assert_allclose(out[i, j], list(fm.predict_one(x).values()), rtol=0, atol=1e-9)
+
+
+def test_co_runner_features_are_additive():
+    a = [CoRunner(job_id="1", family="cnn", variant="cnn-s", size="s")]
+    b = [CoRunner(job_id="2", family="cnn", variant="cnn-l", size="l", load=0.5)]
+    both = co_runner_features(a + b)
+    fa, fb = co_runner_features(a), co_runner_features(b)
+    assert both == {k: fa.get(k, 0.0) + fb.get(k, 0.0) for k in fa.keys() | fb.keys()}
+
+
+def test_encode_combines_disjoint_parts():
+    v = Variant(family="cnn", name="cnn-s", size="s", accuracy=0.7, params=5_000_000)
+    c = Candidate(pool="p", accelerator="t4", variant=v, batch_size=4, concurrency=2,
+                  co_runners=(CoRunner(job_id="x", family="bert", variant="bert-b", size="b"),))
+    x = encode(JobSpec(family="cnn", slo_ms=10, kind="streaming", arrival_rate_rps=100), c)
+    for key in ("acc=t4", "family=cnn", "fs=cnn:s", "batch=4", "conc=2", "co_family=bert", "kind=streaming"):
+        assert key in x
+    assert job_context(JobSpec(family="cnn", slo_ms=10)).kind == "batch"
+
+
+def test_generic_river_optimizer_path_learns():
+    fm = FMRegressor(n_factors=3, weight_optimizer=optim.Adam(0.05), latent_optimizer=optim.Adam(0.05), seed=0)
+    data = list(_interference_data(2, 1500))
+    first = np.mean([abs(fm.predict_one(x) - y) for x, y in data[:200]])
+    for x, y in data:
+        fm.learn_one(x, y)
+    last = np.mean([abs(fm.predict_one(x) - y) for x, y in data[-200:]])
+    assert last < 0.3 * first
+
+
+def test_state_round_trip_through_json():
+    fm = _trained_multi()
+    again = MultiFMRegressor(targets=("a", "b", "c"), n_factors=5).load_state_dict(json.loads(json.dumps(fm.state_dict())))
+    x = {"f1": 1.0, "f2": 0.5, "f29": 1.0}
+    assert again.predict_one(x) == fm.predict_one(x)
+    for m in (fm, again):  # identical continued learning (optimizer state restored too), incl. a new feature
+        m.learn_one({"f1": 1.0, "new": 1.0}, {"a": 1.0, "b": 0.0})
+    assert again.predict_one({"f1": 1.0, "new": 1.0}) == fm.predict_one({"f1": 1.0, "new": 1.0})

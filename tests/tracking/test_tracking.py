@@ -1,0 +1,165 @@
+"""Tracking against a real MLflow SQLite store; 'unreachable' is a real closed loopback port."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+import pytest
+from mlflow import MlflowClient
+
+from oltunes.errors import OLTunesError
+from oltunes.tracking import Tracker
+from oltunes.tracking import conventions as cv
+from oltunes.types import Candidate, Decision, Explanation, Measurement, Prediction, Variant
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow")
+    return f"sqlite:///{root / 'mlflow.db'}", root
+
+
+@pytest.fixture
+def tracker(store, tmp_path):
+    uri, root = store
+    return Tracker(uri=uri, buffer_dir=tmp_path / "buffer", artifact_root=root / "artifacts")
+
+
+def closed_port_uri() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+VARIANT = Variant(family="cnn", name="cnn-s-fp32", size="s", precision="fp32", accuracy=0.9)
+CAND = Candidate(pool="cpu-1core", accelerator="cpu", variant=VARIANT, batch_size=8, concurrency=2)
+
+
+def make_measurement(kind="batch", **kw) -> Measurement:
+    base = dict(
+        job_id="job-1",
+        kind=kind,
+        candidate=CAND,
+        items=100,
+        wall_s=2.0,
+        latency_p50_ms=10.0,
+        latency_p95_ms=15.0,
+        latency_p99_ms=20.0,
+        throughput_items_per_s=50.0,
+        energy_j_per_item=0.3,
+        energy_source="estimated",
+        accuracy=0.88,
+    )
+    return Measurement(**{**base, **kw})
+
+
+def decision() -> Decision:
+    return Decision(
+        job_id="job-1",
+        candidate=CAND,
+        explanation=Explanation(
+            predicted=Prediction(latency_p99_ms=18, energy_j_per_item=0.2, throughput_items_per_s=60),
+            n_candidates=4,
+            n_feasible=2,
+        ),
+    )
+
+
+def test_batch_run_follows_the_conventions_and_rebuilds_history(tracker, store):
+    m = make_measurement(kind="batch")
+    d = decision()
+    rid = tracker.log_measurement(m, experiment="t-conv", slo_ms=25.0, policy="fm-ftml", decision=d)
+    run = MlflowClient(store[0]).get_run(rid)
+    assert run.data.params["variant"] == "cnn-s-fp32" and run.data.params["batch_size"] == "8"
+    assert run.data.params["pool"] == "cpu-1core" and run.data.params["decision_id"] == d.decision_id
+    assert run.data.metrics[cv.LATENCY_P99] == 20.0 and run.data.metrics[cv.SLO_MET] == 1.0
+    assert run.data.metrics[cv.ENERGY] == 0.3 and run.data.metrics[cv.ACCURACY] == 0.88
+    assert run.data.tags[cv.TAG_ENERGY_SOURCE] == "estimated" and run.data.tags[cv.TAG_SIMULATED] == "false"
+    assert run.data.tags[cv.TAG_POLICY] == "fm-ftml" and run.data.tags[cv.TAG_JOB] == "job-1"
+    assert run.info.experiment_id == MlflowClient(store[0]).get_experiment_by_name("t-conv").experiment_id
+    assert [h.measurement_id for h in tracker.history(kinds=("t-conv-none",))] == []
+    got = [h for h in tracker.history(kinds=("batch", "streaming")) if h.measurement_id == m.measurement_id]
+    assert got == []  # logged under a custom experiment, not the batch one
+    rid2 = tracker.log_measurement(m, slo_ms=25.0)
+    assert rid2 != rid
+    hist = [h for h in tracker.history() if h.measurement_id == m.measurement_id]
+    assert hist == [m]
+
+
+def test_same_measurement_is_logged_once(tracker, store):
+    m = make_measurement()
+    r1 = tracker.log_measurement(m, experiment="t-once")
+    r2 = tracker.log_measurement(m, experiment="t-once")
+    assert r1 == r2
+    eid = MlflowClient(store[0]).get_experiment_by_name("t-once").experiment_id
+    assert len(MlflowClient(store[0]).search_runs([eid])) == 1
+
+
+def test_unreachable_mlflow_buffers_then_replays_exactly_once(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    buf = tmp_path / "buffer"
+    down = Tracker(uri=closed_port_uri(), buffer_dir=buf)
+    ms = [make_measurement(job_id=f"j{i}") for i in range(3)]
+    for m in ms:
+        assert down.log_measurement(m, experiment="t-buffer") is None
+    assert down.log_measurement(ms[0], experiment="t-buffer") is None
+    assert down.pending() == 3  # the repeated one is buffered once
+    kept = tmp_path / "kept"
+    shutil.copytree(buf, kept)  # to replay again, as if a crash hit between "accepted" and "deleted"
+
+    up = Tracker(uri=store[0], buffer_dir=buf, artifact_root=store[1] / "artifacts")
+    assert up.flush() == 3 and up.pending() == 0
+    shutil.rmtree(buf)
+    shutil.copytree(kept, buf)
+    assert up.flush() == 3  # replayed again...
+    eid = MlflowClient(store[0]).get_experiment_by_name("t-buffer").experiment_id
+    runs = MlflowClient(store[0]).search_runs([eid])
+    assert sorted(r.data.tags[cv.TAG_KEY] for r in runs) == sorted(m.measurement_id for m in ms)  # ...once each
+
+
+def test_history_includes_buffered_measurements_and_unreachable_history_is_clear(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    down = Tracker(uri=closed_port_uri(), buffer_dir=tmp_path / "b")
+    m = make_measurement()
+    down.log_measurement(m)
+    with pytest.raises(OLTunesError, match="unreachable"):
+        down.history()
+    up = Tracker(uri=store[0], buffer_dir=tmp_path / "b")  # not flushed yet
+    assert m in up.history()
+    assert m not in up.history(include_buffered=False)
+
+
+def test_streaming_service_logs_steps_in_one_run_and_replay_skips_landed_steps(tracker, store, tmp_path, monkeypatch):
+    svc = tracker.service("svc-1", candidate=CAND, params={"trace": "x"})
+    steps = [make_measurement(kind="streaming", latency_p99_ms=10.0 + i) for i in range(3)]
+    for i, m in enumerate(steps):
+        svc.log_step(i, m, slo_ms=11.5, extra_metrics={"requests_failed": 0})
+    # the same step again (e.g. a replayed buffer) must not add a point
+    svc.log_step(1, steps[1], slo_ms=11.5)
+    svc.end()
+    c = MlflowClient(store[0])
+    eid = c.get_experiment_by_name(cv.experiment_for("streaming")).experiment_id
+    runs = c.search_runs([eid], filter_string=f"tags.`{cv.TAG_SERVICE}` = 'svc-1'")
+    assert len(runs) == 1
+    rid = runs[0].info.run_id
+    hist = c.get_metric_history(rid, cv.LATENCY_P99)
+    assert [(h.step, h.value) for h in sorted(hist, key=lambda h: h.step)] == [(0, 10.0), (1, 11.0), (2, 12.0)]
+    assert [h.value for h in sorted(c.get_metric_history(rid, cv.SLO_MET), key=lambda h: h.step)] == [1, 1, 0]
+    assert runs[0].data.params["trace"] == "x" and runs[0].info.status == "FINISHED"
+    got = {m.measurement_id for m in tracker.history(kinds=("streaming",))}
+    assert {m.measurement_id for m in steps} <= got
+
+
+def test_variant_goes_to_the_model_registry_with_measured_accuracy(tracker, store, tmp_path):
+    model = tmp_path / "cnn-s.onnx"
+    model.write_bytes(b"onnx")
+    v = VARIANT.model_copy(update={"path": str(model)})
+    ver = tracker.register_variant(v, measured_accuracy=0.87)
+    again = tracker.register_variant(v, measured_accuracy=0.86)
+    assert ver == again
+    mv = MlflowClient(store[0]).get_model_version(f"oltunes.{v.name}", ver)
+    assert mv.tags["measured_accuracy"] == "0.86" and mv.tags["published_accuracy"] == "0.9"

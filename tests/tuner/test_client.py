@@ -1,0 +1,204 @@
+"""TunerClient against a real uvicorn on loopback: fallback when down, the outbox, exactly-once delivery."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from oltunes.config import Settings
+from oltunes.errors import ConfigError, DataError, TunerUnavailable
+from oltunes.inventory import CATALOG
+from oltunes.tuner import Tuner
+from oltunes.tuner.client import TunerClient, safe_default
+from oltunes.tuner.factory import TunerLike, get_tuner
+from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool, Variant
+
+TOKEN = "client-test-token"
+
+
+def make_variants() -> list[Variant]:
+    return [
+        Variant(family=f, name=f"{f}-{s}-{p}", size=s, precision=p, accuracy=acc - loss, params=params)
+        for f in ("cnn", "vit")
+        for s, params, acc in (("s", 1_000_000, 0.90), ("m", 5_000_000, 0.94), ("l", 20_000_000, 0.97))
+        for p, loss in (("fp32", 0.0), ("fp16", 0.002), ("int8", 0.01))
+    ]
+
+
+def make_cluster() -> ClusterState:
+    pools = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=1, slots_per_device=4),
+             Pool(name="a100-a", accelerator=CATALOG["a100"], count=2, slots_per_device=2)]
+    busy = Candidate(pool="a100-a", accelerator="a100", variant=make_variants()[0], batch_size=1)
+    placements = [Placement(job_id=f"busy-{i}", pool="a100-a", device=i % 2, candidate=busy, slo_ms=50) for i in range(3)]
+    return ClusterState(pools=pools, placements=placements)  # free slots: t4-a 4, a100-a 1
+
+
+def make_measurement(i: int) -> Measurement:
+    cand = Candidate(pool="t4-a", accelerator="t4", variant=make_variants()[i % 9], batch_size=2 ** (i % 5))
+    return Measurement(
+        measurement_id=f"meas-{i}", job_id=f"job-{i}", candidate=cand, items=64, wall_s=0.5,
+        latency_p50_ms=3.0, latency_p95_ms=4.0, latency_p99_ms=5.0 + i % 7, throughput_items_per_s=128.0,
+        energy_j_per_item=0.2, energy_source="simulated", simulated=True,
+    )
+
+
+JOB = JobSpec(job_id="job-x", family="cnn", slo_ms=100.0, accuracy_floor=0.93)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def client(url: str, tmp_path, **kw) -> TunerClient:
+    kw = {"token": TOKEN, "timeout_s": 2.0, "outbox_dir": tmp_path / "outbox", "retry_after_s": 0, **kw}
+    return TunerClient(url, **kw)
+
+
+def test_fallback_when_nothing_listens(tmp_path, oltunes_home):
+    url = f"http://127.0.0.1:{free_port()}"
+    with client(url, tmp_path, variants=make_variants()) as c:
+        t0 = time.monotonic()
+        d = c.recommend(JOB, make_cluster())
+        assert time.monotonic() - t0 < 2.0
+    assert d.source == "fallback" and d.feasible and d.job_id == JOB.job_id
+    assert "unreachable" in d.explanation.note
+    # the documented rule: smallest variant meeting the floor, batch 1, conc 1, pool with most free slots
+    meeting = [v for v in make_variants() if v.family == "cnn" and v.accuracy >= JOB.accuracy_floor]
+    smallest = min(v.params for v in meeting)
+    assert d.variant.accuracy >= JOB.accuracy_floor and d.variant.params == smallest
+    assert d.variant.accuracy == max(v.accuracy for v in meeting if v.params == smallest)
+    assert (d.candidate.pool, d.candidate.batch_size, d.candidate.concurrency) == ("t4-a", 1, 1)
+    assert d.candidate.accelerator == "t4"
+
+
+def test_safe_default_says_what_is_infeasible():
+    strict = JOB.model_copy(update={"accuracy_floor": 0.99})
+    d = safe_default(strict, make_cluster(), make_variants(), reason="test")
+    assert not d.feasible and "accuracy floor" in d.explanation.note
+    assert d.variant.accuracy == max(v.accuracy for v in make_variants() if v.family == "cnn")
+    full = ClusterState(pools=[Pool(name="tiny", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)],
+                        placements=[Placement(job_id="o", pool="tiny", device=0, slo_ms=5,
+                                              candidate=Candidate(pool="tiny", accelerator="cpu",
+                                                                  variant=make_variants()[0], batch_size=1))])
+    d = safe_default(JOB, full, make_variants(), reason="test")
+    assert not d.feasible and "free slot" in d.explanation.note
+    with pytest.raises(TunerUnavailable, match="no variant of family 'rnn'"):
+        safe_default(JOB.model_copy(update={"family": "rnn"}), make_cluster(), make_variants(), reason="test")
+
+
+def test_fallback_on_timeout_and_on_5xx(tmp_path, oltunes_home):
+    # a socket that listens but never answers: the connection opens, the read times out
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        with client(f"http://127.0.0.1:{silent.getsockname()[1]}", tmp_path, timeout_s=0.3,
+                    variants=make_variants()) as c:
+            t0 = time.monotonic()
+            d = c.recommend(JOB, make_cluster())
+            assert d.source == "fallback" and time.monotonic() - t0 < 3.0
+            assert c.observe(make_measurement(0)) is True and c.pending == 1
+
+    broken = FastAPI()
+
+    @broken.post("/v1/recommend")
+    def _down() -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": "overloaded"})
+
+    with serve_in_thread(broken) as url, client(url, tmp_path, variants=make_variants()) as c:
+        d = c.recommend(JOB, make_cluster())
+        assert d.source == "fallback" and "503" in d.explanation.note
+
+
+def test_breaker_skips_the_network_after_a_failure(tmp_path, oltunes_home):
+    url = f"http://127.0.0.1:{free_port()}"
+    with client(url, tmp_path, variants=make_variants(), retry_after_s=60) as c:
+        c.recommend(JOB, make_cluster())
+        d = c.recommend(JOB, make_cluster())
+    assert d.source == "fallback" and "less than 60s ago" in d.explanation.note
+
+
+def test_outbox_delivered_exactly_once_after_service_returns(tmp_path, oltunes_home):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    ms = [make_measurement(i) for i in range(7)]
+    with client(url, tmp_path, variants=make_variants()) as c:
+        for m in ms:
+            assert c.observe(m) is True
+        c.observe(ms[0])  # the same measurement twice while down: one file, named by its id
+        files = sorted(p.name for p in (tmp_path / "outbox").iterdir())
+        assert files == sorted(f"{m.measurement_id}.json" for m in ms)
+        assert c.recommend(JOB, make_cluster()).source == "fallback"
+
+    tuner = Tuner(make_variants(), seed=0)
+    app = create_app(tuner, token=TOKEN)
+    with serve_in_thread(app, port=port):
+        # a new client process finds the queue on disk; its first successful call flushes it
+        with client(url, tmp_path) as c:
+            assert c.pending == 7
+            d = c.recommend(JOB, make_cluster())
+            assert d.source != "fallback"
+            assert c.pending == 0
+            assert app.state.service.n_observed == 7
+            assert all(tuner.observe(m) is False for m in ms)  # the tuner has every one of them
+
+            # a crash between "sent" and "deleted" leaves a file behind: resending must not count it twice
+            (tmp_path / "outbox" / "meas-3.json").write_text(ms[3].model_dump_json())
+            assert c.flush() == 1 and c.pending == 0
+            assert app.state.service.n_observed == 7
+            assert c.observe(ms[5]) is False  # direct path: the service says duplicate
+            assert c.observe(make_measurement(100)) is True
+            assert app.state.service.n_observed == 8
+            assert c.health().n_observed == 8
+
+
+def test_corrupt_outbox_file_is_quarantined_not_blocking(tmp_path, oltunes_home):
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+    (outbox / "broken.json").write_text('{"measurement_id": "broken", "job_id": ')
+    (outbox / "meas-1.json").write_text(make_measurement(1).model_dump_json())
+    tuner = Tuner(make_variants())
+    with serve_in_thread(create_app(tuner, token=TOKEN)) as url, client(url, tmp_path) as c:
+        assert c.flush() == 1
+    assert not (outbox / "meas-1.json").exists()
+    assert (outbox / "rejected" / "broken.json").exists()
+    assert tuner.observe(make_measurement(1)) is False
+
+
+def test_wrong_token_raises_and_keeps_the_measurement(tmp_path, oltunes_home):
+    with serve_in_thread(create_app(Tuner(make_variants()), token=TOKEN)) as url:
+        with client(url, tmp_path, token="nope") as c:
+            with pytest.raises(ConfigError, match="refused the token"):
+                c.recommend(JOB, make_cluster())
+            with pytest.raises(ConfigError):
+                c.observe(make_measurement(3))
+            assert c.pending == 1
+        with client(url, tmp_path) as c:  # fixed token: the queued measurement goes through
+            assert c.flush() == 1 and c.pending == 0
+
+
+def test_rejected_request_raises_with_reason(tmp_path, oltunes_home):
+    with serve_in_thread(create_app(Tuner(make_variants()), token=TOKEN)) as url, client(url, tmp_path) as c:
+        with pytest.raises(DataError, match="cluster"):
+            c._request("POST", "/recommend", content='{"job": %s}' % JOB.model_dump_json())
+
+
+def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_home):
+    local = get_tuner(Settings(), variants=make_variants())
+    assert isinstance(local, Tuner) and isinstance(local, TunerLike)
+    with pytest.raises(ConfigError, match="variants"):
+        get_tuner(Settings())
+    local.observe(make_measurement(0))
+    local.save(Settings().tuner_state_path)
+    assert get_tuner(Settings()).observe(make_measurement(0)) is False  # restored from the state file
+
+    remote = get_tuner(Settings(tuner_url="http://127.0.0.1:9", tuner_token=TOKEN), variants=make_variants())
+    assert isinstance(remote, TunerClient) and isinstance(remote, TunerLike)
+    assert remote.outbox == oltunes_home / "buffer" / "tuner-outbox"
+    remote.close()

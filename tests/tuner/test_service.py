@@ -1,0 +1,242 @@
+"""The tuning service over real HTTP: a real uvicorn on a loopback port, serving a real Tuner."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from oltunes.errors import ConfigError
+from oltunes.inventory import CATALOG
+from oltunes.tuner import Tuner
+from oltunes.tuner.service import check_bind, create_app, is_loopback, serve_in_thread
+from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Pool, Variant
+
+TOKEN = "test-token-123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def make_variants() -> list[Variant]:
+    return [
+        Variant(family=f, name=f"{f}-{s}-{p}", size=s, precision=p, accuracy=acc - loss, params=params)
+        for f in ("cnn", "vit")
+        for s, params, acc in (("s", 1_000_000, 0.90), ("m", 5_000_000, 0.94), ("l", 20_000_000, 0.97))
+        for p, loss in (("fp32", 0.0), ("fp16", 0.002), ("int8", 0.01))
+    ]
+
+
+def make_cluster() -> ClusterState:
+    return ClusterState(pools=[Pool(name=n, accelerator=CATALOG[a], count=2) for n, a in
+                               (("cpu-a", "cpu"), ("t4-a", "t4"), ("a100-a", "a100"))])
+
+
+def make_measurement(candidate: Candidate, i: int, latency_ms: float = 5.0) -> Measurement:
+    return Measurement(
+        measurement_id=f"m-{i}", job_id=f"j-{i}", candidate=candidate, items=100, wall_s=1.0,
+        latency_p50_ms=latency_ms * 0.8, latency_p95_ms=latency_ms * 0.95, latency_p99_ms=latency_ms,
+        throughput_items_per_s=100.0, energy_j_per_item=0.5, energy_source="simulated", simulated=True,
+    )
+
+
+JOB = JobSpec(job_id="job-1", family="cnn", slo_ms=200.0, accuracy_floor=0.9)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A real uvicorn on a free loopback port serving a fresh Tuner with a token; yields (url, tuner)."""
+    tuner = Tuner(make_variants(), seed=0)
+    app = create_app(tuner, token=TOKEN, state_path=tmp_path / "state.json", persist_every_s=0)
+    with serve_in_thread(app) as url:
+        yield url, tuner
+
+
+def test_recommend_observe_health_state_over_http(served):
+    url, tuner = served
+    cluster = make_cluster()
+    twin = Tuner(make_variants(), seed=0)  # same inputs in-process: the service must add nothing
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+        r = http.post("/v1/recommend", json={"job": JOB.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json")})
+        assert r.status_code == 200, r.text
+        decision = Decision.model_validate(r.json()["decision"])
+        expected = twin.recommend(JOB, cluster)
+        assert decision.job_id == JOB.job_id
+        assert (decision.candidate.key, decision.source, decision.feasible) == (
+            expected.candidate.key, expected.source, expected.feasible)
+
+        m0, m1 = make_measurement(decision.candidate, 0), make_measurement(decision.candidate, 1)
+        r = http.post("/v1/observe", content=m0.model_dump_json(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        assert (r.json()["accepted"], r.json()["duplicates"]) == (1, 0)
+        # a list with the same measurement again plus a new one: exactly-once by measurement_id
+        body = {"measurements": [json.loads(m0.model_dump_json()), json.loads(m1.model_dump_json())]}
+        r = http.post("/v1/observe", json=body)
+        assert (r.json()["accepted"], r.json()["duplicates"], r.json()["accepted_ids"]) == (1, 1, ["m-1"])
+
+        health = http.get("/v1/health").json()
+        assert health["status"] == "ok" and health["n_observed"] == 2 and health["auth"] is True
+        assert health["n_variants"] == len(make_variants())
+
+        state = http.get("/v1/state").json()
+        assert state == json.loads(json.dumps(tuner.state_dict()))
+        restored = Tuner.from_state_dict(state)
+        assert restored.observe(m0) is False  # the snapshot remembers what was observed
+
+        names = {v["name"] for v in http.get("/v1/variants").json()["variants"]}
+        assert names == {v.name for v in make_variants()}
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
+                                     {"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": "Basic abc"}])
+def test_auth_refused_without_the_right_token(served, headers):
+    url, _ = served
+    job = {"job": JOB.model_dump(mode="json"), "cluster": make_cluster().model_dump(mode="json")}
+    with httpx.Client(base_url=url, timeout=10) as http:
+        assert http.post("/v1/recommend", json=job, headers=headers).status_code == 401
+        assert http.post("/v1/observe", json=[], headers=headers).status_code == 401
+        r = http.get("/v1/state", headers=headers)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert http.get("/v1/health", headers=headers).status_code == 200  # health stays open for probes
+        assert http.post("/v1/recommend", json=job, headers=AUTH).status_code == 200
+
+
+def test_no_token_means_open_on_loopback(tmp_path):
+    app = create_app(Tuner(make_variants()), token=None)
+    job = {"job": JOB.model_dump(mode="json"), "cluster": make_cluster().model_dump(mode="json")}
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+        assert http.post("/v1/recommend", json=job).status_code == 200
+        assert http.get("/v1/health").json()["auth"] is False
+
+
+def test_refuses_non_loopback_bind_without_token(oltunes_home, monkeypatch):
+    for host in ("127.0.0.1", "localhost", "::1"):
+        assert is_loopback(host)
+        check_bind(host, None)
+    for host in ("0.0.0.0", "::", "192.0.2.10"):
+        assert not is_loopback(host)
+        with pytest.raises(ConfigError, match="OLTUNES_TUNER_TOKEN"):
+            check_bind(host, None)
+        check_bind(host, TOKEN)  # with a token it may bind anywhere
+
+    from oltunes.cli import app
+
+    monkeypatch.delenv("OLTUNES_TUNER_TOKEN", raising=False)
+    result = CliRunner().invoke(app, ["tuner", "serve", "--host", "0.0.0.0", "--port", "1"])
+    assert result.exit_code != 0
+    assert "non-loopback" in result.output and "OLTUNES_TUNER_TOKEN" in result.output
+
+
+def _post(http: httpx.Client, path: str, body) -> httpx.Response:
+    if isinstance(body, bytes):
+        return http.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
+    return http.post(path, json=body, headers=AUTH)
+
+
+def test_malformed_requests_get_4xx_with_reason_and_server_keeps_serving(served):
+    url, _ = served
+    cluster = make_cluster().model_dump(mode="json")
+    job = JOB.model_dump(mode="json")
+    good_m = json.loads(make_measurement(make_cluster_candidate(), 0).model_dump_json())
+    cases = [
+        ("/v1/recommend", b"{not json", "json"),
+        ("/v1/recommend", {"cluster": cluster}, "job"),
+        ("/v1/recommend", {"job": {**job, "slo_ms": -5}, "cluster": cluster}, "slo_ms"),
+        ("/v1/recommend", {"job": {**job, "accuracy_floor": 1.5}, "cluster": cluster}, "accuracy_floor"),
+        ("/v1/recommend", {"job": job, "cluster": cluster, "surprise": 1}, "surprise"),
+        ("/v1/recommend", {"job": job}, "cluster"),  # no default cluster: the service has no inventory
+        ("/v1/recommend", {"job": job, "cluster": {"pools": [{"name": "x"}]}}, "accelerator"),
+        ("/v1/recommend", [1, 2, 3], "body"),
+        ("/v1/observe", [], "measurements"),
+        ("/v1/observe", {**good_m, "latency_p99_ms": -1}, "latency_p99_ms"),
+        ("/v1/observe", {**good_m, "energy_source": "guessed"}, "energy_source"),
+        ("/v1/observe", b"\xff\xfe", "json"),
+    ]
+    with httpx.Client(base_url=url, timeout=10) as http:
+        for path, body, field in cases:
+            r = _post(http, path, body)
+            assert 400 <= r.status_code < 500, (path, body, r.status_code, r.text)
+            assert field in r.text, (path, body, r.text)
+        assert http.get("/v1/recommend", headers=AUTH).status_code == 405
+        assert http.get("/v1/health").status_code == 200
+        assert _post(http, "/v1/recommend", {"job": job, "cluster": cluster}).status_code == 200
+
+
+def make_cluster_candidate() -> Candidate:
+    v = make_variants()[0]
+    return Candidate(pool="t4-a", accelerator="t4", variant=v, batch_size=4, concurrency=1)
+
+
+def test_unknown_family_or_pool_is_an_answer_not_a_500(served):
+    url, _ = served
+    cluster = make_cluster()
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+        unknown = JOB.model_copy(update={"family": "no-such-family"}).model_dump(mode="json")
+        r = http.post("/v1/recommend", json={"job": unknown, "cluster": cluster.model_dump(mode="json")})
+        assert r.status_code < 500, r.text
+        if r.status_code == 200:
+            assert r.json()["decision"]["feasible"] is False
+        else:
+            assert "no-such-family" in r.text
+        # a measurement from a pool and variant the tuner never saw is still a measurement
+        other = Variant(family="rnn", name="rnn-x", size="x", accuracy=0.5)
+        cand = Candidate(pool="elsewhere", accelerator="h100", variant=other, batch_size=2)
+        r = http.post("/v1/observe", content=make_measurement(cand, 99).model_dump_json(),
+                      headers={"Content-Type": "application/json"})
+        assert r.status_code < 500, r.text
+        assert http.post("/v1/recommend", json={"job": JOB.model_dump(mode="json"),
+                                                "cluster": cluster.model_dump(mode="json")}).status_code == 200
+
+
+def test_default_cluster_from_inventory(tmp_path):
+    pools = make_cluster().pools
+    app = create_app(Tuner(make_variants()), pools=pools)
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+        r = http.post("/v1/recommend", json={"job": JOB.model_dump(mode="json")})
+        assert r.status_code == 200, r.text
+        assert r.json()["decision"]["candidate"]["pool"] in {p.name for p in pools}
+
+
+def test_state_persisted_on_shutdown_and_restored(tmp_path):
+    path = tmp_path / "tuner" / "state.json"
+    cluster = make_cluster()
+    tuner = Tuner(make_variants(), seed=0)
+    measurements = [make_measurement(make_cluster_candidate().model_copy(update={"batch_size": b}), i, 2.0 * b)
+                    for i, b in enumerate((1, 2, 4, 8, 16))]
+    with serve_in_thread(create_app(tuner, token=TOKEN, state_path=path, persist_every_s=0)) as url:
+        with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+            body = "[" + ",".join(m.model_dump_json() for m in measurements) + "]"
+            r = http.post("/v1/observe", content=body, headers={"Content-Type": "application/json"})
+            assert r.json()["accepted"] == 5
+            snapshot = http.get("/v1/state").json()
+        assert not path.exists()  # persist_every_s=0: written on shutdown only
+    assert path.exists()
+    assert [p.name for p in path.parent.iterdir()] == ["state.json"]  # no temp files left behind
+
+    restored = Tuner.load(path)
+    assert json.loads(json.dumps(restored.state_dict())) == snapshot
+    # a restarted service keeps exactly-once and decides like the one that stopped
+    with serve_in_thread(create_app(restored, token=TOKEN, state_path=path)) as url:
+        with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+            body = "[" + ",".join(m.model_dump_json() for m in measurements) + "]"
+            r = http.post("/v1/observe", content=body, headers={"Content-Type": "application/json"})
+            assert (r.json()["accepted"], r.json()["duplicates"]) == (0, 5)
+            r = http.post("/v1/recommend", json={"job": JOB.model_dump(mode="json"),
+                                                 "cluster": cluster.model_dump(mode="json")})
+            assert r.json()["decision"]["candidate"] == json.loads(
+                tuner.recommend(JOB, cluster).candidate.model_dump_json())
+
+
+def test_state_persisted_periodically(tmp_path):
+    path = tmp_path / "state.json"
+    tuner = Tuner(make_variants(), seed=0)
+    with serve_in_thread(create_app(tuner, state_path=path, persist_every_s=0.1)) as url:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            m = make_measurement(make_cluster_candidate(), 7)
+            http.post("/v1/observe", content=m.model_dump_json(), headers={"Content-Type": "application/json"})
+            deadline = time.monotonic() + 10
+            while not path.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert path.exists(), "the background persister never wrote the state"
+            assert Tuner.load(path).observe(m) is False
