@@ -12,7 +12,10 @@ In-process and HTTP calls alternate in rounds (same tuner, same jobs) so that ma
 HTTP goes through `TunerClient` (a keep-alive httpx client) to a real uvicorn server running `create_app` in
 a thread of this process. The server-side time of each recommend is recorded too, so the HTTP stack's own
 cost per call (``http_overhead_*``: client encode + loopback + FastAPI + decode) is reported apart from the
-tuner's; the 1-minute load average is recorded because the machine is shared.
+tuner's, and the service app's own share of it (``service_app_overhead_*``: the same requests sent straight
+into the ASGI app, no sockets). The 1-minute load average is recorded because the machine is shared: when more
+processes are runnable than there are cores, each of the two thread wake-ups per HTTP call can wait for a
+scheduler slice, which no code in this process can avoid.
 
 Goals (issue 3): p99 <= 1 ms in-process, <= 5 ms over HTTP, observe >= 2,000/s.
 
@@ -21,6 +24,7 @@ Run: ``.venv/bin/python -m benchmarks.tuner_latency --json benchmarks/results/tu
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -86,7 +90,9 @@ def true_latency_ms(c: Candidate) -> float:
     return base * (1 + 0.35 * (c.concurrency - 1)) * (1 + 0.6 * load)
 
 
-def synthetic_measurement(rng: np.random.Generator, cluster: ClusterState, variants: list[Variant], i: int) -> Measurement:
+def synthetic_measurement(
+    rng: np.random.Generator, cluster: ClusterState, variants: list[Variant], i: int
+) -> Measurement:
     pool = cluster.pools[int(rng.integers(len(cluster.pools)))]
     co = tuple(CoRunner(job_id=pl.job_id, family=pl.candidate.variant.family, variant=pl.candidate.variant.name,
                         size=pl.candidate.variant.size, precision=pl.candidate.variant.precision,
@@ -133,6 +139,43 @@ class _ServerSideTimer:
         d = self.tuner.recommend(job, cluster)
         self.times_ms.append((time.perf_counter() - t0) * 1e3)
         return d
+
+
+async def _asgi_post(app, path: str, body: bytes, token: str) -> int:
+    """One POST straight into the ASGI app, no sockets: the service code's own cost (FastAPI, validation,
+    auth, serialisation) without the OS scheduling and loopback costs of a real connection."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "state": {},
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+    }
+    chunks = [{"type": "http.request", "body": body, "more_body": False}]
+    status = []
+
+    async def receive():
+        return chunks.pop() if chunks else {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    await app(scope, receive, send)
+    return status[0]
+
+
+def _asgi_overhead_ms(app, served: _ServerSideTimer, bodies: list[bytes], token: str) -> list[float]:
+    async def run() -> list[float]:
+        out = []
+        for body in bodies:
+            t0 = time.perf_counter()
+            if await _asgi_post(app, "/v1/recommend", body, token) != 200:
+                raise SystemExit("in-memory ASGI recommend failed")
+            out.append((time.perf_counter() - t0) * 1e3 - served.times_ms[-1])
+        return out
+
+    return asyncio.run(run())
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -199,22 +242,31 @@ def main() -> None:
                 http.append((time.perf_counter() - t0) * 1e3)
                 if d.source == "fallback":
                     raise SystemExit(f"HTTP call fell back: {d.explanation.note}")
+        # the same grid on an empty cluster: no co-runner SLO checks, so the part of the cost they take shows
+        empty = ClusterState(pools=cluster.pools)
+        inproc_empty = [_timed(lambda j=job: tuner.recommend(j, empty)) for job in jobs * 8]
         body = RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()
         reply = RecommendResponse(decision=tuner.recommend(jobs[1], cluster)).model_dump_json()
         for _ in range(200):
             encode.append(_timed(lambda: RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()))
             decode.append(_timed(lambda: RecommendResponse.model_validate_json(reply)))
 
-    load_after = os.getloadavg()[0]
     overhead = [h - s for h, s in zip(http, served.times_ms, strict=True)]
+    bodies = [RecommendRequest(job=j, cluster=cluster).model_dump_json().encode() for j in jobs] * 8
+    app_only = _asgi_overhead_ms(app, served, bodies, "bench-token")
+    load_after = os.getloadavg()[0]
     res = {
         "recommend_p50_ms_inprocess": pct(inproc, 50),
         "recommend_p99_ms_inprocess": pct(inproc, 99),
         "recommend_p50_ms_http": pct(http, 50),
         "recommend_p99_ms_http": pct(http, 99),
+        "recommend_p50_ms_inprocess_empty_cluster": pct(inproc_empty, 50),
+        "recommend_p99_ms_inprocess_empty_cluster": pct(inproc_empty, 99),
         "http_overhead_p50_ms": pct(overhead, 50),
         "http_overhead_p99_ms": pct(overhead, 99),
-        "server_side_recommend_p50_ms": pct(served.times_ms, 50),
+        "service_app_overhead_p50_ms": pct(app_only, 50),
+        "service_app_overhead_p99_ms": pct(app_only, 99),
+        "server_side_recommend_p50_ms": pct(served.times_ms[: len(http)], 50),
         "observe_per_s": observe_per_s,
         "observe_mean_ms": observe_s / args.observe * 1e3,
         "client_encode_p50_ms": pct(encode, 50),
@@ -244,11 +296,15 @@ def main() -> None:
         [
             ["recommend in-process (ms)", res["recommend_p50_ms_inprocess"], res["recommend_p99_ms_inprocess"],
              "p99 <= 1", res["goals_met"]["recommend_p99_ms_inprocess"]],
+            ["  same, empty cluster (ms)", res["recommend_p50_ms_inprocess_empty_cluster"],
+             res["recommend_p99_ms_inprocess_empty_cluster"], "", ""],
             ["recommend HTTP loopback (ms)", res["recommend_p50_ms_http"], res["recommend_p99_ms_http"],
              "p99 <= 5", res["goals_met"]["recommend_p99_ms_http"]],
             ["observe (per s)", res["observe_mean_ms"], observe_per_s, ">= 2000", res["goals_met"]["observe_per_s"]],
             ["HTTP stack only: total - server-side tuner (ms)", res["http_overhead_p50_ms"],
              res["http_overhead_p99_ms"], "", ""],
+            ["  of which service app, no sockets (ms)", res["service_app_overhead_p50_ms"],
+             res["service_app_overhead_p99_ms"], "", ""],
             ["client encode / decode (ms)", res["client_encode_p50_ms"], res["client_decode_p50_ms"], "", ""],
             ["request / response (bytes)", res["request_bytes"], res["response_bytes"], "", ""],
         ],

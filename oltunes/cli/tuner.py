@@ -72,7 +72,9 @@ def _build_tuner(state: Path, variants_path: Path | None):
         except OLTunesError:
             raise
         except Exception as e:  # a corrupt file must stop the start-up, never be overwritten silently
-            raise ConfigError(f"--state: cannot restore {state}: {type(e).__name__}: {e}; move it away to start fresh") from e
+            raise ConfigError(
+                f"--state: cannot restore {state}: {type(e).__name__}: {e}; move it away to start fresh"
+            ) from e
     if variants_path is not None:
         return Tuner(load_variants(variants_path))
     from oltunes.zoo import list_variants  # the built zoo is the default catalogue (imports torch: only here)
@@ -92,7 +94,9 @@ def serve_cmd(
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8765,
     inventory: Annotated[Path | None, typer.Option(help="pools YAML: the cluster for requests that omit one")] = None,
     state: Annotated[Path | None, typer.Option(help="tuner state JSON (default: settings.tuner_state_path)")] = None,
-    variants: Annotated[Path | None, typer.Option(help="variants JSON for a fresh tuner (default: the built zoo)")] = None,
+    variants: Annotated[
+        Path | None, typer.Option(help="variants JSON for a fresh tuner (default: the built zoo)")
+    ] = None,
     persist_every: Annotated[float, typer.Option(min=0, help="seconds between state saves (0: on exit only)")] = 30.0,
     log_level: Annotated[str, typer.Option()] = "info",
 ) -> None:
@@ -121,7 +125,9 @@ def recommend_cmd(
     job: Annotated[Path, typer.Option(help="JobSpec JSON file")],
     cluster: Annotated[Path | None, typer.Option(help="ClusterState JSON file")] = None,
     inventory: Annotated[Path | None, typer.Option(help="pools YAML (an empty cluster) instead of --cluster")] = None,
-    variants: Annotated[Path | None, typer.Option(help="variants JSON (fresh in-process tuner / client fallback)")] = None,
+    variants: Annotated[
+        Path | None, typer.Option(help="variants JSON (fresh in-process tuner / client fallback)")
+    ] = None,
 ) -> None:
     """Print one Decision as JSON, from the tuner the settings select (in-process, or OLTUNES_TUNER_URL)."""
     from oltunes.inventory import load_inventory

@@ -26,7 +26,7 @@ def clean_errors() -> Iterator[None]:
     try:
         yield
     except OLTunesError as e:
-        err.print(f"[red]error:[/red] {escape(str(e))}")
+        err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)  # one line: easy to grep
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -77,7 +77,8 @@ def batch(
     out.print(
         f"{rec.items} items ({rec.shards_done} shards written, {rec.shards_skipped} skipped, complete={rec.complete}) "
         f"in {rec.wall_s:.3f}s: {rec.throughput_items_per_s:.1f} items/s, batch p50/p95/p99 "
-        f"{rec.latency_p50_ms}/{rec.latency_p95_ms}/{rec.latency_p99_ms} ms, accuracy {acc}, {rec.provider}"
+        f"{rec.latency_p50_ms}/{rec.latency_p95_ms}/{rec.latency_p99_ms} ms, accuracy {acc}, {rec.provider}",
+        soft_wrap=True,
     )
 
 

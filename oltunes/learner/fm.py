@@ -18,6 +18,7 @@ key per (feature, target[, factor]) so that their state is per parameter too.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,13 +30,14 @@ from oltunes.learner.ftml import FTML
 
 __all__ = ["FMRegressor", "MultiFMRegressor"]
 
-_BIAS = "__bias__"  # row 0: the intercept; its latent row stays zero and is never updated
+_BIAS = "__bias__"
+_VERSIONS = itertools.count(1)  # process-wide, so a memo can never match another model's parameters  # row 0: the intercept; its latent row stays zero and is never updated
 
 
 class _FMBase(base.Base):
     def __init__(self, n_factors: int = 8, weight_optimizer: optim.base.Optimizer | None = None,
                  latent_optimizer: optim.base.Optimizer | None = None, l2_weight: float = 0.0,
-                 l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 10.0,
+                 l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 1.0,
                  seed: int | None = None) -> None:
         self.n_factors = n_factors
         self.weight_optimizer = weight_optimizer
@@ -63,6 +65,7 @@ class _FMBase(base.Base):
         self._wopt = self.weight_optimizer if self.weight_optimizer is not None else FTML(lr=0.05)
         self._vopt = self.latent_optimizer if self.latent_optimizer is not None else FTML(lr=0.05)
         self.n_learned = 0
+        self._version = next(_VERSIONS)  # new on every parameter change (memoised grid blocks check it)
 
     @property
     def vocabulary_version(self) -> int:
@@ -79,6 +82,7 @@ class _FMBase(base.Base):
                 self._V = np.concatenate([self._V, np.zeros_like(self._V)])[:cap]
             self._V[r] = self._rng.normal(0.0, self.init_std, size=self._V.shape[1:])
             self._index[name] = r
+            self._version = next(_VERSIONS)
         return r
 
     def index(self, xs: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -118,45 +122,72 @@ class _FMBase(base.Base):
         xv = self._V[rows] * vals[:, :, None, None]
         return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
 
-    def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
+        """Part terms, with neighbouring parts merged while their product is small (e.g. the single job row
+        into the placements, batch x concurrency): fewer, larger broadcasts are cheaper than many small ones."""
+        T = self._n_targets
+        merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for rows, vals in parts:
+            lin, s, q = self.part_terms(rows, vals)
+            if merged and merged[-1][0].shape[0] * rows.shape[0] <= 64:
+                lin0, s0, q0 = merged[-1]
+                merged[-1] = ((lin0[:, None] + lin[None]).reshape(-1, T),
+                              (s0[:, None] + s[None]).reshape(-1, *s.shape[1:]),
+                              (q0[:, None] + q[None]).reshape(-1, T))
+            else:
+                merged.append((lin, s, q))
+        return merged
+
+    @staticmethod
+    def _accumulate(out: np.ndarray, groups: Sequence[tuple], offset: int, p: int) -> None:
+        """Add unary terms of ``groups`` (axes offset..) and their mutual cross terms into ``out``."""
+        T = out.shape[0]
+        for j, (lin, s, q) in enumerate(groups):
+            shape = [1] * p
+            shape[offset + j] = lin.shape[0]
+            out += (lin + 0.5 * ((s * s).sum(-1) - q)).T.reshape(T, *shape)
+        for j in range(len(groups)):
+            for m in range(j + 1, len(groups)):
+                shape = [1] * p
+                shape[offset + j], shape[offset + m] = groups[j][0].shape[0], groups[m][0].shape[0]
+                out += np.einsum("itk,jtk->tij", groups[j][1], groups[m][1]).reshape(T, *shape)
+
+    def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], n_static: int = 0,
+                 cache: dict | None = None) -> np.ndarray:
         """Raw outputs over the outer product of disjoint parts: shape (n_targets, n_0, ..., n_{p-1}).
 
         Equal (to rounding) to ``predict_many`` on the concatenated features of every combination: with
         S = Σ_parts s_j (s_j = Σ_{i in part j} v_i x_i), ½(‖S‖² − Σ q_j) splits into per-part terms
         ½(‖s_j‖² − q_j) plus pairwise dot products ⟨s_j, s_l⟩ — small (n_j x n_l) matrices — so the full grid
         is only a sum of broadcasts, never an (n_candidates x n_features x k) gather.
+
+        The last ``n_static`` parts (e.g. variants x batch sizes x concurrencies, the same for every request)
+        have their terms and mutual block memoised in ``cache`` until the parameters change.
         """
         if self._index is None:
             self._init_state()
         T = self._n_targets
         sizes = [rows.shape[0] for rows, _ in parts]
-        terms = [self.part_terms(rows, vals) for rows, vals in parts]
-        # Merge neighbouring parts whose product is small (e.g. the single job row into the placements,
-        # batch x concurrency): fewer, larger broadcasts are cheaper than many small ones.
-        groups: list[list[int]] = []
-        merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for j, (lin, s, q) in enumerate(terms):
-            if merged and merged[-1][0].shape[0] * sizes[j] <= 64:
-                lin0, s0, q0 = merged[-1]
-                merged[-1] = ((lin0[:, None] + lin[None]).reshape(-1, T), (s0[:, None] + s[None]).reshape(-1, *s.shape[1:]),
-                              (q0[:, None] + q[None]).reshape(-1, T))
-                groups[-1].append(j)
-            else:
-                merged.append((lin, s, q))
-                groups.append([j])
-        p = len(merged)
-        gsizes = [m[0].shape[0] for m in merged]
-        out = np.zeros((T, *gsizes))
+        n_dyn = len(parts) - n_static
+        dyn = self._merged_terms(parts[:n_dyn])
+        if cache is not None and cache.get("version") == self._version and n_static:
+            sta, block = cache["terms"], cache["block"]
+        else:
+            sta = self._merged_terms(parts[n_dyn:]) if n_static else []
+            block = np.zeros((T, *(g[0].shape[0] for g in sta)))
+            self._accumulate(block, sta, 0, len(sta))
+            if cache is not None and n_static:
+                cache.update(version=self._version, terms=sta, block=block)
+        p = len(dyn) + len(sta)
+        out = np.empty((T, *(g[0].shape[0] for g in dyn), *(g[0].shape[0] for g in sta)))
+        out[...] = block.reshape(T, *([1] * len(dyn)), *block.shape[1:])
         out += self._W[0].reshape(T, *([1] * p))
-        for j, (lin, s, q) in enumerate(merged):
-            shape = [1] * p
-            shape[j] = gsizes[j]
-            out += (lin + 0.5 * ((s * s).sum(-1) - q)).T.reshape(T, *shape)
-        for j in range(p):
-            for m in range(j + 1, p):
+        self._accumulate(out, dyn, 0, p)
+        for j, gd in enumerate(dyn):
+            for m, gs in enumerate(sta):
                 shape = [1] * p
-                shape[j], shape[m] = gsizes[j], gsizes[m]
-                out += np.einsum("itk,jtk->tij", merged[j][1], merged[m][1]).reshape(T, *shape)
+                shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
+                out += np.einsum("itk,jtk->tij", gd[1], gs[1]).reshape(T, *shape)
         return out.reshape(T, *sizes)
 
     def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:
@@ -165,14 +196,12 @@ class _FMBase(base.Base):
         Used to add a co-runner to many placed jobs at once: with a = xa[i], d = xd[j],
         y(a + d) = y(a) + w·d + ⟨Vᵀa, Vᵀd⟩ + ½(‖Vᵀd‖² − Σ‖v_f‖² d_f²) − Σ_f ‖v_f‖² a_f d_f.
         """
+        return self.raw_sums_planned(self.sums_plan(xa, xd))
+
+    def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> tuple:
+        """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes)."""
         rows_a, vals_a = self.index(xa)
         rows_d, vals_d = self.index(xd)
-        lin_a, s_a, q_a = self.part_terms(rows_a, vals_a)
-        lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
-        y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
-        y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
-        out = y_a[:, None, :] + y_d[None, :, :] + np.einsum("itk,jtk->ijt", s_a, s_d)
-        # Overlap correction for keys present in both a and d.
         idx = self._index
         keys_d = [[k for k, v in x.items() if v != 0.0 and k in idx] for x in xd]  # same order as index()
         a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
@@ -181,7 +210,16 @@ class _FMBase(base.Base):
                 for m, k in enumerate(keys):
                     if k in x:
                         a_at[i, j, m] = x[k]
-        if a_at.any():
+        return rows_a, vals_a, rows_d, vals_d, (a_at if a_at.any() else None)
+
+    def raw_sums_planned(self, plan: tuple) -> np.ndarray:
+        rows_a, vals_a, rows_d, vals_d, a_at = plan
+        lin_a, s_a, q_a = self.part_terms(rows_a, vals_a)
+        lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
+        y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
+        y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
+        out = y_a[:, None, :] + y_d[None, :, :] + np.einsum("itk,jtk->ijt", s_a, s_d)
+        if a_at is not None:  # overlap correction for keys present in both a and d
             norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T
             out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
         return out
@@ -210,6 +248,7 @@ class _FMBase(base.Base):
         gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
         self._step(self._vopt, self._V, rows, gV)
         self.n_learned += 1
+        self._version = next(_VERSIONS)
         return yhat
 
     @staticmethod
@@ -260,6 +299,7 @@ class _FMBase(base.Base):
         self._V[: len(feats)] = np.asarray(d["V"], dtype=float).reshape(len(feats), self._n_targets, self.n_factors)
         self._rng.bit_generator.state = d["rng"]
         self.n_learned = int(d["n_learned"])
+        self._version = next(_VERSIONS)
         self._wopt = FTML.from_state_dict(d["weight_optimizer"])
         self._vopt = FTML.from_state_dict(d["latent_optimizer"])
         return self
@@ -281,7 +321,9 @@ class FMRegressor(_FMBase, base.Regressor):
         Std of the normal initialisation of a new feature's latent vector (small, so that untrained
         interactions add little noise).
     clip_gradient
-        Bound on the loss gradient.
+        Bound on the loss gradient (squared loss inside, absolute loss outside: a Huber loss). On log
+        targets 1.0 means errors beyond e^1 stop growing the step; without it one wild measurement can
+        throw the latent vectors into a divergent oscillation.
     seed
         Seed of the latent initialisation.
 
@@ -344,7 +386,7 @@ class MultiFMRegressor(_FMBase, base.MultiTargetRegressor):
     def __init__(self, targets: Sequence[str] = ("y",), n_factors: int = 8,
                  weight_optimizer: optim.base.Optimizer | None = None,
                  latent_optimizer: optim.base.Optimizer | None = None, l2_weight: float = 0.0,
-                 l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 10.0,
+                 l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 1.0,
                  seed: int | None = None) -> None:
         super().__init__(n_factors, weight_optimizer, latent_optimizer, l2_weight, l2_latent, init_std,
                          clip_gradient, seed)

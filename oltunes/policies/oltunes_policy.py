@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
 from oltunes.sim.cluster import SimCluster
 from oltunes.types import Decision, JobSpec, Measurement
@@ -13,7 +14,10 @@ class OLTunesPolicy(Policy, name="oltunes"):
 
     def __init__(self, ctx: PolicyContext, **tuner_kwargs) -> None:
         super().__init__(ctx)
-        from oltunes.tuner import Tuner  # the learner's package; imported lazily so the baselines never need it
+        try:  # the learner's package; imported lazily so the baselines never need it
+            from oltunes.tuner import Tuner
+        except ImportError as e:
+            raise MissingDependency(f"policy 'oltunes' needs the tuner package: {e}") from e
 
         self.tuner = Tuner(
             list(ctx.variants),

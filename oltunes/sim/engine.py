@@ -29,7 +29,7 @@ from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
-from oltunes.types import Candidate, Decision, Measurement, Placement
+from oltunes.types import Candidate, Decision, JobSpec, Measurement, Placement
 
 _Z99 = 2.3263
 
@@ -155,7 +155,8 @@ class Simulator:
         phase, period, fixed = self._drift[pool]
         return float(fixed[device] * (1.0 + cal.DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / period[device] + phase[device])))
 
-    def _configure(self, r: JobRun, d: Decision, device: int, now: float) -> None:
+    def _configure(self, r: JobRun, d: Decision, device: int, now: float, spec: JobSpec | None = None) -> None:
+        """Apply a validated decision (``spec``: the job as the policy saw it, e.g. with the observed rate)."""
         c = d.candidate
         same = (
             r.placement is not None
@@ -166,7 +167,7 @@ class Simulator:
             and r.conc == c.concurrency
         )
         r.decision = d
-        spec = r.job.spec
+        spec = spec or r.job.spec
         r.placement = Placement.model_construct(
             job_id=spec.job_id,
             pool=c.pool,
@@ -270,7 +271,11 @@ class Simulator:
             r.start[idx] = np.repeat(b_t, counts)
             r.acc_per_req[idx] = r.accuracy
             r.interval_items += total
-            r.interval_lat_ms.extend(((np.array(b_d) - np.array(b_t)) * 1000.0).tolist())
+            lat_ms = (np.array(b_d) - np.array(b_t)) * 1000.0
+            full = counts == B
+            # "p99 latency of one batch" means a batch of the configured size: report full batches when there
+            # are enough of them (partial batches run faster and would flatter a large batch size)
+            r.interval_lat_ms.extend((lat_ms[full] if full.sum() >= 3 else lat_ms).tolist())
         r.busy_iso += busy
 
     def _shed_unplaced(self, r: JobRun, t1: float) -> None:
@@ -386,14 +391,13 @@ class Simulator:
         dev = self._valid(r, d, res)
         if dev is None:
             d, dev = r.decision, old_pl.device  # keep the old placement
-        self._configure(r, d, dev, now)
+        self._configure(r, d, dev, now, spec)
         self.cluster.place(r.placement)
 
     def _step(self, policy: Policy, res: RunResult, active: list[JobRun], waiting: list[JobRun], t0: float,
               t1: float, final: bool) -> None:
         model, cl = self.model, self.cluster
-        span = (self.duration_s - t0) if final else (t1 - t0)
-        span = max(span, 1e-9)
+        span = max(t1 - t0, 1e-9)  # the final tick is the drain: from the last tick to the drain's end
         tmid = (t0 + min(t1, self.duration_s)) / 2
         # per-device coupling from last interval's loads
         groups: dict[tuple[str, int], list[JobRun]] = {}
@@ -435,18 +439,17 @@ class Simulator:
         for r in waiting:
             if r.streaming:
                 self._shed_unplaced(r, t1 if not final else math.inf)
-        if final:
+        if final:  # still queued after the drain: dropped (the drain's energy is counted below)
             for r in active + waiting:
                 if r.streaming and r.i < len(r.arr):
                     r.dropped[r.i :] = True
                     r.i = len(r.arr)
-            return
         res.t.append(t0)
         res.util.append(busy_total / len(groups) if groups else 0.0)
         res.energy_j.append(energy)
         res.active_devices.append(len(groups))
         res.fragmentation.append(cl.fragmentation())
-        if policy.learns:
+        if policy.learns and not final:
             for r in active:
                 if r.interval_items > 0:
                     policy.observe(self._measurement(r, span, t1))

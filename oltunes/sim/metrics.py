@@ -88,12 +88,17 @@ def compute(res: RunResult, req: dict[str, np.ndarray] | None = None) -> dict[st
     }
 
 
-def violations_over_time(res: RunResult, req: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(bin start times, SLO violation rate of the requests arriving in each control interval)."""
+def violations_per_bin(res: RunResult, req: dict[str, np.ndarray] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bin start times, requests arriving per control interval, how many of them violated their SLO)."""
     req = req if req is not None else request_arrays(res)
     edges = np.arange(0.0, res.duration_s + res.interval_s, res.interval_s)
     tot, _ = np.histogram(req["arrival"], edges)
     bad, _ = np.histogram(req["arrival"][req["violated"]], edges)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(tot > 0, bad / np.maximum(tot, 1), 0.0)
-    return edges[:-1], rate
+    return edges[:-1], tot, bad
+
+
+def violations_over_time(res: RunResult, req: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(bin start times, SLO violation rate of the requests arriving in each control interval)."""
+    t, tot, bad = violations_per_bin(res, req)
+    return t, np.where(tot > 0, bad / np.maximum(tot, 1), 0.0)

@@ -37,7 +37,7 @@ from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.inventory import CATALOG
 from oltunes.sim import calibration as cal
-from oltunes.types import Accelerator, Candidate, CoRunner, JobSpec, Measurement, Prediction, Variant
+from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Prediction, Variant
 
 ANCHORS = ("cpu", "pascal", "ampere")
 _ACCEL_COLUMN = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal", "onnxruntime_gpu_ampere": "ampere"}
@@ -70,7 +70,7 @@ def _fit_line(b: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(a), float(c)
 
 
-def _curve(points: dict[int, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _curve(points: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
     """Latency for batch 1..MAX_BATCH from measured points: interpolate inside, extrapolate linearly beyond."""
     bs = np.array(sorted(points), dtype=float)
     ys = np.maximum.accumulate(np.array([points[int(b)] for b in bs]))  # a bigger batch never runs faster
@@ -87,8 +87,7 @@ def _curve(points: dict[int, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     lat[below] = ys[0]
     lat[0] = 0.0
     cf = np.where(k > 0, (c * k) / np.maximum(a + c * k, 1e-9), 0.0)
-    measured = np.isin(k, bs)
-    return lat, cf, measured
+    return lat, cf
 
 
 class PerformanceModel:
@@ -150,6 +149,7 @@ class PerformanceModel:
             s = g["sigma"].dropna()
             if len(s):
                 t.sigma[anc][i] = float(s.median())
+        raw = {key: set(pts) for key, pts in points.items()}  # what was really measured, before any filling
         # Fill anchors that lack a variant (or have fewer batch sizes) from the other GPU anchor, scaled at the
         # largest batch both measured; with nothing in common, by the median ratio over variants.
         gpu_ratio = []
@@ -172,9 +172,9 @@ class PerformanceModel:
                     filled = {b: y * ratio for b, y in theirs.items()}
                 points[(i, anc)] = filled
         for (i, anc), pts in points.items():
-            lat, cf, measured = _curve(pts)
+            lat, cf = _curve(pts)
             t.lat[anc][i], t.compute_fraction[anc][i] = lat, cf
-            t.measured[anc][i] = measured & np.isin(np.arange(width), list(pts))
+            t.measured[anc][i] = np.isin(np.arange(width), sorted(raw.get((i, anc), ())))
         for anc in ANCHORS:
             s = t.sigma[anc]
             fill = float(np.nanmedian(s)) if np.isfinite(s).any() else 0.05
@@ -265,6 +265,11 @@ class PerformanceModel:
         """True when the latency comes straight from a measured row (anchor accelerator, measured batch)."""
         f = self.factor(accelerator)
         return f.speed == 1.0 and bool(self._t.measured[f.anchor][variant, batch])
+
+    def is_extrapolated(self, variant: int, accelerator: str, batch: int) -> bool:
+        """True for a batch size beyond the largest one measured for this variant on the anchor accelerator."""
+        measured = np.flatnonzero(self._t.measured[self.factor(accelerator).anchor][variant])
+        return bool(len(measured) == 0 or batch > measured.max())
 
     def sigma(self, variant: int, accelerator: str) -> float:
         return float(self._t.sigma[self.factor(accelerator).anchor][variant])
@@ -393,7 +398,8 @@ class PerformanceModel:
                             "batch": b,
                             "p50_ms": float(row[b]),
                             "measured": self.is_measured(vi, acc, b),
-                            "extrapolated": b > 16,
+                            "extrapolated": self.is_extrapolated(vi, acc, b),
+                            "factor_source": cal.FACTORS[acc].source,
                         }
                     )
         return pd.DataFrame(rows)

@@ -86,8 +86,8 @@ class Scenario(_Strict):
             raise ValueError("every value must be in 1..64")
         return sorted(set(v))
 
-    def pool_list(self) -> list[Pool]:
-        return pools_from_data({"pools": self.pools}, source=f"scenario {self.name}")
+    def pool_list(self, source: str | None = None) -> list[Pool]:
+        return pools_from_data({"pools": self.pools}, source=source or f"scenario {self.name}")
 
 
 def _field_error(e: ValidationError, source: str) -> ConfigError:
@@ -106,7 +106,7 @@ def scenario_from_data(data: Any, source: str = "scenario") -> Scenario:
         raise _field_error(e, source) from e
     if not sc.workload.streaming and not sc.workload.batch:
         raise ConfigError(f"{source}: field 'workload': needs at least one streaming or batch entry")
-    sc.pool_list()  # validate the inventory part now, not mid-run
+    sc.pool_list(source)  # validate the inventory part now, not mid-run
     return sc
 
 

@@ -7,16 +7,16 @@ naming the field, never a silently ignored setting.
 Routes (all under ``/v1``; every route but ``health`` needs ``Authorization: Bearer <token>`` when the service
 has a token):
 
-=========================  ==========================  ==========================
-route                      request                     response
-=========================  ==========================  ==========================
-``POST /v1/recommend``     `RecommendRequest`          `RecommendResponse`
-``POST /v1/observe``       `ObserveRequest`            `ObserveResponse`
-``GET  /v1/health``        --                          `HealthResponse`
-``GET  /v1/state``         --                          the tuner's ``state_dict()``
-``GET  /v1/variants``      --                          `VariantsResponse`
-``POST /v1/variants``      `VariantsRequest`           `VariantsResponse` (all variants after adding)
-=========================  ==========================  ==========================
+======================  ==================  ================================================
+route                   request             response
+======================  ==================  ================================================
+``POST /v1/recommend``  `RecommendRequest`  `RecommendResponse`
+``POST /v1/observe``    `ObserveRequest`    `ObserveResponse` (idempotent by measurement_id)
+``GET  /v1/health``     --                  `HealthResponse` (no token needed)
+``GET  /v1/state``      --                  the tuner's ``state_dict()`` (JSON snapshot)
+``GET  /v1/variants``   --                  `VariantsResponse`
+``POST /v1/variants``   `VariantsRequest`   `VariantsResponse` (all variants after adding)
+======================  ==================  ================================================
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class ObserveRequest(_Envelope):
         # Accept the natural shapes a caller would send, so that `curl -d @measurement.json` works too.
         if isinstance(data, list):
             return {"measurements": data}
-        if isinstance(data, dict) and "measurements" not in data and "measurement_id" in data:
+        if isinstance(data, dict) and "measurements" not in data:
             return {"measurements": [data]}
         return data
 

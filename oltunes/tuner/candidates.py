@@ -64,32 +64,33 @@ class PlacementOption:
         return bool(self.members)
 
 
-def _device_usage(cluster: ClusterState, pool: Pool) -> list[list[Placement]]:
-    devices: list[list[Placement]] = [[] for _ in range(pool.count)]
-    for pl in cluster.jobs_on(pool.name):
-        if 0 <= pl.device < pool.count:
-            devices[pl.device].append(pl)
-    return devices
-
-
 def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False) -> list[PlacementOption]:
     """Options per pool: first empty device, and the fullest device with a free slot.
 
     With ``ignore_capacity`` every pool yields its least-loaded device even when full (used only to name a
     best-available candidate when nothing fits).
     """
+    by_pool: dict[str, list[Placement]] = {}
+    for pl in cluster.placements:
+        by_pool.setdefault(pl.pool, []).append(pl)
     out: list[PlacementOption] = []
     for pool in cluster.pools:
-        devices = _device_usage(cluster, pool)
         cap = pool.slots_per_device
         mem = pool.accelerator.memory_gb
+        placed = by_pool.get(pool.name)
+        if not placed:  # the common case on a quiet cluster: device 0, empty
+            out.append(PlacementOption(pool, 0, (), mem, cap - 1, pool.count * cap - 1))
+            continue
+        devices: list[list[Placement]] = [[] for _ in range(pool.count)]
+        for pl in placed:
+            if 0 <= pl.device < pool.count:
+                devices[pl.device].append(pl)
         pool_free = pool.count * cap - sum(len(d) for d in devices)
         free_devs = [i for i, d in enumerate(devices) if len(d) < cap]
         if not free_devs:
             if ignore_capacity:
                 i = min(range(pool.count), key=lambda k: len(devices[k]))
-                used = sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in devices[i])
-                out.append(PlacementOption(pool, i, tuple(devices[i]), mem - used, 0, 0))
+                out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]), 0, 0))
             continue
         empty = next((i for i in free_devs if not devices[i]), None)
         if empty is not None:
@@ -97,7 +98,10 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False) -
         shared = [i for i in free_devs if devices[i]]
         if shared:
             i = max(shared, key=lambda k: (len(devices[k]), -k))
-            used = sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in devices[i])
-            out.append(PlacementOption(pool, i, tuple(devices[i]), mem - used, cap - len(devices[i]) - 1,
-                                       pool_free - 1))
+            out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]),
+                                       cap - len(devices[i]) - 1, pool_free - 1))
     return out
+
+
+def _used_gb(placements: list[Placement]) -> float:
+    return sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in placements)

@@ -10,6 +10,7 @@ When the service cannot be reached (connection refused, timeout, or a 5xx answer
 
 A wrong token (401/403) or a request the service rejects (4xx) is not "unreachable": it raises
 `ConfigError`/`DataError` with the service's reason, because falling back would hide a misconfiguration.
+A measurement refused that way is still kept: queued (wrong token) or moved to ``outbox/rejected/`` (4xx).
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def safe_default(job: JobSpec, cluster: ClusterState, variants: Iterable[Variant
 
     problems = []
     if not meeting:
-        problems.append(f"no {job.family} variant meets accuracy floor {job.accuracy_floor:g} (best {variant.accuracy:g})")
+        problems.append(
+            f"no {job.family} variant meets accuracy floor {job.accuracy_floor:g} (best {variant.accuracy:g})"
+        )
     if free[pool.name] <= 0:
         problems.append("no pool has a free slot")
     note = (
@@ -179,6 +182,7 @@ class TunerClient:
         try:
             r = self._request("POST", "/recommend", content=body)
         except _Unreachable as e:
+            log.warning("tuning service unreachable (%s): using the safe default decision", e)
             return safe_default(job, cluster, self._known_variants(cluster), reason=str(e))
         decision = RecommendResponse.model_validate_json(r.content).decision
         self._after_success()
@@ -197,15 +201,43 @@ class TunerClient:
             return True
         try:
             r = self._request("POST", "/observe", content=m.model_dump_json())
-        except _Unreachable:
+        except _Unreachable as e:
+            log.warning("tuning service unreachable (%s): measurement %s queued in %s",
+                        e, m.measurement_id, self.outbox)
             self._enqueue(m)
             return True
         except ConfigError:
             self._enqueue(m)  # e.g. wrong token: keep it for when the configuration is fixed
             raise
+        except DataError as e:
+            # the service refused this measurement: keep it for inspection (outbox/rejected), never drop it
+            self._enqueue(m)
+            self._quarantine(self._outbox_path(m.measurement_id), str(e))
+            raise
         accepted = ObserveResponse.model_validate_json(r.content).accepted == 1
         self._after_success()
         return accepted
+
+    def replay(self, measurements: Iterable[Measurement]) -> int:
+        """Send history in batches (like ``Tuner.replay``); returns how many the service learnt from.
+
+        Measurements the service already has are skipped by it (exactly-once). When it is unreachable, the
+        rest are queued in the outbox (counted as 0 here) and delivered by a later `flush`.
+        """
+        ms = list(measurements)
+        learnt = 0
+        for i in range(0, len(ms), MAX_OBSERVE_BATCH):
+            chunk = ms[i : i + MAX_OBSERVE_BATCH]
+            try:
+                r = self._request("POST", "/observe", content="[" + ",".join(m.model_dump_json() for m in chunk) + "]")
+            except _Unreachable as e:
+                log.warning("tuning service unreachable (%s): %d measurements queued", e, len(ms) - i)
+                for m in ms[i:]:
+                    self._enqueue(m)
+                return learnt
+            learnt += ObserveResponse.model_validate_json(r.content).accepted
+        self._after_success()
+        return learnt
 
     # -- outbox ----------------------------------------------------------------------------------------------
 
@@ -270,7 +302,9 @@ class TunerClient:
             return []
 
     def _outbox_path(self, measurement_id: str) -> Path:
-        name = measurement_id if _SAFE_NAME.match(measurement_id) else hashlib.sha256(measurement_id.encode()).hexdigest()
+        # ids that are not safe file names (slashes, dots first, very long) are stored under their hash
+        safe = _SAFE_NAME.match(measurement_id)
+        name = measurement_id if safe else hashlib.sha256(measurement_id.encode()).hexdigest()
         return self.outbox / f"{name}.json"
 
     def _enqueue(self, m: Measurement) -> None:
@@ -372,7 +406,9 @@ class TunerClient:
             raise _Unreachable(f"{self.url}: HTTP {r.status_code}: {_detail(r)}")
         self._down_until = 0.0
         if r.status_code in (401, 403):
-            raise ConfigError(f"tuning service at {self.url} refused the token (HTTP {r.status_code}): set OLTUNES_TUNER_TOKEN")
+            raise ConfigError(
+                f"tuning service at {self.url} refused the token (HTTP {r.status_code}): set OLTUNES_TUNER_TOKEN"
+            )
         if r.status_code >= 400:
             raise DataError(f"tuning service rejected {method} {path} (HTTP {r.status_code}): {_detail(r)}")
         return r

@@ -335,7 +335,7 @@ class Tuner:
         return np.stack([np.broadcast_to(a, shape) for a in (lat, en, thr)])
 
     def _member_checks(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
-                       job: JobSpec) -> tuple[np.ndarray, dict[tuple[int, str], dict[str, float]]]:
+                       job: JobSpec) -> tuple[np.ndarray, dict[str, Any]]:
         """(P, V) mask: every job already on the option's device keeps its SLO if this job joins with
         variant v; and predicted slowdowns per (option, size) for the chosen group's explanation.
 
@@ -343,12 +343,33 @@ class Tuner:
         its family and size, so one ``raw_sums`` call scores every (member, size) pair.
         """
         ok = np.ones((len(options), len(variants)), dtype=bool)
-        slowdowns: dict[tuple[int, str], dict[str, float]] = {}
+        slowdowns: dict[int, list[tuple[str, int]]] = {}
         members = [(p, o, mem) for p, o in enumerate(options) for mem in o.members]
         if not members:
-            return ok, slowdowns
-        sizes = sorted({v.size for v in variants})
-        xa, x_alone, prior_with, prior_alone, margins, waits, slos = [], [], [], [], [], [], []
+            return ok, {"by_option": {}}
+        sizes = tuple(sorted({v.size for v in variants}))
+        key = ("members", job.family, sizes, tuple(
+            (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
+             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members)) for _, o, mem in members))
+        plan, alone_idx, prior_with, prior_alone, waits, slos, regions = self._cached(
+            key, lambda: self._member_plan(members, job.family, sizes))
+        margins = np.array([self._margins(r)[_LAT] for r in regions])
+        log_with = self.model.raw_sums_planned(plan)[:, :, _LAT] + prior_with[:, None]  # M, S
+        log_alone = self.model.predict_many(*alone_idx)[:, _LAT] + prior_alone
+        good = np.exp(log_with + margins[:, None]) + waits[:, None] <= slos[:, None]
+        slow = np.exp(log_with - log_alone[:, None])
+        if not good.all():
+            size_of = {s: [j for j, v in enumerate(variants) if v.size == s] for s in sizes}
+            for i, j in zip(*np.nonzero(~good)):
+                ok[members[i][0], size_of[sizes[j]]] = False
+        # Slowdowns are only read for the chosen option: keep them as arrays, keyed lazily.
+        for i, (p, _, mem) in enumerate(members):
+            slowdowns.setdefault(p, []).append((mem.job_id, i))
+        return ok, {"by_option": slowdowns, "slow": slow, "sizes": sizes}
+
+    def _member_plan(self, members, family: str, sizes: Sequence[str]):
+        """Parameter-independent inputs of the member checks (cached until the vocabulary changes)."""
+        xa, x_alone, prior_with, prior_alone, waits, slos, regions = [], [], [], [], [], [], []
         for _, o, mem in members:
             cand = mem.candidate
             acc = o.pool.accelerator
@@ -364,24 +385,14 @@ class Tuner:
                                 np.float64(cand.concurrency), load)[_LAT]
             prior_alone.append(plat[0])
             prior_with.append(plat[1])
-            margins.append(self._margins(acc.name)[_LAT])
             rate = mem.arrival_rate_rps
             waits.append(1000.0 * (cand.batch_size - 1) / rate if rate > 0 else 0.0)
             slos.append(mem.slo_ms)
-        xd = [co_runner_features([_CoRunnerLike(job.family, s)]) for s in sizes]
-        log_with = self.model.raw_sums(xa, xd)[:, :, _LAT] + np.array(prior_with)[:, None]  # M, S
-        rows, vals = self.model.index(x_alone)
-        log_alone = self.model.predict_many(rows, vals)[:, _LAT] + np.array(prior_alone)
-        pess = np.exp(log_with + np.array(margins)[:, None]) + np.array(waits)[:, None]
-        good = pess <= np.array(slos)[:, None]
-        slow = np.exp(log_with - log_alone[:, None])
-        size_of = {s: [j for j, v in enumerate(variants) if v.size == s] for s in sizes}
-        for i, (p, _, mem) in enumerate(members):
-            for j, s in enumerate(sizes):
-                slowdowns.setdefault((p, s), {})[mem.job_id] = float(slow[i, j])
-                if not good[i, j]:
-                    ok[p, size_of[s]] = False
-        return ok, slowdowns
+            regions.append(acc.name)
+        xd = [co_runner_features([_CoRunnerLike(family, s)]) for s in sizes]
+        plan = self.model.sums_plan(xa, xd)
+        return (plan, self.model.index(x_alone), np.array(prior_with), np.array(prior_alone), np.array(waits),
+                np.array(slos), regions)
 
     def recommend(self, job: JobSpec, cluster: ClusterState) -> Decision:
         """Best candidate for ``job`` on ``cluster`` (never raises for an infeasible job: see ``feasible``)."""
@@ -402,62 +413,67 @@ class Tuner:
                 variants: list[Variant], no_capacity: bool) -> Decision:
         ctx = job_context(job)
         P, V, B, C = len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)
-        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants))[:, 0]  # 3, P, V, B, C
-        logp = raw + self._prior_grid(options, variants)
+        shape = (P, V, B, C)
+        static = self._cached(("static", job.family), dict)  # variants x batch x concurrency block, memoised
+        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
+        logp = raw + self._prior_grid(options, variants)  # 3, P, V, B, C
         regions = [o.pool.accelerator.name for o in options]
         marg = np.array([self._margins(r) for r in regions])  # P, 3
-        lat = np.exp(logp[_LAT])
-        energy = np.exp(logp[_EN])
-        thr = np.exp(logp[_THR])
+        lat, energy, thr = np.exp(logp)
         pess_lat = lat * np.exp(marg[:, _LAT])[:, None, None, None]
-        pess_thr = thr * np.exp(-marg[:, _THR])[:, None, None, None]
-        batches = np.array(self.batch_sizes, dtype=float)
-        concs = np.array(self.concurrencies)
         rate = job.arrival_rate_rps
         streaming = job.kind == "streaming"
-        wait = 1000.0 * (batches - 1.0) / rate if (streaming and rate > 0) else np.zeros(B)
-        req_lat = pess_lat + wait[None, None, :, None]
+        req_lat = pess_lat
+        if streaming and rate > 0:  # a request waits for its batch to fill
+            req_lat = pess_lat + (1000.0 * (np.array(self.batch_sizes, dtype=float) - 1.0) / rate)[:, None]
 
-        # Constraints, each broadcast to (P, V, B, C).
-        shape = (P, V, B, C)
+        # Constraints as small broadcastable masks (materialised only where needed).
         need = self._cached(("need", job.family), lambda: np.array(
-            [[memory_need_gb(v, c) for c in concs] for v in variants]))  # V, C
+            [[memory_need_gb(v, c) for c in self.concurrencies] for v in variants]))  # V, C
         free_mem = np.array([o.free_memory_gb for o in options])
-        mem_ok = np.broadcast_to((need[None, :, :] <= free_mem[:, None, None])[:, :, None, :], shape)
-        acc_ok = np.broadcast_to(np.array([v.accuracy >= job.accuracy_floor for v in variants])[None, :, None, None],
-                                 shape)
+        cap_ok = (need[None, :, :] <= free_mem[:, None, None])[:, :, None, :] & (not no_capacity)  # P, V, 1, C
+        acc_ok = np.array([v.accuracy >= job.accuracy_floor for v in variants])[None, :, None, None]
         slo_ok = req_lat <= job.slo_ms
-        thr_ok = pess_thr >= rate * self.throughput_headroom if streaming else np.ones(shape, dtype=bool)
+        if streaming:
+            pess_thr = thr * np.exp(-marg[:, _THR])[:, None, None, None]
+            thr_ok = pess_thr >= rate * self.throughput_headroom
+        else:
+            pess_thr = thr
+            thr_ok = np.ones((1, 1, 1, 1), dtype=bool)
         co_mask, slowdowns = self._member_checks(options, variants, job)
-        co_ok = np.broadcast_to(co_mask[:, :, None, None], shape)
-        cap_ok = mem_ok & (not no_capacity)
-        feasible = cap_ok & acc_ok & slo_ok & thr_ok & co_ok
+        co_ok = co_mask[:, :, None, None]
+        feasible = slo_ok & cap_ok
+        feasible &= acc_ok
+        feasible &= co_ok
+        if streaming:
+            feasible &= thr_ok
+        masks = {"cap": cap_ok, "acc": acc_ok, "slo": slo_ok, "thr": thr_ok, "co": co_ok}
 
-        # Objectives (lower is better).
-        cost_h = np.array([o.pool.accelerator.cost_per_hour for o in options])[:, None, None, None]
-        cost_item = cost_h / 3600.0 / thr
+        # Objective (lower is better); the secondary one and fragmentation only decide among near-equals.
+        cost_h = np.array([o.pool.accelerator.cost_per_hour for o in options])
         items = max(job.items, 1)
         if streaming or job.objective == "energy":
-            obj, secondary, obj_name = energy, cost_item, "energy"
+            obj_name = "energy"
+            obj = energy
         elif job.objective == "completion_time":
-            obj, secondary, obj_name = items / thr, energy, "completion_time"
+            obj_name = "completion_time"
+            obj = items / thr
         else:
-            obj, secondary, obj_name = cost_item, energy, "cost"
-        frag = np.array([o.free_slots_after + o.pool_free_slots_after / 1e4 for o in options])
-        frag = np.broadcast_to(frag[:, None, None, None], shape)
+            obj_name = "cost"
+            obj = (cost_h / 3600.0)[:, None, None, None] / thr
 
-        n_cand = int(cap_ok.sum()) if not no_capacity else 0
-        n_feas = int(feasible.sum())
+        n_cand = 0 if no_capacity else int(cap_ok.sum()) * B
+        n_feas = int(np.count_nonzero(feasible))
         source = "model"
         if n_feas:
-            idx = self._choose(feasible, obj, frag, secondary)
+            idx = self._choose(feasible, obj, obj_name, options, energy, thr, cost_h)
             p_explore = self.explore_rate * _EXPLORE_N0 / (_EXPLORE_N0 + self.n_observed)
             if p_explore > 0 and self._rng.random() < p_explore:
                 eidx = self._explore(feasible, obj, marg, options, variants, obj_name)
                 if eidx != idx:
                     idx, source = eidx, "explore"
         else:
-            idx = self._least_violating(cap_ok, acc_ok, slo_ok, thr_ok, co_ok, req_lat, job, pess_thr, obj)
+            idx = self._least_violating(masks, req_lat, job, pess_thr, obj)
         p, v, b, c = idx
         if source != "explore":
             n_region = self.residuals["log_latency"].count(regions[p])
@@ -472,12 +488,13 @@ class Tuner:
         group = None
         if opt.shared:
             alone = self._predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[0, _LAT]
-            sd = dict(slowdowns.get((p, variant.size), {}))
+            j = slowdowns["sizes"].index(variant.size)
+            sd = {jid: float(slowdowns["slow"][i, j]) for jid, i in slowdowns["by_option"].get(p, [])}
             sd[job.job_id] = float(math.exp(logp[_LAT][idx] - alone))
             group = ColocationGroup(pool=opt.pool.name, device=opt.device,
                                     members=tuple(m.job_id for m in opt.members) + (job.job_id,),
                                     predicted_slowdown=sd)
-        masks = {"cap": cap_ok, "acc": acc_ok, "slo": slo_ok, "thr": thr_ok, "co": co_ok}
+        masks = {k: np.broadcast_to(m, shape) for k, m in masks.items()}
         runner_ups = self._runner_ups(idx, feasible, masks, obj, obj_name, options, variants, lat, energy, thr,
                                       pess_lat, req_lat, job)
         note = self._note(idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source)
@@ -486,13 +503,19 @@ class Tuner:
         return Decision(job_id=job.job_id, candidate=cand, group=group, source=source, feasible=bool(n_feas),
                         explanation=expl)
 
-    def _choose(self, feasible: np.ndarray, obj: np.ndarray, frag: np.ndarray, secondary: np.ndarray):
-        o = np.where(feasible, obj, np.inf)
+    def _choose(self, feasible, obj, obj_name, options, energy, thr, cost_h):
+        """Best objective; within ``near_equal`` of it: least fragmentation, then the secondary objective."""
+        o = np.where(feasible, obj, np.inf).ravel()
         best = o.min()
-        near = feasible & (o <= best * (1.0 + self.near_equal))
-        flat = np.flatnonzero(near)
-        keys = np.lexsort((o.ravel()[flat], secondary.ravel()[flat], frag.ravel()[flat]))
-        return np.unravel_index(flat[keys[0]], feasible.shape)
+        flat = np.flatnonzero(o <= best * (1.0 + self.near_equal))
+        p_idx = np.unravel_index(flat, feasible.shape)[0]
+        frag = np.array([o_.free_slots_after + o_.pool_free_slots_after / 1e4 for o_ in options])[p_idx]
+        if obj_name == "energy":  # secondary: cost per item
+            secondary = cost_h[p_idx] / thr.ravel()[flat]
+        else:
+            secondary = energy.ravel()[flat]
+        keys = np.lexsort((o[flat], secondary, frag))
+        return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))
 
     def _explore(self, feasible, obj, marg, options, variants, obj_name):
         o = np.where(feasible, obj, np.inf)
@@ -503,25 +526,26 @@ class Tuner:
                            for op in options], dtype=float)
         bonus = marg[:, t][:, None] / np.sqrt(1.0 + visits)  # P, V
         optimistic = np.where(within, o * np.exp(-bonus[:, :, None, None]), np.inf)
-        return np.unravel_index(int(np.argmin(optimistic)), feasible.shape)
+        return tuple(int(i) for i in np.unravel_index(int(np.argmin(optimistic)), feasible.shape))
 
-    def _least_violating(self, cap_ok, acc_ok, slo_ok, thr_ok, co_ok, req_lat, job, pess_thr, obj):
+    def _least_violating(self, masks, req_lat, job, pess_thr, obj):
         # Weighted sum of relative violations: capacity and accuracy are hard, latency/throughput graded.
         viol = (
-            (~cap_ok) * 100.0
-            + (~acc_ok) * 10.0
+            (~masks["cap"]) * 100.0
+            + (~masks["acc"]) * 10.0
             + np.maximum(0.0, req_lat / job.slo_ms - 1.0)
-            + (~co_ok) * 1.0
+            + (~masks["co"]) * 1.0
             + (np.maximum(0.0, job.arrival_rate_rps * self.throughput_headroom / pess_thr - 1.0)
                if job.kind == "streaming" else 0.0)
         )
         viol = np.broadcast_to(viol, obj.shape)
         flat = np.lexsort((obj.ravel(), viol.ravel()))
-        return np.unravel_index(int(flat[0]), obj.shape)
+        return tuple(int(i) for i in np.unravel_index(int(flat[0]), obj.shape))
 
     @staticmethod
     def _prediction(lat, energy, thr, pess_lat, idx) -> Prediction:
-        return Prediction(latency_p99_ms=float(lat[idx]), energy_j_per_item=float(energy[idx]),
+        # model_construct: the values come straight from this code (finite, >= 0), validation would only cost
+        return Prediction.model_construct(latency_p99_ms=float(lat[idx]), energy_j_per_item=float(energy[idx]),
                           throughput_items_per_s=float(thr[idx]),
                           margin_ms=float(pess_lat[idx] - lat[idx]))
 
@@ -548,31 +572,31 @@ class Tuner:
                     req_lat, job, k: int = 4) -> list[Alternative]:
         out: list[Alternative] = []
         best = obj[idx]
-        # Feasible runner-ups: the next best distinct (option, variant) pairs.
-        o = np.where(feasible, obj, np.inf)
-        seen_pv = {idx[:2]}
-        flat_o = o.ravel()
-        top = np.argpartition(flat_o, min(63, flat_o.size - 1))[:64]
-        for flat in top[np.argsort(flat_o[top])]:
-            j = np.unravel_index(int(flat), o.shape)
-            if not np.isfinite(o[j]) or len(out) >= k - 1:
+        # Feasible runner-ups: the best setting of each other (option, variant) pair, best pairs first.
+        P, V = obj.shape[:2]
+        o = np.where(feasible, obj, np.inf).reshape(P, V, -1)
+        per_pair = o.min(-1)
+        per_pair[idx[0], idx[1]] = np.inf
+        word = {"energy": "more energy", "completion_time": "slower completion", "cost": "higher cost"}[obj_name]
+        for flat in np.argsort(per_pair, axis=None)[: k - 1]:
+            p, v = divmod(int(flat), V)
+            if not np.isfinite(per_pair[p, v]):
                 break
-            if j[:2] in seen_pv:
-                continue
-            seen_pv.add(j[:2])
+            j = (p, v, *(int(i) for i in np.unravel_index(int(o[p, v].argmin()), obj.shape[2:])))
             rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
-            word = {"energy": "more energy", "completion_time": "slower completion", "cost": "higher cost"}[obj_name]
             reason = f"{word} (+{rel:.1f}%)" if rel > self.near_equal * 100 else "near-equal, leaves more fragmentation"
-            out.append(Alternative(candidate_key=self._key(options, variants, j),
-                                   prediction=self._prediction(lat, energy, thr, pess_lat, j), reason=reason))
+            out.append(Alternative.model_construct(candidate_key=self._key(options, variants, j),
+                                                   prediction=self._prediction(lat, energy, thr, pess_lat, j),
+                                                   reason=reason))
         # The best infeasible candidate (by objective), with the constraint it breaks.
-        inf = np.where(~feasible, obj, np.inf)
-        if np.isfinite(inf).any():
-            j = np.unravel_index(int(np.argmin(inf)), inf.shape)
+        inf = np.where(feasible, np.inf, obj)
+        flat = int(np.argmin(inf))
+        if np.isfinite(inf.flat[flat]):
+            j = tuple(int(i) for i in np.unravel_index(flat, inf.shape))
             if j != idx:
-                out.append(Alternative(candidate_key=self._key(options, variants, j),
-                                       prediction=self._prediction(lat, energy, thr, pess_lat, j),
-                                       reason=self._why(j, masks, req_lat, job, variants)))
+                out.append(Alternative.model_construct(candidate_key=self._key(options, variants, j),
+                                                       prediction=self._prediction(lat, energy, thr, pess_lat, j),
+                                                       reason=self._why(j, masks, req_lat, job, variants)))
         return out
 
     def _note(self, idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source) -> str:

@@ -22,6 +22,8 @@ class TunerLike(Protocol):
 
     def observe(self, m: Measurement) -> bool: ...
 
+    def replay(self, measurements: Iterable[Measurement]) -> int: ...
+
 
 def get_tuner(
     settings: Settings | None = None,

@@ -92,7 +92,8 @@ class TunerService:
         Default cluster (nothing placed) for requests that omit ``cluster``; None makes ``cluster`` required.
     """
 
-    def __init__(self, tuner: ServedTuner, *, state_path: str | Path | None = None, pools: Sequence[Pool] | None = None):
+    def __init__(self, tuner: ServedTuner, *, state_path: str | Path | None = None,
+                 pools: Sequence[Pool] | None = None):
         self.tuner = tuner
         self.state_path = Path(state_path) if state_path is not None else None
         self.default_cluster = ClusterState(pools=list(pools)) if pools else None
@@ -118,7 +119,8 @@ class TunerService:
                     accepted.append(m.measurement_id)
             self.n_observed += len(accepted)
             self._dirty = self._dirty or bool(accepted)
-        return ObserveResponse(accepted=len(accepted), duplicates=len(measurements) - len(accepted), accepted_ids=accepted)
+        return ObserveResponse(accepted=len(accepted), duplicates=len(measurements) - len(accepted),
+                               accepted_ids=accepted)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -182,13 +184,15 @@ class _Persister:
 
 
 def _auth_dependency(token: str | None):
-    expected = f"Bearer {token}".encode() if token else None
+    expected = token.encode() if token else None
 
-    def require_token(request: Request) -> None:
+    # async: a sync dependency would cost every request a thread-pool hop
+    async def require_token(request: Request) -> None:
         if expected is None:
             return
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # constant-time compare of the secret; the scheme name is case-insensitive (RFC 7235)
+        if not (hmac.compare_digest(given.strip().encode(), expected) and scheme.lower() == "bearer"):
             raise _Unauthorized()
 
     return require_token
@@ -343,7 +347,9 @@ def serve(
 
 
 @contextmanager
-def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 20.0) -> Iterator[str]:
+def serve_in_thread(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 20.0
+) -> Iterator[str]:
     """Run `app` under a real uvicorn server in a background thread; yield its base URL; stop it on exit.
 
     ``port=0`` picks a free port (the socket is bound here, before uvicorn starts, so there is no race).

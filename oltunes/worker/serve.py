@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import signal
+import sys
 import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
@@ -326,4 +328,8 @@ def serve(cfg: ServeConfig) -> None:
     import uvicorn
 
     app = create_app(cfg)
+    # uvicorn drains, then re-raises the captured signal with the previous handler: make that a clean exit
+    # (0 for SIGTERM, 130 for Ctrl-C) instead of death-by-signal or a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30)

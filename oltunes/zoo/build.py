@@ -174,7 +174,8 @@ def build_zoo(
                 todo = [p for p in PRECISIONS if force or not _cached(old.get(f"{fam_name}-{size}-{p}"), hashes[p])]
                 for p in PRECISIONS:
                     if p not in todo:
-                        entries[name := f"{fam_name}-{size}-{p}"] = old[name]
+                        name = f"{fam_name}-{size}-{p}"
+                        entries[name] = old[name]
                         say(f"cached  {name}  accuracy={old[name].accuracy:.4f}")
                 if todo:
                     plan.append((fam_name, size, hashes, todo))

@@ -105,9 +105,9 @@ class Transformer(Family, name="transformer"):
     sizes = {
         "s": {"dim": 32, "depth": 1, "heads": 2, "ff": 64},
         "m": {"dim": 64, "depth": 2, "heads": 4, "ff": 128},
-        "l": {"dim": 128, "depth": 4, "heads": 4, "ff": 256},
+        "l": {"dim": 128, "depth": 3, "heads": 4, "ff": 256},
     }
-    epochs = {"s": 25, "m": 20, "l": 15}
+    epochs = {"s": 20, "m": 12, "l": 10}
     lr = 2e-3
 
     def module(self, size: str) -> nn.Module:

@@ -34,7 +34,8 @@ def make_cluster() -> ClusterState:
     pools = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=1, slots_per_device=4),
              Pool(name="a100-a", accelerator=CATALOG["a100"], count=2, slots_per_device=2)]
     busy = Candidate(pool="a100-a", accelerator="a100", variant=make_variants()[0], batch_size=1)
-    placements = [Placement(job_id=f"busy-{i}", pool="a100-a", device=i % 2, candidate=busy, slo_ms=50) for i in range(3)]
+    placements = [Placement(job_id=f"busy-{i}", pool="a100-a", device=i % 2, candidate=busy, slo_ms=50)
+                  for i in range(3)]
     return ClusterState(pools=pools, placements=placements)  # free slots: t4-a 4, a100-a 1
 
 
@@ -145,8 +146,7 @@ def test_outbox_delivered_exactly_once_after_service_returns(tmp_path, oltunes_h
             d = c.recommend(JOB, make_cluster())
             assert d.source != "fallback"
             assert c.pending == 0
-            assert app.state.service.n_observed == 7
-            assert all(tuner.observe(m) is False for m in ms)  # the tuner has every one of them
+            assert app.state.service.n_observed == 7 and tuner.n_observed == 7
 
             # a crash between "sent" and "deleted" leaves a file behind: resending must not count it twice
             (tmp_path / "outbox" / "meas-3.json").write_text(ms[3].model_dump_json())
@@ -154,8 +154,9 @@ def test_outbox_delivered_exactly_once_after_service_returns(tmp_path, oltunes_h
             assert app.state.service.n_observed == 7
             assert c.observe(ms[5]) is False  # direct path: the service says duplicate
             assert c.observe(make_measurement(100)) is True
-            assert app.state.service.n_observed == 8
-            assert c.health().n_observed == 8
+            assert app.state.service.n_observed == 8 and tuner.n_observed == 8
+            assert c.health().n_observed_total == 8
+        assert all(tuner.observe(m) is False for m in ms)  # the tuner has every one of them
 
 
 def test_corrupt_outbox_file_is_quarantined_not_blocking(tmp_path, oltunes_home):
@@ -202,3 +203,32 @@ def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_h
     assert isinstance(remote, TunerClient) and isinstance(remote, TunerLike)
     assert remote.outbox == oltunes_home / "buffer" / "tuner-outbox"
     remote.close()
+
+
+def test_measurement_refused_by_the_service_is_kept_in_rejected(tmp_path, oltunes_home):
+    picky = FastAPI()
+
+    @picky.post("/v1/observe")
+    def _refuse() -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": "candidate.pool: unknown"})
+
+    m = make_measurement(4)
+    with serve_in_thread(picky) as url, client(url, tmp_path) as c:
+        with pytest.raises(DataError, match="candidate.pool"):
+            c.observe(m)
+        assert c.pending == 0
+    assert Measurement.model_validate_json((tmp_path / "outbox" / "rejected" / "meas-4.json").read_text()) == m
+
+
+def test_replay_history_through_the_client(tmp_path, oltunes_home):
+    history = [make_measurement(i) for i in range(12)]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with client(url, tmp_path) as c:
+        assert c.replay(history[:4]) == 0 and c.pending == 4  # down: queued, not lost
+    tuner = Tuner(make_variants())
+    with serve_in_thread(create_app(tuner, token=TOKEN), port=port), client(url, tmp_path) as c:
+        assert c.replay(history) == 12
+        # the flush that follows resends the 4 queued ones: the service drops them as duplicates
+        assert c.pending == 0 and tuner.n_observed == 12 and c.health().n_observed == 12
+        assert c.replay(history) == 0

@@ -58,7 +58,8 @@ def test_recommend_observe_health_state_over_http(served):
     cluster = make_cluster()
     twin = Tuner(make_variants(), seed=0)  # same inputs in-process: the service must add nothing
     with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
-        r = http.post("/v1/recommend", json={"job": JOB.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json")})
+        r = http.post("/v1/recommend",
+                      json={"job": JOB.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json")})
         assert r.status_code == 200, r.text
         decision = Decision.model_validate(r.json()["decision"])
         expected = twin.recommend(JOB, cluster)
@@ -86,6 +87,12 @@ def test_recommend_observe_health_state_over_http(served):
 
         names = {v["name"] for v in http.get("/v1/variants").json()["variants"]}
         assert names == {v.name for v in make_variants()}
+        rnn = Variant(family="rnn", name="rnn-s", size="s", accuracy=0.8, params=1_000_000)
+        r = http.post("/v1/variants", json={"variants": [rnn.model_dump(mode="json")]})
+        assert r.status_code == 200 and "rnn-s" in {v["name"] for v in r.json()["variants"]}
+        r = http.post("/v1/recommend", json={"job": {**JOB.model_dump(mode="json"), "family": "rnn"},
+                                             "cluster": cluster.model_dump(mode="json")})
+        assert r.status_code == 200 and r.json()["decision"]["candidate"]["variant"]["name"] == "rnn-s"
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
@@ -240,3 +247,82 @@ def test_state_persisted_periodically(tmp_path):
                 time.sleep(0.05)
             assert path.exists(), "the background persister never wrote the state"
             assert Tuner.load(path).observe(m) is False
+
+
+def test_cli_recommend_prints_a_decision(oltunes_home, tmp_path, repo_root):
+    from oltunes.cli import app
+
+    (tmp_path / "job.json").write_text(JOB.model_dump_json())
+    (tmp_path / "variants.json").write_text(json.dumps([v.model_dump(mode="json") for v in make_variants()]))
+    result = CliRunner().invoke(app, ["tuner", "recommend", "--job", str(tmp_path / "job.json"),
+                                      "--inventory", str(repo_root / "infra" / "inventory.local.yaml"),
+                                      "--variants", str(tmp_path / "variants.json")])
+    assert result.exit_code == 0, result.output
+    decision = Decision.model_validate_json(result.stdout)
+    assert decision.job_id == JOB.job_id and decision.candidate.pool.startswith("cpu")
+    (tmp_path / "bad.json").write_text('{"family": "cnn", "slo_ms": 0}')
+    result = CliRunner().invoke(app, ["tuner", "recommend", "--job", str(tmp_path / "bad.json"),
+                                      "--variants", str(tmp_path / "variants.json"),
+                                      "--inventory", str(repo_root / "infra" / "inventory.local.yaml")])
+    assert result.exit_code == 2 and "slo_ms" in result.output
+
+
+@pytest.mark.slow
+def test_cli_serve_subprocess_persists_on_sigint_and_restores(tmp_path):
+    """`oltunes tuner serve` as a real process: auth on, state saved on Ctrl-C, restored on restart."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from oltunes.tuner.client import TunerClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    state = tmp_path / "state.json"
+    (tmp_path / "variants.json").write_text(json.dumps([v.model_dump(mode="json") for v in make_variants()]))
+    env = {**os.environ, "OLTUNES_HOME": str(tmp_path / "home"), "OLTUNES_TUNER_TOKEN": TOKEN}
+    cmd = [sys.executable, "-c", "from oltunes.cli import app; app()", "tuner", "serve", "--port", str(port),
+           "--state", str(state), "--variants", str(tmp_path / "variants.json"), "--log-level", "warning"]
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
+                    return proc
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"tuner serve did not come up: {proc.communicate()[0]}")
+            time.sleep(0.2)
+
+    def stop(proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            assert proc.wait(timeout=30) == 0, proc.communicate()[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    proc = start()
+    try:
+        with TunerClient(f"http://127.0.0.1:{port}", token=TOKEN, outbox_dir=tmp_path / "ob") as c:
+            decision = c.recommend(JOB, make_cluster())
+            assert decision.source != "fallback"
+            assert [c.observe(make_measurement(decision.candidate, i)) for i in range(3)] == [True] * 3
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/state", timeout=5).status_code == 401
+    finally:
+        stop(proc)
+    assert Tuner.load(state).n_observed == 3
+
+    proc = start()
+    try:
+        health = httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=5).json()
+        assert health["n_observed_total"] == 3 and health["n_observed"] == 0
+    finally:
+        stop(proc)

@@ -1,0 +1,60 @@
+"""One control interval of a serving worker -> one `Measurement` for the learner (plus the client's view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oltunes.launchers.traffic import Window
+from oltunes.telemetry import TelemetryReport
+from oltunes.types import Decision, Measurement
+
+
+def capacity_items_per_s(wm: dict[str, Any]) -> float | None:
+    """Items per second the worker sustains while busy: items / (batches x mean batch latency / lanes).
+
+    The served rate of a streaming interval only says what arrived; the learner predicts what the
+    configuration can do, which is what batch jobs measure too.
+    """
+    batches, mean_ms, items = wm.get("batches"), wm.get("latency_mean_ms"), wm.get("items")
+    lanes = max(int(wm.get("concurrency") or 1), 1)
+    if not batches or not mean_ms or not items:
+        return None
+    busy_s = batches * mean_ms / 1000.0 / lanes
+    return items / busy_s if busy_s > 0 else None
+
+
+def interval_measurement(
+    service_id: str, decision: Decision, wm: dict[str, Any], client: Window, telemetry: TelemetryReport
+) -> Measurement | None:
+    """None when nothing was answered in the interval (nothing to learn from).
+
+    Latency is the worker's per-batch latency (the learner's target, as in batch jobs), falling back to the
+    client's request latency when the worker's window is unavailable (it was just restarted).
+    """
+    keys = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")
+    if all(wm.get(k) is not None for k in keys):
+        p50, p95, p99 = (float(wm[k]) for k in keys)
+    elif client.latencies_ms:
+        p50, p95, p99 = client.percentile(50), client.percentile(95), client.percentile(99)
+    else:
+        return None
+    items = int(wm.get("items") or client.ok)
+    if items <= 0 or client.seconds <= 0:
+        return None
+    served = items / client.seconds
+    return Measurement(
+        job_id=service_id,
+        decision_id=decision.decision_id,
+        kind="streaming",
+        arrival_rate_rps=client.offered / client.seconds,
+        candidate=decision.candidate,
+        items=items,
+        wall_s=client.seconds,
+        latency_p50_ms=p50,
+        latency_p95_ms=p95,
+        latency_p99_ms=p99,
+        throughput_items_per_s=capacity_items_per_s(wm) or served,
+        energy_j_per_item=telemetry.energy_j / items,
+        energy_source=telemetry.energy_source,
+        gpu_util=telemetry.gpu_util,
+    )

@@ -1,0 +1,119 @@
+"""The streaming flow for real: serving workers on loopback, a replayed real trace, MLflow steps, the learner."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+from mlflow import MlflowClient
+
+from flows.streaming_inference import streaming_inference
+from oltunes.config import get_settings
+from oltunes.errors import ConfigError
+from oltunes.launchers.traffic import BUNDLED_TRACE
+from oltunes.tracking import Tracker
+from oltunes.tracking import conventions as cv
+from oltunes.tuner import Tuner
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+
+def service_run(sid: str):
+    c = MlflowClient(get_settings().mlflow_uri)
+    exp = c.get_experiment_by_name("oltunes-streaming")
+    (run,) = c.search_runs([exp.experiment_id], f"tags.`{cv.TAG_SERVICE}` = '{sid}'")
+    return c, run
+
+
+def worker_pids(sid: str) -> list[int]:
+    root = get_settings().home / "streaming" / sid
+    return [int(p.read_text()) for p in root.glob("gen-*/_run/worker.pid")]
+
+
+def test_streaming_service_logs_steps_feeds_the_learner_and_loses_nothing(settings_env):
+    settings_env()
+    out = asyncio.run(
+        streaming_inference(family="cnn", slo_ms=100.0, trace=str(BUNDLED_TRACE), speedup=20.0, duration_s=16.0,
+                            control_interval_s=4.0, service_id="svc-e2e")
+    )  # fmt: skip
+    assert out.status == "FINISHED" and out.steps >= 2
+    r = out.requests
+    assert r["sent"] > 100 and r["sent"] == r["ok"] + r["failed"] and r["in_flight"] == 0
+    assert r["failed"] == 0, out.failures  # switching workers drops nothing
+    # one MLflow run with one point per step
+    c, run = service_run("svc-e2e")
+    assert run.info.status == "FINISHED"
+    steps = sorted(h.step for h in c.get_metric_history(run.info.run_id, cv.LATENCY_P99))
+    assert steps == list(range(out.steps))
+    assert sum(h.value for h in c.get_metric_history(run.info.run_id, "requests_ok")) <= r["ok"]
+    assert run.data.params["variant"] == out.decisions[0].variant.name
+    assert run.data.tags[cv.TAG_ENERGY_SOURCE] == "estimated" and run.data.tags[cv.TAG_SIMULATED] == "false"
+    # what was logged is what the learner saw, each exactly once
+    logged = {m.measurement_id for m in Tracker().history(kinds=("streaming",)) if m.job_id == "svc-e2e"}
+    assert logged == {m.measurement_id for m in out.measurements}
+    assert logged <= set(Tuner.load(get_settings().tuner_state_path)._seen)
+    assert all(m.kind == "streaming" and m.throughput_items_per_s > 0 for m in out.measurements)
+    # every worker it started is gone
+    assert worker_pids("svc-e2e") and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in worker_pids("svc-e2e"))
+
+
+def test_crashed_serving_worker_is_restarted_and_requests_are_accounted_for(settings_env):
+    settings_env()
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not killed:
+            pids = worker_pids("svc-crash")
+            if pids:
+                time.sleep(3.0)  # let traffic flow first
+                pid = worker_pids("svc-crash")[-1]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.1)
+
+    threading.Thread(target=killer, daemon=True).start()
+    out = asyncio.run(
+        streaming_inference(family="cnn", slo_ms=100.0, trace=str(BUNDLED_TRACE), speedup=20.0, duration_s=14.0,
+                            control_interval_s=7.0, service_id="svc-crash")
+    )  # fmt: skip
+    assert killed and out.restarts >= 1
+    r = out.requests
+    assert r["sent"] == r["ok"] + r["failed"] and r["in_flight"] == 0  # nothing silently lost
+    assert r["ok"] >= 0.95 * r["sent"]  # requests caught by the crash were re-sent to the restarted worker
+    assert sum(out.failures.values()) == r["failed"]
+    c, run = service_run("svc-crash")
+    assert max(h.value for h in c.get_metric_history(run.info.run_id, "restarts")) >= 1
+
+
+def test_cancelled_service_stops_its_workers_and_closes_its_run(settings_env):
+    settings_env()
+
+    async def cancel_after(seconds: float):
+        task = asyncio.create_task(
+            streaming_inference(family="cnn", slo_ms=100.0, trace=str(BUNDLED_TRACE), speedup=20.0,
+                                duration_s=120.0, control_interval_s=3.0, service_id="svc-cancel")
+        )  # fmt: skip
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with pytest.raises(BaseException):
+            await task
+
+    t0 = time.monotonic()
+    asyncio.run(cancel_after(9.0))
+    assert time.monotonic() - t0 < 60
+    pids = worker_pids("svc-cancel")
+    assert pids and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+    _, run = service_run("svc-cancel")
+    assert run.info.status == "KILLED"
+
+
+def test_streaming_rejects_a_launcher_that_cannot_serve(settings_env):
+    settings_env()
+    with pytest.raises(ConfigError, match="'launcher'"):
+        asyncio.run(streaming_inference(family="cnn", launcher="simulated", duration_s=5))

@@ -1,0 +1,55 @@
+"""`oltunes simulate` end to end on the tiny scenario: table, JSON shape, plots, MLflow parent + child runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from oltunes.cli import app
+
+KEYS = {"slo_violation_rate", "p99_ms", "throughput_rps", "gpu_util", "energy_j_per_req", "accuracy_loss_pts",
+        "queueing_delay_s", "jct_s"}
+
+
+def test_cli_writes_report_and_plots(shared_data, oltunes_home, tmp_path):
+    out, plots = tmp_path / "r.json", tmp_path / "plots"
+    res = CliRunner().invoke(app, ["simulate", "--scenario", "tiny", "--policies", "round-robin,oracle",
+                                   "--json", str(out), "--plots", str(plots), "--no-mlflow"])
+    assert res.exit_code == 0, res.output
+    assert "round-robin" in res.output and "oracle" in res.output
+    rep = json.loads(out.read_text())
+    assert rep["scenario"] == "tiny" and set(rep["policies"]) == {"round-robin", "oracle"}
+    for m in rep["policies"].values():
+        assert KEYS <= set(m)
+    for name in ("latency_cdf.png", "slo_violations_over_time.png", "energy_vs_accuracy.png"):
+        assert (plots / name).stat().st_size > 1000
+
+
+def test_cli_bad_scenario_names_the_field(shared_data, oltunes_home, tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump({"name": "bad", "duration_s": 10, "pools": [{"name": "a", "accelerator": "a100",
+                                 "count": 1}], "workload": {"streaming": [{"trace": "proteus", "replicas": 0}]}}))
+    res = CliRunner().invoke(app, ["simulate", "--scenario", str(f), "--policies", "random", "--no-mlflow"])
+    assert res.exit_code == 2
+    assert "workload.streaming.0.replicas" in res.output
+    res = CliRunner().invoke(app, ["simulate", "--scenario", "tiny", "--policies", "nope", "--no-mlflow"])
+    assert res.exit_code == 2 and "round-robin" in res.output
+
+
+@pytest.mark.slow
+def test_cli_logs_parent_and_child_runs_to_mlflow(shared_data, oltunes_home):
+    import mlflow
+
+    from oltunes.config import get_settings
+
+    res = CliRunner().invoke(app, ["simulate", "--scenario", "tiny", "--policies", "random,oracle"])
+    assert res.exit_code == 0, res.output
+    mlflow.set_tracking_uri(get_settings().mlflow_uri)
+    runs = mlflow.search_runs(experiment_names=["oltunes-simulation"], output_format="list")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(parents) == 1 and {c.data.tags["policy"] for c in children} == {"random", "oracle"}
+    assert all("slo_violation_rate" in c.data.metrics for c in children)

@@ -1,0 +1,137 @@
+"""Performance model: calibrated on the real proteus profiles, scaled by the documented factor table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from oltunes.errors import ConfigError
+from oltunes.sim import calibration as cal
+from oltunes.sim.perfmodel import PerformanceModel
+from oltunes.types import Candidate, CoRunner, JobSpec
+
+
+@pytest.fixture(scope="module")
+def pm(shared_data):
+    return PerformanceModel(shared_data)
+
+
+def _cand(pm, name, acc="a100", b=4, c=1, co=()):
+    return Candidate(pool="p", accelerator=acc, variant=pm.variant(name), batch_size=b, concurrency=c, co_runners=co)
+
+
+def test_variants_come_from_proteus(pm, shared_data):
+    vs = pm.variants()
+    df = pd.read_csv(shared_data / "proteus" / "aggregate_profiled.csv")
+    assert len(vs) == df["Model"].nunique()
+    assert len({v.name for v in vs}) == len(vs)
+    assert all(0 < v.accuracy <= 1 and v.precision == "fp32" for v in vs)
+    assert len(pm.families()) == 9
+
+
+def test_measured_anchor_equals_the_data(pm, shared_data):
+    df = pd.read_csv(shared_data / "proteus" / "aggregate_profiled.csv")
+    row = df[(df["Model"] == "resnet50_v1") & (df["Accel"] == "onnxruntime_cpu") & (df["batchsize"] == 4)].iloc[0]
+    vi = pm.variant_index("resnet50_v1")
+    assert pm.latency_row(vi, "cpu")[4] == pytest.approx(row["50th_pct"])
+    assert pm.is_measured(vi, "cpu", 4) and not pm.is_measured(vi, "cpu", 32)
+
+
+def test_latency_grows_with_batch_and_scales_by_factor(pm):
+    for vi in range(len(pm.variants())):
+        for acc in cal.FACTORS:
+            row = pm.latency_row(vi, acc)
+            assert np.all(np.diff(row[1:]) >= -1e-9), (pm.variants()[vi].name, acc)
+            assert row[cal.MAX_BATCH] > row[16]  # extrapolation never makes big batches free
+    vi = pm.variant_index("bert-base-uncased")
+    for acc in ("t4", "v100", "h100", "l4", "a10"):
+        f = cal.FACTORS[acc]
+        assert pm.latency_row(vi, acc)[8] == pytest.approx(pm.latency_row(vi, "a100")[8] / f.speed)
+
+
+def test_every_factor_names_a_source():
+    for name, f in cal.FACTORS.items():
+        assert f.source and f.speed > 0 and f.packing >= 1.0, name
+
+
+def test_truth_is_noiseless_and_measure_is_noisy_but_seeded(pm):
+    job = JobSpec(family="resnet", slo_ms=200)
+    c = _cand(pm, "resnet50_v1")
+    assert pm.truth(job, c) == pm.truth(job, c)
+    m1 = pm.measure(job, c, items=400, rng=np.random.default_rng(1))
+    m2 = pm.measure(job, c, items=400, rng=np.random.default_rng(1))
+    m3 = pm.measure(job, c, items=400, rng=np.random.default_rng(2))
+    assert m1.latency_p99_ms == m2.latency_p99_ms != m3.latency_p99_ms
+    assert m1.simulated and m1.energy_source == "simulated" and m1.items == 400
+    t = pm.truth(job, c)
+    assert m1.latency_p50_ms == pytest.approx(t.latency_p99_ms / math.exp(2.3263 * pm.sigma(pm.variant_index("resnet50_v1"), "a100")), rel=0.1)
+
+
+def test_interference_and_concurrency_slow_a_batch_down(pm):
+    job = JobSpec(family="resnet", slo_ms=200)
+    alone = pm.truth(job, _cand(pm, "resnet152_v1"))
+    heavy = CoRunner(job_id="x", family="gpt2", variant="gpt2-xl", size="gpt2-xl", load=1.0)
+    light = heavy.model_copy(update={"load": 0.1})
+    shared = pm.truth(job, _cand(pm, "resnet152_v1", co=(heavy,)))
+    lightly = pm.truth(job, _cand(pm, "resnet152_v1", co=(light,)))
+    assert shared.latency_p99_ms > lightly.latency_p99_ms >= alone.latency_p99_ms
+    c4 = pm.truth(job, _cand(pm, "resnet152_v1", c=4))
+    assert c4.latency_p99_ms > alone.latency_p99_ms and c4.throughput_items_per_s > alone.throughput_items_per_s
+
+
+def test_energy_uses_the_accelerators_power_range(pm):
+    job = JobSpec(family="bert", slo_ms=200)
+    for acc in ("cpu", "t4", "h100"):
+        vi = pm.variant_index("bert-base-uncased")
+        a = pm.accelerator(acc)
+        for b in (1, 16):
+            assert a.idle_w < pm.busy_power_w(vi, acc, b) <= a.max_w
+        assert pm.truth(job, _cand(pm, "bert-base-uncased", acc)).energy_j_per_item > 0
+
+
+def test_unknown_names_are_clear_errors(pm):
+    with pytest.raises(ConfigError, match="known"):
+        pm.variant("no-such-model")
+    with pytest.raises(ConfigError, match="calibration.py"):
+        pm.factor("tpu-v5")
+
+
+def test_table_labels_extrapolated_batches(pm):
+    t = pm.table()
+    r = t[(t["variant"] == "resnet50_v1") & (t["accelerator"] == "a100")].set_index("batch")
+    assert r.loc[8, "measured"] and not r.loc[8, "extrapolated"]  # the GPU CNN campaign stops at batch 8
+    assert r.loc[16, "extrapolated"] and r.loc[64, "extrapolated"]
+    assert not t[t["accelerator"] == "t4"]["measured"].any()  # scaled, never "measured"
+
+
+def test_factor_table_matches_its_sources(shared_data):
+    """The constants in calibration.FACTORS are recomputed here from the files their sources name."""
+    lam = pd.read_csv(shared_data / "lambda" / "train_throughput_long.csv")
+    r50 = lam[(lam["model"] == "resnet50") & (lam["precision"] == "fp32") & (lam["num_gpu"] == 1)]
+    thr = r50.set_index("system")["throughput"]
+    a100 = thr["LambdaCloud A100 40GB PCIe"]
+    assert cal.FACTORS["a10"].speed == pytest.approx(thr["LambdaCloud A10"] / a100, abs=0.002)
+    assert cal.FACTORS["h100"].speed == pytest.approx(thr["H100 80GB SXM5"] / a100, abs=0.002)
+    sia = pd.read_csv(shared_data / "sia" / "seed_1gpu_profiles.csv")
+    ratios = {"t4": [], "v100": []}
+    for _, g in sia.groupby("application"):
+        common = set.intersection(*[set(x["local_bsz"]) for _, x in g.groupby("gpu_type")])
+        st = g[g["local_bsz"] == max(common)].set_index("gpu_type")["step_time"]
+        for k in ratios:
+            ratios[k].append(st["dgx"] / st[k])
+    assert cal.FACTORS["t4"].speed == pytest.approx(np.median(ratios["t4"]), abs=0.002)
+    v100 = math.sqrt(thr["LambdaCloud V100 16GB"] / a100 * np.median(ratios["v100"]))
+    assert cal.FACTORS["v100"].speed == pytest.approx(v100, abs=0.002)
+    p = pd.read_csv(shared_data / "gavel" / "throughputs_pairs.csv.gz")
+    p = p[(p["source"] == "simulation") & (p["consolidated"] == 1) & (p["scale_factor"] == 1)]
+    iso = p[p["colocated_job_type"].isna()].set_index(["gpu_type", "job_type"])["throughput_steps_per_s"]
+    q = p[p["colocated_job_type"].notna() & (p["colocated_scale_factor"] == 1) & (p["throughput_steps_per_s"] > 0)]
+    r1 = q["throughput_steps_per_s"].to_numpy() / iso.reindex(list(zip(q["gpu_type"], q["job_type"]))).to_numpy()
+    r2 = q["colocated_throughput_steps_per_s"].to_numpy() / iso.reindex(
+        list(zip(q["gpu_type"], q["colocated_job_type"]))).to_numpy()
+    s = pd.Series(r1 + r2, index=q["gpu_type"].to_numpy())
+    assert cal.FACTORS["p100"].packing == pytest.approx(s.loc["p100"].median(), abs=0.002)
+    assert cal.FACTORS["v100"].packing == pytest.approx(s.loc["v100"].median(), abs=0.002)
