@@ -162,6 +162,18 @@ def _ape(log_pred: float, y: float) -> float:
     return min(abs(math.exp(min(log_pred, 50.0)) - y) / y, 1e4)
 
 
+def curve_point(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> dict[str, float]:
+    order = np.random.default_rng(seed).permutation(len(rows))
+    ctx = JobContext()
+    data = [(encode(ctx, rows[i][0]), rows[i][0].key, rows[i][1]) for i in order]
+    mask = np.ones(len(data) - n_train, dtype=bool)
+    out = {name: _run(make(seed), data[:n_train], data[n_train:], mask)["holdout"] for name, make in (
+        ("fm-ftml(lr=0.03)", fm(lambda: FTML(lr=0.03))), ("linear-regression", FIXED["linear-regression"]),
+        ("running-mean", FIXED["running-mean"]))}
+    out["offline ridge (reference)"] = offline_reference(rows, seed, n_train)
+    return out
+
+
 def offline_reference(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> float:
     """What a batch (offline) fit with hand-made crosses reaches on the same split: the data's own limit."""
     from sklearn.feature_extraction import DictVectorizer
@@ -185,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--n-train", type=int, default=200)
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--curve", type=int, nargs="*", default=[100, 200, 300, 400],
+                   help="also report held-out MAPE after these many observations (fm-ftml at lr 0.03, baselines)")
     args = p.parse_args(argv)
     path = get_settings().shared_data / "proteus" / "aggregate_profiled.csv"
     if not path.is_file():
@@ -205,7 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reference, not online: batch ridge regression with explicit variant x accelerator and batch x "
           f"accelerator crosses fitted on the same {args.n_train} rows: held-out MAPE {ref:.1f}%")
     print(f"best held-out: {best}; {HEADLINE} held-out MAPE {summary[HEADLINE]['holdout']:.1f}% (goal <= 10%)")
+    curve = {}
+    for n in args.curve:
+        if n >= len(rows):
+            continue
+        per = [curve_point(rows, seed, n) for seed in range(args.seeds)]
+        curve[n] = {k: median([r[k] for r in per]) for k in per[0]}
+    if curve:
+        names = list(next(iter(curve.values())))
+        print_table("held-out MAPE % by number of observations (median over seeds)", ["n_train", *names],
+                    [[n, *(c[k] for k in names)] for n, c in curve.items()])
     write_json(args.json, {
+        "mape_holdout_by_n_train": curve,
         "n_train": args.n_train, "n_rows": len(rows), "n_holdout": len(rows) - args.n_train, "seeds": args.seeds,
         "target": TARGET_COLUMN, "headline": HEADLINE, "best_holdout": best,
         "mape_holdout": {n: s["holdout"] for n, s in summary.items()},

@@ -15,50 +15,13 @@ violated requests of oltunes minus the oracle's, over cumulative requests, at ea
 
 from __future__ import annotations
 
-import numpy as np
-
 from benchmarks.common import parser, print_table, write_json
-from oltunes.sim.metrics import violations_per_bin
+from oltunes.sim.metrics import regret, warmup
 from oltunes.sim.run import prepare, run_scenario
 from oltunes.sim.scenario import load_scenario, shipped
 
 BASELINES = ("round-robin", "least-loaded", "random", "static-profile", "gavel-like")
 POLICIES = ("oltunes", *BASELINES, "oracle")
-
-
-def _windows(res, window_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    t, tot, bad = violations_per_bin(res)
-    k = max(1, int(round(window_s / res.interval_s)))
-    n = len(t) // k * k
-    return t[:n:k], tot[:n].reshape(-1, k).sum(1), bad[:n].reshape(-1, k).sum(1)
-
-
-def warmup(ol, orc, window_s: float) -> tuple[float | None, float]:
-    """(warm-up length in s or None = never, attainment ratio oltunes/oracle after it — or over the 2nd half)."""
-    t, tot, bad_o = _windows(ol, window_s)
-    _, _, bad_x = _windows(orc, window_s)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        att_o = np.where(tot > 0, 1 - bad_o / np.maximum(tot, 1), 1.0)
-        att_x = np.where(tot > 0, 1 - bad_x / np.maximum(tot, 1), 1.0)
-    ok = att_o >= 0.95 * att_x
-    start = None
-    for i in range(len(ok)):
-        if ok[i:].all():
-            start = i
-            break
-    lo = start if start is not None else len(t) // 2
-    att_after_o = 1 - bad_o[lo:].sum() / max(1, tot[lo:].sum())
-    att_after_x = 1 - bad_x[lo:].sum() / max(1, tot[lo:].sum())
-    length = None if start is None else float(t[start])
-    return length, float(att_after_o / att_after_x) if att_after_x > 0 else float("nan")
-
-
-def regret(ol, orc) -> list[float]:
-    _, tot, bad_o = violations_per_bin(ol)
-    _, _, bad_x = violations_per_bin(orc)
-    cum = np.cumsum(bad_o - bad_x) / np.maximum(1, np.cumsum(tot))
-    idx = [max(0, int(len(cum) * q) - 1) for q in (0.25, 0.5, 0.75, 1.0)]
-    return [float(cum[i]) for i in idx]
 
 
 def evaluate(name: str) -> dict:

@@ -50,6 +50,13 @@ def simulate(
         for r in rows:
             table.add_row(*r)
         console.print(table)
+        if rep["learning"]:
+            lr = rep["learning"]
+            wl = "never reached" if lr["warmup_s"] is None else f"{lr['warmup_s']:g} s"
+            console.print(f"oltunes vs oracle: warm-up {wl}, "
+                          f"attainment after it {lr['oracle_attainment_after_warmup']:.3f} of the oracle's, regret "
+                          f"(violations vs oracle, cumulative) at quarters: "
+                          f"{', '.join(f'{x:.3f}' for x in lr['regret_quarters'])}")
         if json_path:
             console.print(f"report: {R.write_json(rep, json_path)}")
         written = R.write_plots(results, plots, sc.name) if plots else []

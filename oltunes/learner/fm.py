@@ -30,8 +30,14 @@ from oltunes.learner.ftml import FTML
 
 __all__ = ["FMRegressor", "MultiFMRegressor"]
 
+DEFAULT_LR = 0.03  # FTML step size picked by benchmarks/learner_accuracy.py (progressive error, lr grid)
 _BIAS = "__bias__"
 _VERSIONS = itertools.count(1)  # process-wide, so a memo can never match another model's parameters  # row 0: the intercept; its latent row stays zero and is never updated
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise dot products of latent sums: (i, T, k) x (j, T, k) -> (T, i, j) (matmul: cheaper than einsum)."""
+    return np.matmul(a.transpose(1, 0, 2), b.transpose(1, 2, 0))
 
 
 class _FMBase(base.Base):
@@ -62,8 +68,8 @@ class _FMBase(base.Base):
         self._W = np.zeros((16, self._n_targets))
         self._V = np.zeros((16, self._n_targets, self.n_factors))
         self._rng = np.random.default_rng(self.seed)
-        self._wopt = self.weight_optimizer if self.weight_optimizer is not None else FTML(lr=0.05)
-        self._vopt = self.latent_optimizer if self.latent_optimizer is not None else FTML(lr=0.05)
+        self._wopt = self.weight_optimizer if self.weight_optimizer is not None else FTML(lr=DEFAULT_LR)
+        self._vopt = self.latent_optimizer if self.latent_optimizer is not None else FTML(lr=DEFAULT_LR)
         self.n_learned = 0
         self._version = next(_VERSIONS)  # new on every parameter change (memoised grid blocks check it)
 
@@ -110,7 +116,7 @@ class _FMBase(base.Base):
     def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """Raw outputs (n, n_targets) for padded index arrays."""
         W, V = self._W, self._V
-        lin = np.einsum("nm,nmt->nt", vals, W[rows])
+        lin = (W[rows] * vals[:, :, None]).sum(axis=1)
         xv = V[rows] * vals[:, :, None, None]  # n, m, T, k
         s = xv.sum(axis=1)
         inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
@@ -118,7 +124,7 @@ class _FMBase(base.Base):
 
     def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
-        lin = np.einsum("nm,nmt->nt", vals, self._W[rows])
+        lin = (self._W[rows] * vals[:, :, None]).sum(axis=1)
         xv = self._V[rows] * vals[:, :, None, None]
         return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
 
@@ -127,6 +133,11 @@ class _FMBase(base.Base):
         into the placements, batch x concurrency): fewer, larger broadcasts are cheaper than many small ones."""
         T = self._n_targets
         merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        parts = list(parts)
+        if len(parts) > 1 and parts[0][0].shape[0] == 1:  # a single-row part (the job): append its features
+            (r0, v0), (r1, v1) = parts[0], parts[1]
+            n = r1.shape[0]
+            parts[:2] = [(np.hstack([np.repeat(r0, n, 0), r1]), np.hstack([np.repeat(v0, n, 0), v1]))]
         for rows, vals in parts:
             lin, s, q = self.part_terms(rows, vals)
             if merged and merged[-1][0].shape[0] * rows.shape[0] <= 64:
@@ -150,7 +161,7 @@ class _FMBase(base.Base):
             for m in range(j + 1, len(groups)):
                 shape = [1] * p
                 shape[offset + j], shape[offset + m] = groups[j][0].shape[0], groups[m][0].shape[0]
-                out += np.einsum("itk,jtk->tij", groups[j][1], groups[m][1]).reshape(T, *shape)
+                out += _cross(groups[j][1], groups[m][1]).reshape(T, *shape)
 
     def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], n_static: int = 0,
                  cache: dict | None = None) -> np.ndarray:
@@ -187,7 +198,7 @@ class _FMBase(base.Base):
             for m, gs in enumerate(sta):
                 shape = [1] * p
                 shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
-                out += np.einsum("itk,jtk->tij", gd[1], gs[1]).reshape(T, *shape)
+                out += _cross(gd[1], gs[1]).reshape(T, *shape)
         return out.reshape(T, *sizes)
 
     def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:
@@ -218,7 +229,7 @@ class _FMBase(base.Base):
         lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
         y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
         y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
-        out = y_a[:, None, :] + y_d[None, :, :] + np.einsum("itk,jtk->ijt", s_a, s_d)
+        out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
         if a_at is not None:  # overlap correction for keys present in both a and d
             norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T
             out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
@@ -314,7 +325,7 @@ class FMRegressor(_FMBase, base.Regressor):
         Dimension of the latent vectors.
     weight_optimizer, latent_optimizer
         river optimizers for the linear weights (incl. intercept) and the latent vectors. Default
-        ``FTML(lr=0.05)`` each. Optimizers with ``step_rows`` (FTML) take the fast path.
+        ``FTML(lr=0.03)`` each (``DEFAULT_LR``). Optimizers with ``step_rows`` (FTML) take the fast path.
     l2_weight, l2_latent
         L2 penalties.
     init_std

@@ -102,3 +102,37 @@ def violations_over_time(res: RunResult, req: dict[str, np.ndarray] | None = Non
     """(bin start times, SLO violation rate of the requests arriving in each control interval)."""
     t, tot, bad = violations_per_bin(res, req)
     return t, np.where(tot > 0, bad / np.maximum(tot, 1), 0.0)
+
+
+def _windows(res: RunResult, window_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t, tot, bad = violations_per_bin(res)
+    k = max(1, int(round(window_s / res.interval_s)))
+    n = len(t) // k * k
+    return t[:n:k], tot[:n].reshape(-1, k).sum(1), bad[:n].reshape(-1, k).sum(1)
+
+
+def warmup(learner: RunResult, oracle: RunResult, window_s: float) -> tuple[float | None, float]:
+    """(warm-up length in s, or None = never; SLO attainment learner / oracle after it).
+
+    Warm-up ends with the first window (of ``window_s``, the re-tune interval) after which the learner's attainment
+    (1 - violation rate of the requests arriving in the window) stays >= 95% of the oracle's for the rest of the
+    run. With no such window the attainment ratio is taken over the second half of the run.
+    """
+    t, tot, bad_l = _windows(learner, window_s)
+    _, _, bad_o = _windows(oracle, window_s)
+    att_l = np.where(tot > 0, 1 - bad_l / np.maximum(tot, 1), 1.0)
+    att_o = np.where(tot > 0, 1 - bad_o / np.maximum(tot, 1), 1.0)
+    ok = att_l >= 0.95 * att_o
+    start = next((i for i in range(len(ok)) if ok[i:].all()), None)
+    lo = start if start is not None else len(t) // 2
+    after_l = 1 - bad_l[lo:].sum() / max(1, tot[lo:].sum())
+    after_o = 1 - bad_o[lo:].sum() / max(1, tot[lo:].sum())
+    return (None if start is None else float(t[start])), (float(after_l / after_o) if after_o > 0 else float("nan"))
+
+
+def regret(learner: RunResult, oracle: RunResult, quantiles=(0.25, 0.5, 0.75, 1.0)) -> list[float]:
+    """Cumulative (learner's violated requests - oracle's) / cumulative requests, at each quantile of the run."""
+    _, tot, bad_l = violations_per_bin(learner)
+    _, _, bad_o = violations_per_bin(oracle)
+    cum = np.cumsum(bad_l - bad_o) / np.maximum(1, np.cumsum(tot))
+    return [float(cum[max(0, int(len(cum) * q) - 1)]) for q in quantiles]

@@ -12,6 +12,11 @@ Two faces:
 * :meth:`PerformanceModel.measure` — what a run would report: per-batch lognormal noise and slow device drift,
   ``simulated=True``, ``energy_source="simulated"``. The learner only ever sees these.
 
+Data caveats (kept, not smoothed away): the file merges two profiling campaigns; the one with trial counts is
+preferred, the other fills the pairs it lacks — notably every CNN family on the two GPUs, measured only up to
+batch 8 and nearly linear in batch size (about 30 ms per image for ResNet-50 on the Ampere GPU, slower than small
+CNNs on the CPU). Batch 16 for those is therefore extrapolated and flagged like every batch above 16.
+
 The engine reads the same arrays in bulk (:meth:`latency_row`, :meth:`sigma`, :meth:`busy_power_w`, ...), so the
 physics it simulates and the numbers ``truth`` reports cannot drift apart.
 

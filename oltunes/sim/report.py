@@ -7,7 +7,10 @@ JSON::
      "policies": {"oracle": {"slo_violation_rate": ..., "p50_ms": ..., "p99_ms": ..., "throughput_rps": ...,
                              "gpu_util": ..., "energy_j_per_req": ..., "accuracy_loss_pts": ...,
                              "queueing_delay_s": ..., "jct_s": ..., "fragmentation": ..., ...}, ...},
+     "learning": {"warmup_s": ..., "oracle_attainment_after_warmup": ..., "regret_quarters": [...]},
      "meta": {...}, "timeseries": {"<policy>": {"t_s": [...], "slo_violation_rate": [...], ...}}}
+
+``learning`` (when both ``oltunes`` and ``oracle`` ran): warm-up length and regret, see ``metrics.warmup``.
 """
 
 from __future__ import annotations
@@ -59,8 +62,15 @@ def build(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) 
             "gpu_util": [float(x) for x in res.util],
             "active_devices": [int(x) for x in res.active_devices],
         }
+    learning = {}
+    if "oltunes" in results and "oracle" in results:
+        ol, orc = results["oltunes"][0], results["oracle"][0]
+        wl, att = M.warmup(ol, orc, sc.retune_interval_s)
+        learning = {"warmup_s": wl, "oracle_attainment_after_warmup": _clean(att),
+                    "regret_quarters": M.regret(ol, orc)}
     return {
         "scenario": sc.name,
+        "learning": learning,
         "policies": {name: {k: _clean(v) for k, v in m.items()} for name, (_, m) in results.items()},
         "meta": {
             "seed": sc.seed,

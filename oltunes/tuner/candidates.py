@@ -41,8 +41,10 @@ def memory_need_gb(v: Variant, concurrency: int) -> float:
 def co_runner_of(p: Placement) -> CoRunner:
     """How a placed job appears to a job sharing its device (load 1: assume it keeps the device busy)."""
     c = p.candidate
-    return CoRunner(job_id=p.job_id, family=c.variant.family, variant=c.variant.name, size=c.variant.size,
-                    precision=c.variant.precision, batch_size=c.batch_size)
+    # model_construct: every field comes from an already validated Placement
+    return CoRunner.model_construct(job_id=p.job_id, family=c.variant.family, variant=c.variant.name,
+                                    size=c.variant.size, precision=c.variant.precision, batch_size=c.batch_size,
+                                    load=1.0)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,17 @@ How a recommendation is made (all candidates in one vectorised pass):
    ``explore_slack`` of the best, the one with the best *optimistic* objective (objective discounted by
    the margin, more for rarely measured accelerator x variant pairs).
 7. Nothing feasible: the least-violating candidate, ``feasible=False`` and a note naming the constraint.
+
+Conventions callers rely on:
+
+* ``Decision.group`` is set when the job joins a device that already runs jobs (members = those jobs + this
+  one, with predicted slowdowns); ``group=None`` means the pool's lowest-numbered empty device (the
+  explanation note names the device either way). ``Decision.candidate.co_runners`` lists who shares it.
+* Throughput is the job's total (all ``concurrency`` in-flight batches), latency is per batch; a placed
+  job seen as a co-runner is assumed to keep its device busy (``CoRunner.load = 1``) unless a measurement
+  says otherwise.
+* ``observe`` is exactly-once per ``measurement_id``; ``replay`` feeds history through it.
+* The object is thread-safe (one lock): the HTTP service may call it from several threads.
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ from oltunes.learner.features import (
     placement_features,
     variant_features,
 )
-from oltunes.learner.fm import MultiFMRegressor
+from oltunes.learner.fm import DEFAULT_LR, MultiFMRegressor
 from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
 from oltunes.tuner.candidates import PlacementOption, co_runner_of, memory_need_gb, placement_options
@@ -77,6 +88,7 @@ _LAT, _EN, _THR = 0, 1, 2
 _EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 _MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
 _MAX_SEEN = 1_000_000  # measurement ids remembered for exactly-once
+_MAX_CACHE = 4096  # memoised index arrays / prior grids / member plans before the memo is reset
 
 
 class _CoRunnerLike:
@@ -131,7 +143,7 @@ class Tuner:
 
     def __init__(self, variants: Sequence[Variant], *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16),
                  concurrencies: Sequence[int] = (1, 2, 3, 4), prior: Prior | None = None, seed: int = 0,
-                 n_factors: int = 8, lr: float = 0.05, explore_rate: float = 0.2, explore_slack: float = 0.5,
+                 n_factors: int = 8, lr: float = DEFAULT_LR, explore_rate: float = 0.2, explore_slack: float = 0.5,
                  margin_quantile: float = 0.95, throughput_headroom: float = 1.2,
                  near_equal: float = 0.02) -> None:
         self._lock = threading.RLock()  # the service may call from several threads
@@ -212,6 +224,8 @@ class Tuner:
             self._cache_key = version
         val = self._cache.get(key)
         if val is None:
+            if len(self._cache) >= _MAX_CACHE:  # keys include cluster shapes: bound a long-running service
+                self._cache = {}
             val = self._cache[key] = build()
         return val
 
@@ -222,7 +236,7 @@ class Tuner:
         return acc
 
     def _prior_base(self, acc: Accelerator, variant: Variant, batch: int) -> tuple[float, float]:
-        key = ("prior1", acc, variant.name, variant, batch)
+        key = ("prior1", acc.name, acc.max_w, variant.name, variant.params, variant.bytes, variant.precision, batch)
         return self._cached(key, lambda: self.prior.base(acc, variant, batch))
 
     def _prior_log(self, candidate: Candidate) -> np.ndarray:
@@ -314,16 +328,18 @@ class Tuner:
 
     def _prior_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> np.ndarray:
         """Log prior (3, P, V, B, C), cached per (accelerator, co-runner load) of the options and family."""
+        # keyed by what the prior reads (name, board power) rather than hashing pydantic models
         key = ("prior_grid", variants[0].family,
-               tuple((o.pool.accelerator, sum(c.load for c in o.co_runners)) for o in options))
+               tuple((o.pool.accelerator.name, o.pool.accelerator.max_w, sum(c.load for c in o.co_runners))
+                     for o in options))
         return self._cached(key, lambda: self._build_prior_grid(options, variants))
 
     def _build_prior_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> np.ndarray:
         bases = []
         for o in options:
             acc = o.pool.accelerator
-            self._accelerators.setdefault(acc.name, acc)
-            bases.append(self._cached(("prior", acc, variants[0].family), lambda acc=acc: np.array(
+            self._accelerators[acc.name] = acc  # the pool's own figures win (observe() sees only the name)
+            bases.append(self._cached(("prior", acc.name, acc.max_w, variants[0].family), lambda acc=acc: np.array(
                 [[self.prior.base(acc, v, b) for b in self.batch_sizes] for v in variants])))  # V, B, 2
         base = np.stack(bases)  # P, V, B, 2
         load = np.array([sum(c.load for c in o.co_runners) for o in options], dtype=float)

@@ -31,6 +31,12 @@ _ONNX_DTYPES = {
 }
 
 
+def _brief(e: Exception, limit: int = 400) -> str:
+    """ONNX Runtime messages put the source location first and the reason last: keep both ends."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else f"{text[:120]} ... {text[-(limit - 125):]}"
+
+
 def requested_providers(device: Device) -> list[str]:
     """Providers to ask ONNX Runtime for; ``cuda`` without the CUDA build refuses with a clear message."""
     available = ort.get_available_providers()
@@ -89,7 +95,7 @@ class ModelSession:
         try:
             self.session = ort.InferenceSession(str(self.path), session_options(self.threads), providers=providers)
         except Exception as e:  # onnxruntime raises its own Fail/InvalidProtobuf/... types without a common base
-            raise ModelError(f"model file {self.path} could not be loaded by ONNX Runtime ({str(e).strip()[:300]}); is it a valid ONNX model?") from e
+            raise ModelError(f"model file {self.path} could not be loaded by ONNX Runtime ({_brief(e)}); is it a valid ONNX model?") from e
         self.provider = self.session.get_providers()[0]
         if self.device == "cuda" and self.provider != CUDA:
             raise MissingDependency(f"device 'cuda' requested but ONNX Runtime fell back to {self.provider} (CUDA libraries missing?)")
@@ -151,7 +157,7 @@ class ModelSession:
         try:
             return self.session.run([self.output_name], {self.input_name: x})[0]
         except Exception as e:
-            raise ModelError(f"inference failed on model {self.path.name} for a batch of shape {tuple(x.shape)}: {str(e).strip()[:300]}") from e
+            raise ModelError(f"inference failed on model {self.path.name} for a batch of shape {tuple(x.shape)}: {_brief(e)}") from e
 
 
 def predictions(scores: np.ndarray) -> np.ndarray:

@@ -84,6 +84,20 @@ def test_grid_scoring_equals_predict_one():
     np.testing.assert_allclose(many[1], list(fm.predict_one(parts[1][2]).values()), atol=1e-9)
 
 
+def test_memoised_static_block_matches_and_refreshes_after_learning():
+    fm = _trained_multi()
+    parts = [fm.index([{"f0": 1.0}]), fm.index([{"f1": 1.0}, {"f2": 0.5}]),
+             fm.index([{"f3": 1.0}, {"f4": 1.0}, {"f5": 1.0}]), fm.index([{"f6": 2.0}, {"f7": 1.0}])]
+    cache: dict = {}
+    first = fm.raw_grid(parts, n_static=2, cache=cache)
+    np.testing.assert_allclose(first, fm.raw_grid(parts), atol=1e-12)
+    np.testing.assert_allclose(fm.raw_grid(parts, n_static=2, cache=cache), first, atol=0)  # memo hit
+    fm.learn_one({"f3": 1.0, "f6": 1.0}, {"a": 5.0, "b": 5.0})
+    again = fm.raw_grid(parts, n_static=2, cache=cache)  # parameters changed: block recomputed
+    np.testing.assert_allclose(again, fm.raw_grid(parts), atol=1e-12)
+    assert not np.allclose(again, first)
+
+
 def test_raw_sums_equals_predict_one_on_overlapping_keys():
     fm = _trained_multi(seed=1)
     xa = [{"f0": 1.0, "f1": 2.0, "f2": 1.0}, {"f3": 1.0, "f2": 0.5}]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from oltunes.policies import Policy
-from oltunes.sim.metrics import compute, request_arrays
+from oltunes.sim.metrics import compute, regret, request_arrays, warmup
 from oltunes.sim.run import prepare, run_policy
 from oltunes.sim.scenario import load_scenario
 
@@ -72,3 +72,12 @@ def test_device_energy_and_utilisation_are_physical(tiny, all_runs):
         assert all(0 <= u <= 1 for u in res.util), name
         assert all(0 <= e <= max_power * sc.control_interval_s + 1e-6 for e in res.energy_j), name
         assert all(0 <= f <= 1 for f in res.fragmentation), name
+
+
+def test_warmup_and_regret_against_the_oracle(tiny, all_runs):
+    orc = all_runs["oracle"]
+    assert warmup(orc, orc, 15.0) == (0.0, 1.0)
+    assert regret(orc, orc) == [0.0, 0.0, 0.0, 0.0]
+    worst = max(all_runs, key=lambda n: compute(all_runs[n])["slo_violation_rate"])
+    _, att = warmup(all_runs[worst], orc, 15.0)
+    assert att < 1.0 and regret(all_runs[worst], orc)[-1] > 0

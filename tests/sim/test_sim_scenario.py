@@ -74,6 +74,13 @@ def test_workload_is_real_seeded_and_thinned(shared_data):
     full = build_workload(scenario_from_data(_base() | {"workload": {"streaming": [
         {"trace": "proteus", "families": ["resnet"]}]}}), pm, shared_data)[0]
     assert 0.35 < len(arr) / len(full.arrivals) < 0.65  # rate_scale 0.5 keeps about half
+    # over a whole loop of the trace (the rate varies within it), rate_scale 2 doubles the requests
+    long = {"duration_s": 580, "workload": {"streaming": [{"trace": "proteus", "families": ["resnet"]}]}}
+    one = build_workload(scenario_from_data(_base() | long), pm, shared_data)[0].arrivals
+    long["workload"]["streaming"][0]["rate_scale"] = 2.0
+    two = build_workload(scenario_from_data(_base() | long), pm, shared_data)[0].arrivals
+    assert len(two) == pytest.approx(2 * len(one), rel=0.05)
+    assert np.all(np.diff(two) >= 0) and two[-1] < 580
     spec = a[0].spec
     assert spec.kind == "streaming" and spec.slo_ms == 300 and spec.accuracy_floor == pytest.approx(
         pm.best_accuracy("resnet") - 0.04)
