@@ -162,6 +162,31 @@ def _ape(log_pred: float, y: float) -> float:
     return min(abs(math.exp(min(log_pred, 50.0)) - y) / y, 1e4)
 
 
+def worker_measurements(min_n: int = 20) -> tuple[list[tuple[dict, str, float]], str]:
+    """The worker's own runs logged to MLflow (``Tracker.history()``, non-simulated), encoded; or a reason."""
+    try:
+        from oltunes.tracking import Tracker
+
+        history = Tracker().history()
+    except Exception as e:  # tracking not set up / MLflow store absent: this part is optional
+        return [], f"skipped: MLflow history unavailable ({type(e).__name__}: {e})"
+    data = [(encode(m, m.candidate), m.candidate.key, m.latency_p99_ms) for m in history if m.latency_p99_ms > 0]
+    if len(data) < min_n:
+        return [], (f"skipped: {len(data)} real worker measurements in MLflow (need >= {min_n}; run the batch "
+                    f"inference flow on the zoo first)")
+    return data, f"{len(data)} real worker measurements from MLflow"
+
+
+def evaluate_worker(data: list[tuple[dict, str, float]]) -> dict[str, dict[str, float]]:
+    """Oldest 70% of the worker's measurements as the stream, the newest 30% held out."""
+    n_train = int(0.7 * len(data))
+    train, hold = data[:n_train], data[n_train:]
+    mask = np.ones(len(hold), dtype=bool)
+    out = {name: _run(fm(lambda name=name: FM_OPTIMIZERS[name](0.03))(0), train, hold, mask) for name in FM_OPTIMIZERS}
+    out.update({name: _run(make(0), train, hold, mask) for name, make in FIXED.items()})
+    return out
+
+
 def curve_point(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> dict[str, float]:
     order = np.random.default_rng(seed).permutation(len(rows))
     ctx = JobContext()
@@ -229,7 +254,18 @@ def main(argv: list[str] | None = None) -> int:
         names = list(next(iter(curve.values())))
         print_table("held-out MAPE % by number of observations (median over seeds)", ["n_train", *names],
                     [[n, *(c[k] for k in names)] for n, c in curve.items()])
+    wdata, wnote = worker_measurements()
+    worker: dict = {"note": wnote}
+    if wdata:
+        wres = evaluate_worker(wdata)
+        worker.update(n=len(wdata), mape_holdout={k: v["holdout"] for k, v in wres.items()},
+                      mape_progressive={k: v["progressive"] for k, v in wres.items()})
+        print_table(f"this machine's worker runs: {wnote}, oldest 70% train", ["learner", "progressive", "holdout"],
+                    [[k, v["progressive"], v["holdout"]] for k, v in wres.items()])
+    else:
+        print(f"worker measurements: {wnote}")
     write_json(args.json, {
+        "worker": worker,
         "mape_holdout_by_n_train": curve,
         "n_train": args.n_train, "n_rows": len(rows), "n_holdout": len(rows) - args.n_train, "seeds": args.seeds,
         "target": TARGET_COLUMN, "headline": HEADLINE, "best_holdout": best,

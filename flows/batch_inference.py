@@ -59,6 +59,7 @@ class BatchParams(BaseModel):
 
 class BatchOutcome(BaseModel):
     job_id: str
+    job: JobSpec
     decision: Decision
     measurement: Measurement | None
     run_id: str | None = Field(description="MLflow run (None: buffered on disk, MLflow unreachable)")
@@ -200,7 +201,7 @@ async def batch_inference(
     rows = len(job_outputs(out)) if not backend.simulated else 0
     log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)
     return BatchOutcome(
-        job_id=jid, decision=decision, measurement=m, run_id=run_id, observed=observed,
+        job_id=jid, job=job, decision=decision, measurement=m, run_id=run_id, observed=observed,
         output=None if backend.simulated else str(out), parts=len(parts), job_wall_s=job_wall,
     )  # fmt: skip
 

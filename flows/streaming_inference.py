@@ -65,6 +65,7 @@ class StreamOutcome(BaseModel):
     switches: int
     requests: dict[str, int]
     failures: dict[str, int]
+    request_latency: dict[str, float] = Field(description="client-side p50/p95/p99 over the session, ms")
     trace: str
     status: str
 
@@ -266,5 +267,6 @@ async def streaming_inference(
     return StreamOutcome(
         service_id=sid, decisions=decisions, measurements=measurements, steps=step, restarts=supervisor.restarts,
         switches=len(supervisor.switches), requests=totals, failures=dict(gen.failures), trace=str(trace_path),
+        request_latency=gen.latency_summary(),
         status=status,
     )  # fmt: skip

@@ -66,8 +66,17 @@ def batch(
         from oltunes.worker.batch import run_batch
 
         rec = run_batch(
-            resolve_model(model), input, output, batch_size=batch_size, threads=threads, concurrency=concurrency,
-            shard_size=shard_size, max_shards=max_shards, device=device, report=report, overwrite=overwrite,  # type: ignore[arg-type]
+            resolve_model(model),
+            input,
+            output,
+            batch_size=batch_size,
+            threads=threads,
+            concurrency=concurrency,
+            shard_size=shard_size,
+            max_shards=max_shards,
+            device=device,
+            report=report,
+            overwrite=overwrite,  # type: ignore[arg-type]
         )
     if json_out:
         typer.echo(json.dumps(rec.model_dump(mode="json")))
@@ -99,8 +108,14 @@ def serve(
         from oltunes.worker.serve import serve_config
 
         cfg = serve_config(
-            model=resolve_model(model), host=host, port=port, max_batch=max_batch, max_delay_ms=max_delay_ms,
-            threads=threads, concurrency=concurrency, device=device,
+            model=resolve_model(model),
+            host=host,
+            port=port,
+            max_batch=max_batch,
+            max_delay_ms=max_delay_ms,
+            threads=threads,
+            concurrency=concurrency,
+            device=device,
         )
         run_server(cfg)
 

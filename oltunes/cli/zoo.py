@@ -35,9 +35,20 @@ def _rows(zoo_dir: Path | None) -> list[dict]:
 
     return [
         {
-            "family": e.family, "variant": e.name, "name": e.name, "size": e.size, "precision": e.precision,
-            "accuracy": e.accuracy, "path": e.path, "params": e.params, "bytes": e.bytes, "source": e.source,
-            "input_shape": list(e.input_shape), "input_dtype": e.input_dtype, "eval_set": e.eval_set, "eval_items": e.eval_items,
+            "family": e.family,
+            "variant": e.name,
+            "name": e.name,
+            "size": e.size,
+            "precision": e.precision,
+            "accuracy": e.accuracy,
+            "path": e.path,
+            "params": e.params,
+            "bytes": e.bytes,
+            "source": e.source,
+            "input_shape": list(e.input_shape),
+            "input_dtype": e.input_dtype,
+            "eval_set": e.eval_set,
+            "eval_items": e.eval_items,
         }
         for e in list_entries(zoo_dir)
     ]
@@ -62,7 +73,16 @@ def list_(
     for c in ("variant", "family", "size", "precision", "accuracy", "params", "bytes", "source"):
         table.add_column(c)
     for r in rows:
-        table.add_row(r["variant"], r["family"], r["size"], r["precision"], f"{r['accuracy']:.4f}", str(r["params"]), str(r["bytes"]), r["source"])
+        table.add_row(
+            r["variant"],
+            r["family"],
+            r["size"],
+            r["precision"],
+            f"{r['accuracy']:.4f}",
+            str(r["params"]),
+            str(r["bytes"]),
+            r["source"],
+        )
     Console().print(table)
 
 
@@ -89,7 +109,9 @@ def dataset(
     output: Annotated[Path, typer.Option("--output", "-o", help=".npz or .parquet file to write")],
     n: Annotated[int, typer.Option("--n", help="items")] = 1000,
     seed: Annotated[int, typer.Option(help="draw order")] = 0,
-    family: Annotated[str | None, typer.Option(help="zoo family the data must fit (all shipped ones share the input)")] = None,
+    family: Annotated[
+        str | None, typer.Option(help="zoo family the data must fit (all shipped ones share the input)")
+    ] = None,
 ) -> None:
     """Write a labelled input dataset drawn from the held-out split (ids 0..n-1), for demos and tests."""
     with clean_errors():

@@ -178,6 +178,7 @@ class LoadGenerator:
         self._win_start = time.monotonic()
         self._win = {"offered": 0, "ok": 0, "failed": 0, "shed": 0}
         self._win_lat: list[float] = []
+        self.latencies_ms: list[float] = []  # every answered request, for the session's summary
         self.finished = asyncio.Event()
 
     @property
@@ -190,6 +191,13 @@ class LoadGenerator:
         w = Window(now - self._win_start, self._win["offered"], self._win["ok"], self._win["failed"], self._win["shed"], self._win_lat)
         self._win_start, self._win, self._win_lat = now, {k: 0 for k in self._win}, []
         return w
+
+    def latency_summary(self) -> dict[str, float]:
+        """Client-side request latency over the whole session (HTTP included)."""
+        if not self.latencies_ms:
+            return {}
+        p50, p95, p99 = np.percentile(self.latencies_ms, [50, 95, 99])
+        return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99)}
 
     def totals(self) -> dict[str, int]:
         return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "shed": self.shed,
@@ -263,6 +271,7 @@ class LoadGenerator:
                     self.ok += 1
                     self._win["ok"] += 1
                     self._win_lat.append(ms)
+                    self.latencies_ms.append(ms)
                     return
                 retryable = status in ("connection", 502, 503)
                 if not retryable or time.monotonic() > deadline:

@@ -74,6 +74,11 @@ class _FMBase(base.Base):
         self._version = next(_VERSIONS)  # new on every parameter change (memoised grid blocks check it)
 
     @property
+    def parameters_version(self) -> int:
+        """Changes whenever any parameter changes (process-wide unique: safe as a memo key)."""
+        return 0 if self._index is None else self._version
+
+    @property
     def vocabulary_version(self) -> int:
         """Changes whenever a new feature gets a row (callers caching index arrays invalidate on it)."""
         return 0 if self._index is None else len(self._index)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from oltunes.config import get_settings
-from oltunes.errors import MissingDependency
+from oltunes.errors import OLTunesError
 from oltunes.tracking import conventions as cv
 from oltunes.tracking.buffer import DiskBuffer
 from oltunes.types import Candidate, Decision, Measurement, Variant
@@ -24,8 +24,8 @@ from oltunes.types import Candidate, Decision, Measurement, Variant
 log = logging.getLogger(__name__)
 
 
-class TrackingUnavailable(MissingDependency):
-    """MLflow could not be reached; the record went to the disk buffer."""
+class TrackingUnavailable(OLTunesError):
+    """MLflow could not be reached (reads fail with this; writes go to the disk buffer instead)."""
 
 
 def _unreachable_errors() -> tuple[type[BaseException], ...]:

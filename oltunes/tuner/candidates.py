@@ -13,15 +13,23 @@ Capacity:
   counted the same way from their placements.
 
 Concurrency is the number of batches the job keeps in flight on its device (ONNX Runtime sessions/streams).
+Batch size is the *largest* batch: streaming workers batch dynamically (``fill_wait_ms``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from oltunes.types import ClusterState, CoRunner, Placement, Pool, Variant
 
-__all__ = ["PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of"]
+__all__ = ["PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of", "fill_wait_ms",
+           "BATCH_DELAY_MS"]
+
+BATCH_DELAY_MS = 5.0  # the serving worker's default max_delay_ms (oltunes.worker.serve.ServeConfig)
 
 _WORKSPACE_GB = 0.25
 
@@ -38,13 +46,27 @@ def memory_need_gb(v: Variant, concurrency: int) -> float:
     return concurrency * (2.0 * model_bytes(v) / 1e9 + _WORKSPACE_GB)
 
 
+def fill_wait_ms(batch: Any, rate: float, delay_ms: float = BATCH_DELAY_MS) -> Any:
+    """Longest a streaming request waits for its batch to fill: the dynamic batcher closes a batch when it is
+    full or its oldest request has waited ``delay_ms``, whichever comes first (0 for batch jobs)."""
+    if rate <= 0:
+        return 0.0 * batch
+    return np.minimum(1000.0 * (batch - 1.0) / rate, delay_ms)
+
+
 def co_runner_of(p: Placement) -> CoRunner:
     """How a placed job appears to a job sharing its device (load 1: assume it keeps the device busy)."""
     c = p.candidate
-    # model_construct: every field comes from an already validated Placement
-    return CoRunner.model_construct(job_id=p.job_id, family=c.variant.family, variant=c.variant.name,
-                                    size=c.variant.size, precision=c.variant.precision, batch_size=c.batch_size,
-                                    load=1.0)
+    return CoRunner(job_id=p.job_id, family=c.variant.family, variant=c.variant.name, size=c.variant.size,
+                    precision=c.variant.precision, batch_size=c.batch_size, load=1.0)
+
+
+class CoLite(NamedTuple):
+    """The three co-runner fields the feature encoding reads (cheap to build for every option)."""
+
+    family: str
+    size: str
+    load: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -55,22 +77,29 @@ class PlacementOption:
     free_memory_gb: float
     free_slots_after: int  # on the device, once the new job is placed
     pool_free_slots_after: int
-    co_runners: tuple[CoRunner, ...] = field(default=())  # the members, as the new job would see them
 
-    def __post_init__(self) -> None:
-        if self.members and not self.co_runners:
-            object.__setattr__(self, "co_runners", tuple(co_runner_of(m) for m in self.members))
+    @cached_property
+    def co_features(self) -> tuple[CoLite, ...]:
+        """The members as the encoding sees them (family, size, load)."""
+        return tuple(CoLite(m.candidate.variant.family, m.candidate.variant.size) for m in self.members)
+
+    @cached_property
+    def co_runners(self) -> tuple[CoRunner, ...]:
+        """The members as ``CoRunner`` objects (built only for the chosen option)."""
+        return tuple(co_runner_of(m) for m in self.members)
 
     @property
     def shared(self) -> bool:
         return bool(self.members)
 
 
-def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False) -> list[PlacementOption]:
+def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
+                      include: tuple[str, int] | None = None) -> list[PlacementOption]:
     """Options per pool: first empty device, and the fullest device with a free slot.
 
-    With ``ignore_capacity`` every pool yields its least-loaded device even when full (used only to name a
-    best-available candidate when nothing fits).
+    ``include`` = (pool, device) adds that device too when it has a free slot (a running job's current
+    device, so that staying is one of the candidates). With ``ignore_capacity`` every pool yields its
+    least-loaded device even when full (used only to name a best-available candidate when nothing fits).
     """
     by_pool: dict[str, list[Placement]] = {}
     for pl in cluster.placements:
@@ -80,11 +109,12 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False) -
         cap = pool.slots_per_device
         mem = pool.accelerator.memory_gb
         placed = by_pool.get(pool.name)
-        if not placed:  # the common case on a quiet cluster: device 0, empty
+        keep = include[1] if include is not None and include[0] == pool.name and 0 <= include[1] < pool.count else None
+        if not placed and keep in (None, 0):  # the common case on a quiet cluster: device 0, empty
             out.append(PlacementOption(pool, 0, (), mem, cap - 1, pool.count * cap - 1))
             continue
         devices: list[list[Placement]] = [[] for _ in range(pool.count)]
-        for pl in placed:
+        for pl in placed or ():
             if 0 <= pl.device < pool.count:
                 devices[pl.device].append(pl)
         pool_free = pool.count * cap - sum(len(d) for d in devices)
@@ -94,12 +124,16 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False) -
                 i = min(range(pool.count), key=lambda k: len(devices[k]))
                 out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]), 0, 0))
             continue
+        chosen = []
         empty = next((i for i in free_devs if not devices[i]), None)
         if empty is not None:
-            out.append(PlacementOption(pool, empty, (), mem, cap - 1, pool_free - 1))
+            chosen.append(empty)
         shared = [i for i in free_devs if devices[i]]
         if shared:
-            i = max(shared, key=lambda k: (len(devices[k]), -k))
+            chosen.append(max(shared, key=lambda k: (len(devices[k]), -k)))
+        if keep is not None and keep in free_devs and keep not in chosen:
+            chosen.append(keep)
+        for i in chosen:
             out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]),
                                        cap - len(devices[i]) - 1, pool_free - 1))
     return out

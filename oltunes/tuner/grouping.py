@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from oltunes.tuner.candidates import co_runner_of
+from oltunes.tuner.candidates import co_runner_of, fill_wait_ms
 from oltunes.types import ColocationGroup, CoRunner, Placement, Pool
 
 __all__ = ["plan_groups", "LatencyFn"]
@@ -25,8 +25,7 @@ LatencyFn = Callable[[str, Placement, Sequence[CoRunner]], tuple[float, float]]
 
 
 def _wait_ms(p: Placement) -> float:
-    rate = p.arrival_rate_rps
-    return 1000.0 * (p.candidate.batch_size - 1) / rate if rate > 0 else 0.0
+    return float(fill_wait_ms(float(p.candidate.batch_size), p.arrival_rate_rps))
 
 
 def group_check(pool: str, members: Sequence[Placement], latency: LatencyFn,

@@ -17,7 +17,9 @@ Two priors, registered by name (``Prior.make("heuristic")``, ``Prior.make("profi
 
 Both then apply the same adjustments for concurrency *c* and co-runner load *L* (sum of co-runners' loads):
 latency x ``(1 + 0.5 (c-1)) (1 + 0.5 L)``, throughput ``= 1000 b c / latency``, energy per item x
-``(1 + 0.25 L)``. ``margin`` is the prior's own |log error| bound, used until measurements replace it.
+``(1 + 0.25 L)``; for streaming jobs, latency and energy are those of the batch dynamic batching actually
+forms at the job's rate (``Prior.adjust``). ``margin`` is the prior's own |log error| bound, used until
+measurements replace it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ ACHIEVED_TFLOPS: dict[str, float] = {
 }
 _PRECISION_FACTOR = {"fp32": 1.0, "fp16": 0.6, "int8": 0.5}
 _DEFAULT_PARAMS = 25e6  # when a variant does not say (about a ResNet-50)
+UNKNOWN_SIZE_MARGIN = 1.5  # x4.5 either way: a variant with no parameter count or size is a guess
 
 
 def _tflops(acc: Accelerator) -> float:
@@ -65,6 +68,10 @@ class Prior(Registered, root=True):
     def base(self, accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
         raise NotImplementedError
 
+    def margin_of(self, variant: Variant) -> float:
+        """How far (|log|) this prior may be off for a variant; wider when the variant's size is unknown."""
+        return self.margin if (variant.params or variant.bytes) else UNKNOWN_SIZE_MARGIN
+
     @staticmethod
     def heuristic(accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
         gflop = 200.0 * _params(variant) * _PRECISION_FACTOR[variant.precision] / 1e9
@@ -73,13 +80,29 @@ class Prior(Registered, root=True):
         return lat, accelerator.max_w * lat / 1000.0 / batch_size
 
     @staticmethod
-    def adjust(base_lat: np.ndarray, base_energy: np.ndarray, batch: np.ndarray, conc: np.ndarray,
-               co_load: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Log (latency, energy per item, throughput) for broadcastable arrays of base values and settings."""
-        lat = base_lat * (1.0 + 0.5 * (conc - 1.0)) * (1.0 + 0.5 * co_load)
-        energy = base_energy * (1.0 + 0.25 * co_load)
-        thr = 1000.0 * batch * conc / lat
-        return np.log(lat), np.log(energy), np.log(thr)
+    def adjust(base_lat: Any, base_energy: Any, batch: Any, conc: Any, co_load: Any, lat1: Any = None,
+               energy1: Any = None, rate: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Log (request latency, energy per item, throughput) for broadcastable arrays of base values.
+
+        ``base_*`` are the values of a full batch of ``batch`` items. For a streaming job (``rate`` > 0 req/s,
+        ``lat1``/``energy1`` = the batch-1 values) the worker batches dynamically: a batch holds what queued
+        while the previous one ran, about ``b_eff = min(b, 1 + rate x lat1 / 1000 / c)`` requests, so latency
+        and energy per item are those of ``b_eff`` (scaled from batch 1 by ``b^0.75``), while the throughput
+        capacity stays that of full batches.
+        """
+        # In log space: one log per input array, the rest are broadcast additions (the tuner calls this on
+        # whole candidate grids).
+        log_slow = np.log1p(0.5 * (np.asarray(conc) - 1.0)) + np.log1p(0.5 * np.asarray(co_load))
+        log_co_energy = np.log1p(0.25 * np.asarray(co_load))
+        log_thr = np.log(1000.0 * np.asarray(batch) * conc) - np.log(base_lat) - log_slow
+        if rate > 0 and lat1 is not None:
+            log_b_eff = np.log(np.minimum(batch, 1.0 + rate * np.asarray(lat1) / 1000.0 / conc))
+            log_lat = np.log(lat1) + 0.75 * log_b_eff + log_slow
+            log_energy = np.log(energy1) - 0.25 * log_b_eff + log_co_energy
+        else:
+            log_lat = np.log(base_lat) + log_slow
+            log_energy = np.log(base_energy) + log_co_energy
+        return log_lat, log_energy, log_thr
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name}
@@ -179,6 +202,11 @@ class ProfilePrior(Prior, name="profile"):
         energy = (r.energy_j_per_item * scale * r.batch_size / batch_size if r.energy_j_per_item is not None
                   else accelerator.max_w * lat / 1000.0 / batch_size)
         return lat, energy
+
+    def margin_of(self, variant: Variant) -> float:
+        if any(v == variant.name for _, v in self._table):
+            return self.margin
+        return HeuristicPrior.margin if (variant.params or variant.bytes) else UNKNOWN_SIZE_MARGIN
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "rows": [r.model_dump() for r in self.rows]}

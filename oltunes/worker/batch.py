@@ -122,9 +122,13 @@ def _prepare_output(cfg: BatchConfig, job: dict) -> None:
             existing = None
     if existing is not None and existing != job and not cfg.overwrite:
         diff = ", ".join(k for k in job if existing.get(k) != job[k])
-        raise DataError(f"output directory {out} holds shards of a different job (differs in: {diff}); use an empty directory or --overwrite")
-    if (existing is None and any(out.glob(SHARD_GLOB)) and not cfg.overwrite) :
-        raise DataError(f"output directory {out} has shard files but no {JOB_FILE}; use an empty directory or --overwrite")
+        raise DataError(
+            f"output directory {out} holds shards of a different job (differs in: {diff}); use an empty directory or --overwrite"
+        )
+    if existing is None and any(out.glob(SHARD_GLOB)) and not cfg.overwrite:
+        raise DataError(
+            f"output directory {out} has shard files but no {JOB_FILE}; use an empty directory or --overwrite"
+        )
     if cfg.overwrite and existing != job:
         for old in out.glob(SHARD_GLOB):
             old.unlink()
@@ -202,9 +206,17 @@ def run_batch(
     started = time.time()
     t0, cpu0 = time.perf_counter(), time.process_time()
     cfg = config_from(
-        model=Path(model), input=Path(input), output=Path(output), batch_size=batch_size, threads=threads,
-        concurrency=concurrency, shard_size=shard_size, max_shards=max_shards, device=device,
-        report=None if report is None else Path(report), overwrite=overwrite,
+        model=Path(model),
+        input=Path(input),
+        output=Path(output),
+        batch_size=batch_size,
+        threads=threads,
+        concurrency=concurrency,
+        shard_size=shard_size,
+        max_shards=max_shards,
+        device=device,
+        report=None if report is None else Path(report),
+        overwrite=overwrite,
     )
     check_writable_dir(cfg.output)
     if cfg.report is not None:
@@ -212,7 +224,9 @@ def run_batch(
     sessions = [ModelSession(cfg.model, threads=cfg.threads, device=cfg.device) for _ in range(cfg.concurrency)]
     first = sessions[0]
     if first.fixed_batch is not None and first.fixed_batch != cfg.batch_size:
-        raise ConfigError(f"model {cfg.model} has a fixed batch dimension of {first.fixed_batch}; use batch_size {first.fixed_batch}")
+        raise ConfigError(
+            f"model {cfg.model} has a fixed batch dimension of {first.fixed_batch}; use batch_size {first.fixed_batch}"
+        )
     data = read_dataset(cfg.input)
     x = first.prepare(data.x)  # once for the whole input: the per-batch path only slices
     _prepare_output(cfg, _fingerprint(cfg, data))
@@ -263,15 +277,31 @@ def run_batch(
     wall = time.perf_counter() - t0
     complete = all((cfg.output / shard_name(i)).is_file() for i in range(n_shards))
     result = BatchReport(
-        model=str(cfg.model), input=str(cfg.input), output=str(cfg.output),
-        items=items, items_total=n, shards_total=n_shards, shards_done=done, shards_skipped=skipped, complete=complete,
-        batches=len(latencies), wall_s=round(wall, 6), compute_s=round(sum(latencies) / 1e3, 6),
+        model=str(cfg.model),
+        input=str(cfg.input),
+        output=str(cfg.output),
+        items=items,
+        items_total=n,
+        shards_total=n_shards,
+        shards_done=done,
+        shards_skipped=skipped,
+        complete=complete,
+        batches=len(latencies),
+        wall_s=round(wall, 6),
+        compute_s=round(sum(latencies) / 1e3, 6),
         throughput_items_per_s=round(items / wall, 3) if wall > 0 else 0.0,
         **latency_summary(latencies),
         accuracy=(correct / items) if (items and data.labels is not None) else None,
         cpu_time_s=round(time.process_time() - cpu0, 6),
-        device=first.device_kind, provider=first.provider, threads=cfg.threads, batch_size=cfg.batch_size,
-        concurrency=cfg.concurrency, host=socket.gethostname(), pid=os.getpid(), started_at=started, finished_at=time.time(),
+        device=first.device_kind,
+        provider=first.provider,
+        threads=cfg.threads,
+        batch_size=cfg.batch_size,
+        concurrency=cfg.concurrency,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=started,
+        finished_at=time.time(),
     )
     if cfg.report is not None:
         atomic_write_json(cfg.report, result.model_dump(mode="json"))

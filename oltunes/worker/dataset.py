@@ -37,7 +37,9 @@ class Dataset:
         return int(self.x.shape[0])
 
     def slice(self, start: int, stop: int) -> Dataset:
-        return Dataset(self.ids[start:stop], self.x[start:stop], None if self.labels is None else self.labels[start:stop])
+        return Dataset(
+            self.ids[start:stop], self.x[start:stop], None if self.labels is None else self.labels[start:stop]
+        )
 
 
 def _suffix(path: Path) -> str:
@@ -134,7 +136,10 @@ def write_dataset(path: Path | str, data: Dataset) -> Path:
             n = len(data)
             flat = np.ascontiguousarray(data.x).reshape(n, -1)
             offsets = pa.array(np.arange(0, flat.size + 1, flat.shape[1], dtype=np.int32))
-            cols = {"id": pa.array(data.ids, pa.int64()), "x": pa.ListArray.from_arrays(offsets, pa.array(flat.ravel()))}
+            cols = {
+                "id": pa.array(data.ids, pa.int64()),
+                "x": pa.ListArray.from_arrays(offsets, pa.array(flat.ravel())),
+            }
             if data.labels is not None:
                 cols["label"] = pa.array(data.labels, pa.int64())
             table = pa.table(cols).replace_schema_metadata({"x_shape": json.dumps(list(data.x.shape[1:]))})

@@ -97,9 +97,26 @@ def serve_process(
         log_path = name
     log_path = Path(log_path)
     cmd = [
-        sys.executable, "-m", "oltunes.worker", "serve", "--model", str(model), "--host", host, "--port", str(port),
-        "--max-batch", str(max_batch), "--max-delay-ms", str(max_delay_ms), "--threads", str(threads),
-        "--concurrency", str(concurrency), "--device", device,
+        sys.executable,
+        "-m",
+        "oltunes.worker",
+        "serve",
+        "--model",
+        str(model),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--max-batch",
+        str(max_batch),
+        "--max-delay-ms",
+        str(max_delay_ms),
+        "--threads",
+        str(threads),
+        "--concurrency",
+        str(concurrency),
+        "--device",
+        device,
     ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
@@ -108,7 +125,9 @@ def serve_process(
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise WorkerError(f"worker serve exited with code {proc.returncode} before becoming healthy:\n{handle.log_tail()}")
+                raise WorkerError(
+                    f"worker serve exited with code {proc.returncode} before becoming healthy:\n{handle.log_tail()}"
+                )
             try:
                 if client.get(f"{handle.url}/health").status_code == 200:
                     return handle

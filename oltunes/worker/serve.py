@@ -286,7 +286,13 @@ def create_app(cfg: ServeConfig) -> Any:
         metrics = state["metrics"]  # the window may have been reset while this request waited
         metrics.request_ms.append(ms)
         metrics.items += len(x)
-        return InferResponse(predictions=preds.tolist(), ids=req.ids, model=cfg.model.name, batch_items=batch_items, latency_ms=round(ms, 4))
+        return InferResponse(
+            predictions=preds.tolist(),
+            ids=req.ids,
+            model=cfg.model.name,
+            batch_items=batch_items,
+            latency_ms=round(ms, 4),
+        )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -34,7 +34,7 @@ _ONNX_DTYPES = {
 def _brief(e: Exception, limit: int = 400) -> str:
     """ONNX Runtime messages put the source location first and the reason last: keep both ends."""
     text = " ".join(str(e).split())
-    return text if len(text) <= limit else f"{text[:120]} ... {text[-(limit - 125):]}"
+    return text if len(text) <= limit else f"{text[:120]} ... {text[-(limit - 125) :]}"
 
 
 def requested_providers(device: Device) -> list[str]:
@@ -90,21 +90,31 @@ class ModelSession:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         if not self.path.is_file():
-            raise ModelError(f"model file {self.path} does not exist; build the zoo (`oltunes zoo build`) or pass a valid ONNX path")
+            raise ModelError(
+                f"model file {self.path} does not exist; build the zoo (`oltunes zoo build`) or pass a valid ONNX path"
+            )
         providers = requested_providers(self.device)
         try:
             self.session = ort.InferenceSession(str(self.path), session_options(self.threads), providers=providers)
         except Exception as e:  # onnxruntime raises its own Fail/InvalidProtobuf/... types without a common base
-            raise ModelError(f"model file {self.path} could not be loaded by ONNX Runtime ({_brief(e)}); is it a valid ONNX model?") from e
+            raise ModelError(
+                f"model file {self.path} could not be loaded by ONNX Runtime ({_brief(e)}); is it a valid ONNX model?"
+            ) from e
         self.provider = self.session.get_providers()[0]
         if self.device == "cuda" and self.provider != CUDA:
-            raise MissingDependency(f"device 'cuda' requested but ONNX Runtime fell back to {self.provider} (CUDA libraries missing?)")
+            raise MissingDependency(
+                f"device 'cuda' requested but ONNX Runtime fell back to {self.provider} (CUDA libraries missing?)"
+            )
         inputs, outputs = self.session.get_inputs(), self.session.get_outputs()
         if len(inputs) != 1:
-            raise ModelError(f"model {self.path} has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); the worker feeds single-input models")
+            raise ModelError(
+                f"model {self.path} has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); the worker feeds single-input models"
+            )
         meta = inputs[0]
         if meta.type not in _ONNX_DTYPES:
-            raise ModelError(f"model {self.path}: input type {meta.type} is not supported (supported: {', '.join(_ONNX_DTYPES)})")
+            raise ModelError(
+                f"model {self.path}: input type {meta.type} is not supported (supported: {', '.join(_ONNX_DTYPES)})"
+            )
         self.input_name = meta.name
         self.input_shape = tuple(d if isinstance(d, int) and d > 0 else None for d in meta.shape)
         self.input_dtype = np.dtype(_ONNX_DTYPES[meta.type])
@@ -135,13 +145,17 @@ class ModelSession:
                 np.issubdtype(x.dtype, np.integer) and np.issubdtype(want, np.integer) and np.can_cast(x.dtype, want)
             )
             if not same_kind:
-                raise DataError(f"input dtype {x.dtype} does not match the model input '{self.input_name}' dtype {want}; convert the data first")
+                raise DataError(
+                    f"input dtype {x.dtype} does not match the model input '{self.input_name}' dtype {want}; convert the data first"
+                )
             x = x.astype(want)
         item = self.item_shape
         shown = "(n, " + ", ".join("?" if d is None else str(d) for d in item) + ")"
         if None in item:
             if x.ndim != len(self.input_shape):
-                raise DataError(f"input shape {tuple(x.shape)} does not match the model input '{self.input_name}' {shown}")
+                raise DataError(
+                    f"input shape {tuple(x.shape)} does not match the model input '{self.input_name}' {shown}"
+                )
             return np.ascontiguousarray(x)
         per_item = int(np.prod(item)) if item else 1
         got = int(np.prod(x.shape[1:])) if x.ndim > 1 else 1
@@ -157,7 +171,9 @@ class ModelSession:
         try:
             return self.session.run([self.output_name], {self.input_name: x})[0]
         except Exception as e:
-            raise ModelError(f"inference failed on model {self.path.name} for a batch of shape {tuple(x.shape)}: {_brief(e)}") from e
+            raise ModelError(
+                f"inference failed on model {self.path.name} for a batch of shape {tuple(x.shape)}: {_brief(e)}"
+            ) from e
 
 
 def predictions(scores: np.ndarray) -> np.ndarray:

@@ -7,13 +7,14 @@ entry match its configuration hash is skipped, so a second build costs only file
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ PRECISIONS = ("fp32", "fp16", "int8")
 EVAL_SET = "eval.npz"
 # Bump when the build recipe changes in a way the per-variant config does not capture.
 RECIPE = 1
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding `oltunes/`, for child processes
 
 Progress = Callable[[str], None]
 
@@ -58,7 +60,8 @@ def _variant_config(family: Family, size: str, precision: str, seed: int) -> dic
     }
     if precision == "int8":
         cfg["int8_ops"] = Int8.op_types
-        cfg["onnxruntime"] = onnxruntime.__version__  # the quantiser lives in onnxruntime
+    if precision != "fp32":
+        cfg["onnxruntime"] = onnxruntime.__version__  # the fp16 converter and the quantiser live in onnxruntime
     return cfg
 
 
@@ -68,7 +71,9 @@ def _cached(entry: ZooEntry | None, chash: str) -> bool:
     return sha256_file(Path(entry.path)) == entry.sha256
 
 
-def _entry(family: str, size: str, precision: str, path: Path, params: int, chash: str, eval_path: Path, split: Split) -> ZooEntry:
+def _entry(
+    family: str, size: str, precision: str, path: Path, params: int, chash: str, eval_path: Path, split: Split
+) -> ZooEntry:
     session = ModelSession(path, threads=1, device="cpu")
     return ZooEntry(
         family=family,
@@ -95,30 +100,61 @@ def _entry(family: str, size: str, precision: str, path: Path, params: int, chas
 def _train_export(family: str, size: str, seed: int, path: Path) -> tuple[int, float]:
     """Train one family/size and export its fp32 ONNX file; returns (parameter count, seconds).
 
-    Top-level (picklable) so a process pool can run it; each run is single-threaded and seeded, so
-    running several at once gives the same files as running them one by one.
+    Each run is single-threaded and seeded, so running several at once gives the same files as running them
+    one by one.
     """
     t0 = time.perf_counter()
     fam = Family.make(family)
-    module = train(lambda: fam.module(size), digits_split(seed).train, fam.epochs[size], fam.lr, seed)
-    export_fp32(module, digits_split(seed).train.x, path)
+    train_set = digits_split(seed).train
+    module = train(lambda: fam.module(size), train_set, fam.epochs[size], fam.lr, seed)
+    export_fp32(module, train_set.x, Path(path))
     return sum(p.numel() for p in module.parameters()), time.perf_counter() - t0
 
 
+# Child entry point. A fresh interpreter via `-c` rather than a multiprocessing pool: spawn re-imports the
+# caller's __main__ (a user script without a main guard would run again in every child), and fork after
+# torch/onnxruntime have started thread pools can deadlock.
+_CHILD = (
+    "import json, sys; from oltunes.zoo.build import _train_export\n"
+    "for f, s, seed, path in json.loads(sys.argv[1]):\n"
+    "    print(json.dumps([f, s, *_train_export(f, s, seed, path)]), flush=True)"
+)
+
+
+def _train_in_child(jobs: list[tuple[str, str, int, Path]]) -> dict[tuple[str, str], tuple[int, float]]:
+    """Run several jobs in one child process (one interpreter start and exporter warm-up per child)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
+    arg = json.dumps([[f, s, seed, str(path)] for f, s, seed, path in jobs])
+    proc = subprocess.run([sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        names = ", ".join(f"{f}-{s}" for f, s, *_ in jobs)
+        raise ModelError(f"training {names} failed in a worker process:\n{proc.stderr[-2000:]}")
+    done = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
+    return {(f, s): (int(n), float(sec)) for f, s, n, sec in done}
+
+
+def _cost(job: tuple[str, str, int, Path]) -> float:
+    """Rough training cost (epochs x parameters) to balance the children; exactness does not matter."""
+    fam = Family.make(job[0])
+    return fam.epochs[job[1]] * sum(p.numel() for p in fam.module(job[1]).parameters())
+
+
 def _run_training(jobs: list[tuple[str, str, int, Path]]) -> list[tuple[int, float]]:
-    """Run `_train_export` for every job, in worker processes when there is more than one job and core."""
+    """Run `_train_export` for every job: split over child processes when there are several jobs and cores."""
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers <= 1:
         return [_train_export(*job) for job in jobs]
-    # spawn, not fork: forking a process that already holds torch/ORT thread pools can deadlock.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        # largest first, so the longest job does not start last
-        order = sorted(range(len(jobs)), key=lambda i: SIZES.index(jobs[i][1]), reverse=True)
-        futures = {i: pool.submit(_train_export, *jobs[i]) for i in order}
-        try:
-            return [futures[i].result() for i in range(len(jobs))]
-        except BrokenProcessPool as e:
-            raise ModelError(f"a zoo training process died ({e}); retry, or check memory") from e
+    groups: list[list[tuple[str, str, int, Path]]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for job in sorted(jobs, key=_cost, reverse=True):  # longest job first onto the least loaded child
+        i = load.index(min(load))
+        groups[i].append(job)
+        load[i] += _cost(job)
+    results: dict[tuple[str, str], tuple[int, float]] = {}
+    with ThreadPoolExecutor(workers) as pool:
+        for part in pool.map(_train_in_child, groups):
+            results.update(part)
+    return [results[(f, s)] for f, s, *_ in jobs]
 
 
 def _same_eval_set(path: Path, split: Split) -> bool:
@@ -165,7 +201,9 @@ def build_zoo(
             write_dataset(eval_path, split.test)
         models = zoo_dir / "models"
         # Keep what this call does not rebuild: user variants and shipped ones outside the filter.
-        entries: dict[str, ZooEntry] = {n: e for n, e in old.items() if e.source == "user" or e.family not in families or e.size not in sizes}
+        entries: dict[str, ZooEntry] = {
+            n: e for n, e in old.items() if e.source == "user" or e.family not in families or e.size not in sizes
+        }
         plan: list[tuple[str, str, dict[str, str], list[str]]] = []  # family, size, hash per precision, todo
         for fam_name in families:
             family = Family.make(fam_name)
@@ -190,7 +228,9 @@ def build_zoo(
             for p in todo:
                 out = models / f"{fam_name}-{size}-{p}.onnx"
                 Converter.make(p).convert(fp32, out, split.calibration())
-                entries[out.stem] = e = _entry(fam_name, size, p, out, params[(fam_name, size)], hashes[p], eval_path, split)
+                entries[out.stem] = e = _entry(
+                    fam_name, size, p, out, params[(fam_name, size)], hashes[p], eval_path, split
+                )
                 say(f"built   {e.name}  accuracy={e.accuracy:.4f}  bytes={e.bytes}")
         save_entries(zoo_dir, list(entries.values()))
     return [e.variant() for e in load_entries(zoo_dir)]

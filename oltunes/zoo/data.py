@@ -70,7 +70,9 @@ def make_dataset(family_or_variant: object, n: int, path: Path | str, seed: int 
         raise ConfigError(f"n must be at least 1, got {n}")
     family = family_or_variant.family if isinstance(family_or_variant, Variant) else family_or_variant
     if family is not None and family not in Family.known():
-        raise ConfigError(f"make_dataset: {family!r} is not a zoo family ({', '.join(Family.known())}); zoo data only fits zoo models")
+        raise ConfigError(
+            f"make_dataset: {family!r} is not a zoo family ({', '.join(Family.known())}); zoo data only fits zoo models"
+        )
     from oltunes.config import get_settings
 
     test = digits_split(get_settings().seed).test

@@ -50,9 +50,22 @@ def export_fp32(module: torch.nn.Module, example: np.ndarray, path: Path) -> Pat
                 external_data=False,
                 verbose=False,
             )
-        onnx.save_model(program.model_proto, str(tmp))
+        onnx.save_model(_strip_metadata(program.model_proto), str(tmp))
 
     return atomic_write(path, _write)
+
+
+def _strip_metadata(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop the exporter's per-node stack traces and FX annotations.
+
+    They embed source file paths and line numbers, so the same weights would give different bytes after a
+    code reformat; without them the file depends only on the graph and the weights (and is smaller).
+    """
+    for node in model.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    del model.graph.metadata_props[:]
+    return model
 
 
 @contextlib.contextmanager

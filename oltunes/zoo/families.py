@@ -38,7 +38,13 @@ class Family(Registered, root=True):
 class _ConvNet(nn.Module):
     def __init__(self, c1: int, c2: int, c3: int, hidden: int) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(1, c1, 3, padding=1), nn.ReLU(), nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+        layers: list[nn.Module] = [
+            nn.Conv2d(1, c1, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(c1, c2, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        ]
         width = c2
         if c3:  # a third conv on the 4x4 map: the "l" size's extra depth
             layers += [nn.Conv2d(c2, c3, 3, padding=1), nn.ReLU()]

@@ -78,8 +78,12 @@ def load_entries(zoo_dir: Path, *, tolerate_corrupt: bool = False) -> list[ZooEn
     except (OSError, ValueError, KeyError, TypeError, ValidationError) as e:
         if tolerate_corrupt:
             return []
-        raise ModelError(f"zoo manifest {path} is unreadable ({type(e).__name__}); rebuild it with `oltunes zoo build --force`") from e
-    return [e.model_copy(update={"path": _abs(e.path, zoo_dir), "eval_set": _abs(e.eval_set, zoo_dir)}) for e in entries]
+        raise ModelError(
+            f"zoo manifest {path} is unreadable ({type(e).__name__}); rebuild it with `oltunes zoo build --force`"
+        ) from e
+    return [
+        e.model_copy(update={"path": _abs(e.path, zoo_dir), "eval_set": _abs(e.eval_set, zoo_dir)}) for e in entries
+    ]
 
 
 def _order(e: ZooEntry) -> tuple:
@@ -90,7 +94,9 @@ def _order(e: ZooEntry) -> tuple:
 
 def save_entries(zoo_dir: Path, entries: list[ZooEntry]) -> Path:
     rows = [
-        e.model_copy(update={"path": _rel(e.path, zoo_dir), "eval_set": _rel(e.eval_set, zoo_dir)}).model_dump(mode="json")
+        e.model_copy(update={"path": _rel(e.path, zoo_dir), "eval_set": _rel(e.eval_set, zoo_dir)}).model_dump(
+            mode="json"
+        )
         for e in sorted(entries, key=_order)
     ]
     return atomic_write_json(zoo_dir / MANIFEST, {"format": FORMAT, "variants": rows})

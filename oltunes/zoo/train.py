@@ -33,7 +33,7 @@ def deterministic(seed: int) -> Iterator[torch.Generator]:
 
 
 def train(make: Callable[[], nn.Module], data: Dataset, epochs: int, lr: float, seed: int) -> nn.Module:
-    """Build a module with `make` under the seed, train it with AdamW + one-cycle LR on `data`, return it in eval mode."""
+    """Build a module with `make` under the seed, train it (AdamW, one-cycle LR) on `data`; return it in eval mode."""
     x = torch.from_numpy(np.ascontiguousarray(data.x))
     y = torch.from_numpy(data.labels)
     with deterministic(seed) as gen:

@@ -10,7 +10,7 @@ import pytest
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Prior, Tuner
-from oltunes.tuner.candidates import memory_need_gb
+from oltunes.tuner.candidates import fill_wait_ms, memory_need_gb
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool, Variant
 
 SIZES = {"s": (0.70, 5_000_000), "m": (0.76, 25_000_000), "l": (0.80, 60_000_000)}
@@ -138,10 +138,11 @@ def test_streaming_throughput_constraint(tuner):
     ok = tuner.recommend(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=100), make_cluster())
     assert ok.feasible
     p = ok.explanation.predicted
-    m_thr = tuner._margins(ok.candidate.accelerator)[2]
+    m_thr = tuner._margins(ok.candidate.accelerator, "cnn")[2]
     assert p.throughput_items_per_s * math.exp(-m_thr) >= 100 * tuner.throughput_headroom
-    # batch-fill wait counts against a streaming SLO
-    wait = 1000 * (ok.candidate.batch_size - 1) / 100
+    # batch-fill wait (bounded by the dynamic batcher's delay) counts against a streaming SLO
+    wait = fill_wait_ms(ok.candidate.batch_size, 100)
+    assert wait == min(1000 * (ok.candidate.batch_size - 1) / 100, 5.0)
     assert p.latency_p99_ms + p.margin_ms + wait <= 200
     bad = tuner.recommend(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=1e7), make_cluster())
     assert not bad.feasible and "throughput" in bad.explanation.note
@@ -236,3 +237,22 @@ def test_bad_settings_are_config_errors():
         Tuner(make_variants(), batch_sizes=[0, 2])
     with pytest.raises(ConfigError, match="explore_rate"):
         Tuner(make_variants(), explore_rate=2.0)
+
+
+def test_retune_keeps_a_good_current_placement_and_leaves_a_bad_one(tuner):
+    cluster = make_cluster()
+    job = JobSpec(job_id="r1", family="cnn", slo_ms=80, accuracy_floor=0.7, items=1000, objective="energy")
+    first = tuner.recommend(job, cluster)
+    # Running on device 1 of its pool (not the device a fresh decision would pick): staying keeps device 1.
+    pool = cluster.pool(first.pool)
+    dev = pool.count - 1
+    here = Placement(job_id="r1", pool=first.pool, device=dev, candidate=first.candidate, slo_ms=80)
+    again = tuner.recommend(job, make_cluster([here]), current=here)  # the cluster may still list the job
+    assert again.candidate == first.candidate
+    assert again.group is not None and again.group.device == dev and again.group.members == ("r1",)
+    assert "kept the current placement" in again.explanation.note
+    # A current configuration far worse than the best (largest model, batch 1, on the CPU) is left.
+    worst = Candidate(pool="cpu-pool", accelerator="cpu", variant=tuner.variants[-2], batch_size=1, concurrency=4)
+    bad = Placement(job_id="r1", pool="cpu-pool", device=0, candidate=worst, slo_ms=80)
+    moved = tuner.recommend(job, make_cluster(), current=bad)
+    assert moved.candidate != worst and "kept the current" not in moved.explanation.note

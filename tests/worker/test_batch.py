@@ -26,7 +26,9 @@ def bare_predictions(model, x):
 def test_predictions_and_measurement_record(built_zoo, tmp_path, fmt):
     data_path = make_dataset("cnn", 700, tmp_path / f"in.{fmt}", seed=3)
     data = read_dataset(data_path)
-    rep = run_batch(built_zoo / MODEL, data_path, tmp_path / "out", batch_size=32, shard_size=300, report=tmp_path / "m.json")
+    rep = run_batch(
+        built_zoo / MODEL, data_path, tmp_path / "out", batch_size=32, shard_size=300, report=tmp_path / "m.json"
+    )
 
     table = read_predictions(tmp_path / "out")
     assert table["id"].to_pylist() == data.ids.tolist()
@@ -41,7 +43,9 @@ def test_predictions_and_measurement_record(built_zoo, tmp_path, fmt):
     assert record["shards_done"] == 3 and record["shards_skipped"] == 0 and record["complete"]
     assert record["accuracy"] == pytest.approx(float(np.mean(expected == data.labels)))
     assert record["throughput_items_per_s"] == pytest.approx(700 / record["wall_s"], rel=1e-3)
-    assert 0 < record["latency_p50_ms"] <= record["latency_p95_ms"] <= record["latency_p99_ms"] <= record["latency_max_ms"]
+    assert (
+        0 < record["latency_p50_ms"] <= record["latency_p95_ms"] <= record["latency_p99_ms"] <= record["latency_max_ms"]
+    )
     assert record["compute_s"] <= record["wall_s"]
     assert record["cpu_time_s"] > 0
     assert record["provider"] == "CPUExecutionProvider" and record["device"] == "cpu"
@@ -51,7 +55,9 @@ def test_predictions_and_measurement_record(built_zoo, tmp_path, fmt):
 def test_concurrency_gives_the_same_predictions(built_zoo, tmp_path):
     data_path = make_dataset(None, 500, tmp_path / "in.npz")
     one = run_batch(built_zoo / MODEL, data_path, tmp_path / "a", batch_size=16, shard_size=200)
-    three = run_batch(built_zoo / MODEL, data_path, tmp_path / "b", batch_size=16, shard_size=200, concurrency=3, threads=2)
+    three = run_batch(
+        built_zoo / MODEL, data_path, tmp_path / "b", batch_size=16, shard_size=200, concurrency=3, threads=2
+    )
     assert three.concurrency == 3 and three.threads == 2
     assert read_predictions(tmp_path / "a").equals(read_predictions(tmp_path / "b"))
     assert one.accuracy == three.accuracy

@@ -20,8 +20,22 @@ def test_sigkill_mid_job_then_rerun(built_zoo, tmp_path):
     n, shard = 60_000, 2_000
     data_path = make_dataset("transformer", n, tmp_path / "in.npz", seed=9)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oltunes.worker", "batch", "--model", str(built_zoo / "models/transformer-l-fp32.onnx"),
-           "--input", str(data_path), "--output", str(out), "--batch-size", "64", "--shard-size", str(shard)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "oltunes.worker",
+        "batch",
+        "--model",
+        str(built_zoo / "models/transformer-l-fp32.onnx"),
+        "--input",
+        str(data_path),
+        "--output",
+        str(out),
+        "--batch-size",
+        "64",
+        "--shard-size",
+        str(shard),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while len(list(out.glob("part-*.parquet"))) < 2 and proc.poll() is None and time.monotonic() < deadline:

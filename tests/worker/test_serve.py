@@ -7,7 +7,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -117,7 +116,7 @@ def test_a_request_larger_than_max_batch_runs_as_one_batch(client, items):
 
 def test_shutdown_answers_every_queued_request(built_zoo, items):
     x, expected = items
-    with serve_process(built_zoo / MODEL, max_batch=64, max_delay_ms=1500) as srv:
+    with serve_process(built_zoo / MODEL, max_batch=64, max_delay_ms=1500, concurrency=2, threads=1) as srv:
         answers: list[httpx.Response] = []
         lock = threading.Lock()
 
@@ -132,7 +131,8 @@ def test_shutdown_answers_every_queued_request(built_zoo, items):
         deadline = time.monotonic() + 10
         while httpx.get(f"{srv.url}/metrics").json()["queue_requests"] < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert httpx.get(f"{srv.url}/metrics").json()["queue_depth"] == 5
+        m = httpx.get(f"{srv.url}/metrics").json()
+        assert (m["queue_depth"], m["concurrency"]) == (5, 2)
         code = srv.stop()  # SIGTERM while 5 requests wait in the queue
         for t in threads:
             t.join(30)

@@ -39,5 +39,8 @@ def test_force_rebuilds_the_selection_and_keeps_the_rest(small_zoo):
     lines: list[str] = []
     build_zoo(small_zoo, families=["transformer"], sizes=["s"], force=True, progress=lines.append)
     assert sorted(line.split()[1] for line in lines if line.startswith("built")) == [
-        "transformer-s-fp16", "transformer-s-fp32", "transformer-s-int8"]
+        "transformer-s-fp16",
+        "transformer-s-fp32",
+        "transformer-s-int8",
+    ]
     assert len(list_entries(small_zoo)) == 6  # cnn-s entries kept

@@ -119,6 +119,21 @@ def test_cli_dataset_and_register(tmp_path):
     r = runner.invoke(app, ["zoo", "dataset", "-o", str(tmp_path / "d.parquet"), "--n", "30"])
     assert r.exit_code == 0 and len(read_dataset(tmp_path / "d.parquet")) == 30
     linear_model(tmp_path / "m.onnx", np.ones((4, 3)))
-    r = runner.invoke(app, ["zoo", "register", "-m", str(tmp_path / "m.onnx"), "--eval", str(tmp_path / "d.parquet"),
-                            "--family", "linear", "--size", "x", "--zoo-dir", str(tmp_path / "zoo")])
+    r = runner.invoke(
+        app,
+        [
+            "zoo",
+            "register",
+            "-m",
+            str(tmp_path / "m.onnx"),
+            "--eval",
+            str(tmp_path / "d.parquet"),
+            "--family",
+            "linear",
+            "--size",
+            "x",
+            "--zoo-dir",
+            str(tmp_path / "zoo"),
+        ],
+    )
     assert r.exit_code == 2 and r.stderr.startswith("error:") and "expects (n, 4)" in r.stderr
