@@ -69,6 +69,10 @@ async def _bare_stream(candidate, trace: Path, duration_s: float, workdir: Path)
 def main() -> None:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=150_000, help="batch job size (the goal is stated for a 60 s job)")
+    ap.add_argument("--family", default="transformer", help="batch job's model family")
+    ap.add_argument("--accuracy-floor", type=float, default=0.965,
+                    help="batch job's floor (0.965 admits only the large transformer: a job of about a minute)")
+    ap.add_argument("--stream-family", default="cnn")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rate", type=float, default=50.0, help="streaming request rate (req/s)")
     ap.add_argument("--stream-seconds", type=float, default=20.0)
@@ -87,21 +91,22 @@ def main() -> None:
     from flows.streaming_inference import streaming_inference
     from oltunes.zoo import build_zoo, make_dataset
 
-    build_zoo(families=["cnn"])
-    data = make_dataset("cnn", args.items, tmp / "in.parquet", seed=0)
+    build_zoo(families=sorted({args.family, args.stream_family}))
+    data = make_dataset(args.family, args.items, tmp / "in.parquet", seed=0)
 
     # warm-up: starts Prefect's ephemeral API and creates the MLflow store (one-time costs, reported apart)
     t0 = time.perf_counter()
-    asyncio.run(batch_inference(family="cnn", dataset=str(data), output=str(tmp / "warm"), slo_ms=1000.0, items_per_worker=args.items))
+    asyncio.run(batch_inference(family=args.family, dataset=str(data), output=str(tmp / "warm"), slo_ms=1000.0,
+                                accuracy_floor=args.accuracy_floor, items_per_worker=args.items, shard_size=5000))  # fmt: skip
     startup_s = time.perf_counter() - t0
 
     rows, ratios, extra_s, bare_walls = [], [], [], []
     for k in range(args.rounds):
         t0 = time.perf_counter()
-        res = asyncio.run(batch_inference(family="cnn", dataset=str(data), output=str(tmp / f"flow-{k}"), slo_ms=1000.0,
-                                          items_per_worker=args.items, shard_size=1000))  # fmt: skip
+        res = asyncio.run(batch_inference(family=args.family, dataset=str(data), output=str(tmp / f"flow-{k}"), slo_ms=1000.0,
+                                          accuracy_floor=args.accuracy_floor, items_per_worker=args.items, shard_size=5000))  # fmt: skip
         flow_s = time.perf_counter() - t0
-        bare_s = _bare_batch(res.decision.candidate, data, tmp / f"bare-{k}", 1000)
+        bare_s = _bare_batch(res.decision.candidate, data, tmp / f"bare-{k}", 5000)
         ratios.append(flow_s / bare_s)
         extra_s.append(flow_s - bare_s)
         bare_walls.append(bare_s)
@@ -113,7 +118,7 @@ def main() -> None:
     trace.write_text("".join(f"{int(i * 1000 / args.rate)},1,100\n" for i in range(n)))
     added = []
     for k in range(args.rounds):
-        st = asyncio.run(streaming_inference(family="cnn", slo_ms=100.0, trace=str(trace), speedup=1.0,
+        st = asyncio.run(streaming_inference(family=args.stream_family, slo_ms=100.0, trace=str(trace), speedup=1.0,
                                              duration_s=args.stream_seconds, control_interval_s=args.stream_seconds,
                                              service_id=f"bench-{k}-{int(time.time())}"))  # fmt: skip
         bare = asyncio.run(_bare_stream(st.decisions[0].candidate, trace, args.stream_seconds, tmp / f"serve-{k}"))
@@ -125,6 +130,8 @@ def main() -> None:
                 ["path", "round", "candidate", "bare", "flow", "ratio / added"], rows)  # fmt: skip
     summary = {
         "batch_items": args.items,
+        "batch_family": args.family,
+        "batch_accuracy_floor": args.accuracy_floor,
         "batch_bare_wall_s_median": median(bare_walls),
         "batch_overhead_ratio_median": median(ratios),
         "batch_overhead_s_median": median(extra_s),

@@ -137,7 +137,8 @@ async def batch_inference(
         raise DataError(f"parameter 'dataset': {p.dataset} does not exist")
     if p.dataset is None and backend.needs_dataset:
         raise DataError(f"parameter 'dataset': required with launcher {p.launcher!r}")
-    variants = check_family(p.family, backend.variants(settings), p.launcher)
+    variants = backend.variants(settings)
+    check_family(p.family, variants, p.launcher)
     n_items = p.items if p.dataset is None else _count_items(p.dataset)
     if not n_items:
         raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")

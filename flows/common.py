@@ -48,7 +48,11 @@ def make_tuner(launcher: type[Launcher], variants: list[Variant]) -> tuple[Any, 
     from oltunes.tuner.factory import get_tuner
 
     s = tuner_settings(launcher)
-    return get_tuner(s, variants=variants), s
+    tuner = get_tuner(s, variants=variants)
+    add = getattr(tuner, "add_variants", None)  # a tuner restored from disk learns of variants built since
+    if add is not None:
+        add(variants)
+    return tuner, s
 
 
 def make_tracker() -> Tracker:

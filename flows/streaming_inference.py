@@ -30,7 +30,7 @@ from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, Router, json_payloads, load_arrivals
 from oltunes.telemetry import Monitor
 from oltunes.tracking import conventions as cv
-from oltunes.types import Decision, JobSpec, Measurement, new_id
+from oltunes.types import Decision, JobSpec, Measurement, Placement, new_id
 from tasks import serving
 from tasks import tracking as track
 from tasks import tuning
@@ -94,13 +94,13 @@ def _inputs(family: str, where: Path) -> Any:
 
 
 @contextlib.contextmanager
-def _sigterm_stops(stop: asyncio.Event, loop: asyncio.AbstractEventLoop):
+def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio.AbstractEventLoop):
     """SIGTERM (how a cancelled deployment run is ended) stops the service cleanly instead of killing it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     try:
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, lambda: (terminated.set(), stop.set()))
     except (NotImplementedError, RuntimeError):
         yield
         return
@@ -157,7 +157,8 @@ async def streaming_inference(
     backend = Launcher.lookup(p.launcher)
     if backend.simulated:
         raise ConfigError(f"parameter 'launcher': {p.launcher!r} cannot serve requests; use 'local' (or 'docker')")
-    variants = check_family(p.family, backend.variants(settings), p.launcher)
+    variants = backend.variants(settings)
+    check_family(p.family, variants, p.launcher)
     trace_path = resolve_trace(p.trace)
     arrivals = load_arrivals(trace_path, speedup=p.speedup, duration_s=p.duration_s)
     rate = len(arrivals) / p.duration_s
@@ -191,7 +192,7 @@ async def streaming_inference(
         tags={cv.TAG_JOB: sid, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
     )  # fmt: skip
     decisions, measurements = [decision], []
-    stop_traffic, stop_watch = asyncio.Event(), asyncio.Event()
+    stop_traffic, stop_watch, terminated = asyncio.Event(), asyncio.Event(), asyncio.Event()
     gen = LoadGenerator(router, arrivals, payload, max_in_flight=p.max_in_flight)
     status, step = "FINISHED", 0
     await supervisor.start(decision)
@@ -200,7 +201,7 @@ async def streaming_inference(
     watch_task = asyncio.create_task(supervisor.watch(stop_watch))
     t_end = time.monotonic() + p.duration_s
     try:
-        with _sigterm_stops(stop_traffic, loop):
+        with _sigterm_stops(stop_traffic, terminated, loop):
             while not gen.finished.is_set() and not stop_traffic.is_set():
                 active = supervisor.active
                 cores = len(pool_cores(active.spec.pool))
@@ -235,11 +236,16 @@ async def streaming_inference(
                 step += 1
                 if stop_traffic.is_set():
                     break
-                new = await tuning.recommend(tuner, job.model_copy(update={"arrival_rate_rps": max(m.arrival_rate_rps, 0.1)}), cluster)
+                now_job = job.model_copy(update={"arrival_rate_rps": max(m.arrival_rate_rps, 0.1)})
+                here = Placement(job_id=sid, pool=current.pool, device=current.group.device if current.group else 0,
+                                 candidate=current.candidate, slo_ms=p.slo_ms, arrival_rate_rps=now_job.arrival_rate_rps)  # fmt: skip
+                new = await tuning.recommend(tuner, now_job, cluster, here)
                 if new.candidate.key != current.candidate.key:
                     rec = await supervisor.switch(new)
                     decisions.append(new)
                     log.info("step %d: switched %s -> %s (old worker drained: %s)", step, rec.old, rec.new, rec.drained)
+        if terminated.is_set():
+            status = "KILLED"
     except (asyncio.CancelledError, KeyboardInterrupt):
         status = "KILLED"
         raise

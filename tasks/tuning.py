@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Any
 
@@ -11,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from oltunes.config import Settings
 from oltunes.errors import OLTunesError
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,14 @@ async def warm_start(tuner: Any, history: list[Measurement]) -> int:
 
 
 @task(name="recommend", cache_policy=NO_CACHE, timeout_seconds=60)
-async def recommend(tuner: Any, job: JobSpec, cluster: ClusterState) -> Decision:
-    """Ask the tuner; an HTTP tuner that cannot be reached answers with its safe default (source='fallback')."""
+async def recommend(tuner: Any, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
+    """Ask the tuner; an HTTP tuner that cannot be reached answers with its safe default (source='fallback').
+
+    `current` (re-tuning a running service) is where the job runs now, so the tuner can prefer staying put
+    when moving would gain little; passed only to tuners whose ``recommend`` takes it.
+    """
+    if current is not None and "current" in inspect.signature(tuner.recommend).parameters:
+        return await asyncio.to_thread(lambda: tuner.recommend(job, cluster, current=current))
     return await asyncio.to_thread(tuner.recommend, job, cluster)
 
 

@@ -69,20 +69,11 @@ def list_(
     if not rows:
         Console(stderr=True).print("the zoo is empty: run `oltunes zoo build`")
         return
-    table = Table(title="model zoo")
-    for c in ("variant", "family", "size", "precision", "accuracy", "params", "bytes", "source"):
-        table.add_column(c)
+    table = Table(title="model zoo")  # family/size/precision are in the name; --json has every field
+    for c in ("variant", "accuracy", "params", "bytes", "source"):
+        table.add_column(c, no_wrap=True)
     for r in rows:
-        table.add_row(
-            r["variant"],
-            r["family"],
-            r["size"],
-            r["precision"],
-            f"{r['accuracy']:.4f}",
-            str(r["params"]),
-            str(r["bytes"]),
-            r["source"],
-        )
+        table.add_row(r["variant"], f"{r['accuracy']:.4f}", str(r["params"]), str(r["bytes"]), r["source"])
     Console().print(table)
 
 

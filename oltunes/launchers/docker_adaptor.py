@@ -54,7 +54,6 @@ def run_kwargs(spec: WorkerSpec, argv: list[str], image: str = DEFAULT_IMAGE, po
         "volumes": volumes,
         "device_requests": device_requests(spec.pool),
         "labels": {"oltunes.job_id": spec.job.job_id, "oltunes.pool": spec.pool.name},
-        "environment": {"OLTUNES_WORKER_DEVICE": "cuda" if spec.pool.device_ids else "cpu"},
     }
     if spec.pool.cpu_set:
         kw["cpuset_cpus"] = ",".join(map(str, spec.pool.cpu_set))

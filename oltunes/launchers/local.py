@@ -51,6 +51,8 @@ def worker_argv(spec: WorkerSpec, threads: int, port: int | None = None, command
     if not c.variant.path:
         raise ConfigError(f"variant {c.variant.name}: no model file (variant.path is empty); build the zoo first")
     argv = [*(command or worker_command()), spec.mode, "--model", str(c.variant.path), "--threads", str(threads)]
+    if spec.pool.device_ids:  # a GPU pool: fail loudly rather than silently fall back to the CPU provider
+        argv += ["--device", "cuda"]
     if spec.mode == "batch":
         if spec.input_path is None or spec.output_dir is None:
             raise ConfigError("batch worker: input_path and output_dir are required")

@@ -68,7 +68,10 @@ def placement_features(pool: str, accelerator: str, co_runners: Iterable[CoRunne
 
 
 def co_runner_features(co_runners: Iterable[CoRunner]) -> dict[str, float]:
-    """Additive over co-runners: features(A + B) == features(A) + features(B), key by key."""
+    """Additive over co-runners: features(A + B) == features(A) + features(B), key by key.
+
+    Reads only ``family``, ``size`` and ``load`` of each co-runner (any object with those attributes).
+    """
     x: dict[str, float] = {}
     n = 0
     load = 0.0

@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from river import base, optim
+from river import base, facto, optim
 
 from oltunes.learner.ftml import FTML
 
-__all__ = ["FMRegressor", "MultiFMRegressor"]
+__all__ = ["FMRegressor", "MultiFMRegressor", "RiverFMRegressor"]
 
 DEFAULT_LR = 0.03  # FTML step size picked by benchmarks/learner_accuracy.py (progressive error, lr grid)
 _BIAS = "__bias__"
@@ -429,3 +429,35 @@ class MultiFMRegressor(_FMBase, base.MultiTargetRegressor):
     def predict_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """Vectorised predictions (n, n_targets) for index arrays from :meth:`index`."""
         return self._raw_many(rows, vals)
+
+
+class RiverFMRegressor(facto.FMRegressor):
+    """river's own ``facto.FMRegressor``, with latent updates keyed per feature.
+
+    river hands each feature's latent vector to the shared latent optimizer as ``dict(enumerate(vector))``,
+    so a stateful optimizer (Adam, FTML, FTRL) keeps its moments per latent *index*, mixing every feature's
+    history. This subclass passes ``{feature: vector}`` instead (FTML's keyed path accepts vector values), so
+    the state is per feature. It is the reference implementation for tests; the tuner uses the dense
+    :class:`MultiFMRegressor` (same equation, vectorised).
+
+    Examples
+    --------
+    >>> from oltunes.learner.fm import RiverFMRegressor
+    >>> from oltunes.learner.ftml import FTML
+    >>> fm = RiverFMRegressor(n_factors=2, weight_optimizer=FTML(0.05), latent_optimizer=FTML(0.05),
+    ...                       intercept_lr=0.05, seed=0)
+    >>> for _ in range(300):
+    ...     fm.learn_one({"a": 1.0}, 2.0)
+    >>> round(fm.predict_one({"a": 1.0}), 1)
+    2.0
+    """
+
+    def _update_latents(self, x, g_loss):
+        v, l1, l2 = self.latents, self.l1_latent, self.l2_latent
+        precomputed_sum = sum(v[j] * xj for j, xj in x.items())
+        grads = {j: g_loss * (xj * precomputed_sum - v[j] * xj**2) + l1 * np.sign(v[j]) + l2 * v[j]
+                 for j, xj in x.items()}
+        current = {j: v[j] for j in x}
+        updated = self.latent_optimizer.step(w=current, g=grads)
+        for j in x:
+            self.latents[j] = np.asarray(updated[j], dtype=float)

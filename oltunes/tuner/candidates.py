@@ -26,7 +26,8 @@ import numpy as np
 
 from oltunes.types import ClusterState, CoRunner, Placement, Pool, Variant
 
-__all__ = ["PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of", "fill_wait_ms",
+__all__ = ["CoLite", "PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of", "fill_wait_ms",
+           "queue_wait_ms",
            "BATCH_DELAY_MS"]
 
 BATCH_DELAY_MS = 5.0  # the serving worker's default max_delay_ms (oltunes.worker.serve.ServeConfig)
@@ -52,6 +53,15 @@ def fill_wait_ms(batch: Any, rate: float, delay_ms: float = BATCH_DELAY_MS) -> A
     if rate <= 0:
         return 0.0 * batch
     return np.minimum(1000.0 * (batch - 1.0) / rate, delay_ms)
+
+
+def queue_wait_ms(batch_latency_ms: Any, rate: float, throughput: Any, concurrency: Any, burstiness: float) -> Any:
+    """Approximate p99 queueing delay of a streaming request (Kingman's G/G/1 mean wait with an exponential
+    tail): ``lat/c * rho/(1-rho) * (1 + burstiness)/2 * ln(100)``, ``rho = rate / throughput`` (capped below
+    1). ``burstiness`` is the squared coefficient of variation of inter-arrival times (1 = Poisson); batch
+    latencies in measurements exclude queueing, so this is the only place it enters the SLO check."""
+    rho = np.minimum(rate / throughput, 0.999)
+    return batch_latency_ms / concurrency * rho / (1.0 - rho) * (1.0 + burstiness) / 2.0 * np.log(100.0)
 
 
 def co_runner_of(p: Placement) -> CoRunner:

@@ -146,7 +146,8 @@ def _shard_complete(path: Path, rows: int) -> bool:
 
 
 def _write_shard(path: Path, ids: np.ndarray, preds: np.ndarray, labels: np.ndarray | None) -> None:
-    cols = {"id": pa.array(ids, pa.int64()), "pred": pa.array(preds.astype(np.int64, copy=False))}
+    # class ids from (n, classes) scores are int64; a model with one output value per item keeps its floats
+    cols = {"id": pa.array(ids, pa.int64()), "pred": pa.array(preds)}
     if labels is not None:
         cols["label"] = pa.array(labels, pa.int64())
     atomic_write(path, lambda tmp: pq.write_table(pa.table(cols), tmp))
@@ -260,10 +261,11 @@ def run_batch(
                 break
             bounds = [(s, min(hi, s + cfg.batch_size)) for s in range(lo, hi, cfg.batch_size)]
             results = pool.map(lambda b: infer(*b), bounds) if pool else (infer(*b) for b in bounds)
-            preds = np.empty(hi - lo, dtype=np.int64)
-            for (s, e), (p, ms) in zip(bounds, results, strict=True):
-                preds[s - lo : e - lo] = p
+            parts = []
+            for p, ms in results:  # map() keeps batch order
+                parts.append(p)
                 latencies.append(ms)
+            preds = np.concatenate(parts)
             labels = None if data.labels is None else data.labels[lo:hi]
             if labels is not None:
                 correct += int(np.sum(preds == labels))

@@ -36,9 +36,10 @@ class ServeProcess:
         File holding the server's stdout/stderr.
     """
 
-    def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, log_path: Path, own_log: bool = False) -> None:
         self.proc, self.host, self.port, self.log_path = proc, host, port, log_path
         self.url = f"http://{host}:{port}"
+        self._own_log = own_log  # a temp log we created: removed after a clean stop
 
     @property
     def pid(self) -> int:
@@ -62,6 +63,8 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._own_log and self.proc.returncode == 0:
+            self.log_path.unlink(missing_ok=True)
         return self.proc.returncode
 
     def __enter__(self) -> ServeProcess:
@@ -91,6 +94,7 @@ def serve_process(
     does not become healthy within `startup_timeout_s`.
     """
     port = port or free_port(host)
+    own_log = log_path is None
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="oltunes-serve-", suffix=".log")
         os.close(fd)
@@ -120,7 +124,7 @@ def serve_process(
     ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    handle = ServeProcess(proc, host, port, log_path)
+    handle = ServeProcess(proc, host, port, log_path, own_log=own_log)
     deadline = time.monotonic() + startup_timeout_s
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:

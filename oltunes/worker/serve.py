@@ -134,11 +134,23 @@ class DynamicBatcher:
             self._idle.put(s)
         self._executor = ThreadPoolExecutor(len(sessions), thread_name_prefix="oltunes-infer")
         self._closing = False
+        self._flush = False  # draining: dispatch at once instead of waiting for the queue delay
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
         self._collector: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._collector = asyncio.get_running_loop().create_task(self._collect())
+        self._loop = asyncio.get_running_loop()
+        self._collector = self._loop.create_task(self._collect())
+
+    def drain_soon(self) -> None:
+        """Thread/signal-safe: stop waiting for batches to fill, so queued requests are answered now."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self._flush = True
+        self._arrived.set()
 
     async def submit(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         """Queue prepared items `x`; returns their predictions and the size of the batch they ran in."""
@@ -169,7 +181,7 @@ class DynamicBatcher:
                     await self._arrived.wait()
                     continue
                 wait = self.pending[0].enqueued + self.max_delay - time.perf_counter()
-                if self.pending_items >= self.max_batch or wait <= 0 or self._closing:
+                if self.pending_items >= self.max_batch or wait <= 0 or self._closing or self._flush:
                     break
                 self._arrived.clear()
                 try:
@@ -244,6 +256,7 @@ def create_app(cfg: ServeConfig) -> Any:
             await batcher.close()
 
     app = FastAPI(title="OLTunes worker", lifespan=lifespan)
+    app.state.oltunes = state  # the server's signal handler reaches the batcher through this
 
     def fail(status: int, reason: str) -> HTTPException:
         state["metrics"].errors[status] += 1
@@ -334,8 +347,22 @@ def serve(cfg: ServeConfig) -> None:
     import uvicorn
 
     app = create_app(cfg)
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # On the signal, flush the queue at once: waiting requests must not sit out their queue delay while
+            # uvicorn waits for them to finish. New requests get 503 from here on.
+            app.state.oltunes["draining"] = True
+            batcher = app.state.oltunes.get("batcher")
+            if batcher is not None:
+                batcher.drain_soon()
+            super().handle_exit(sig, frame)
+
     # uvicorn drains, then re-raises the captured signal with the previous handler: make that a clean exit
     # (0 for SIGTERM, 130 for Ctrl-C) instead of death-by-signal or a KeyboardInterrupt traceback.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30)
+    config = uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30
+    )
+    _Server(config).run()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,10 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime
 import torch
-from pydantic import ValidationError
 
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError, ModelError
@@ -31,21 +28,25 @@ from oltunes.worker.session import ModelSession
 from oltunes.zoo.data import CALIBRATION_ITEMS, TEST_FRACTION, Split, digits_split
 from oltunes.zoo.evaluate import measure_accuracy
 from oltunes.zoo.export import OPSET, Converter, Int8, export_fp32
-from oltunes.zoo.families import SIZES, Family
-from oltunes.zoo.manifest import ZooEntry, config_hash, load_entries, locked, save_entries, sha256_file
+from oltunes.zoo.families import Family
+from oltunes.zoo.manifest import (
+    ZooEntry,
+    config_hash,
+    load_entries,
+    locked,
+    save_entries,
+    sha256_file,
+    zoo_dir_or_default,
+)
+from oltunes.zoo.spec import PRECISIONS, SIZES
 from oltunes.zoo.train import train
 
-PRECISIONS = ("fp32", "fp16", "int8")
 EVAL_SET = "eval.npz"
 # Bump when the build recipe changes in a way the per-variant config does not capture.
 RECIPE = 1
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding `oltunes/`, for child processes
 
 Progress = Callable[[str], None]
-
-
-def _zoo_dir(zoo_dir: Path | str | None) -> Path:
-    return Path(zoo_dir) if zoo_dir is not None else get_settings().zoo_dir
 
 
 def _variant_config(family: Family, size: str, precision: str, seed: int) -> dict:
@@ -184,7 +185,7 @@ def build_zoo(
     families, sizes
         Build only these (default: all); entries of the others already in the manifest are kept.
     """
-    zoo_dir = _zoo_dir(zoo_dir)
+    zoo_dir = zoo_dir_or_default(zoo_dir)
     say = progress or (lambda _msg: None)
     seed = get_settings().seed
     families = list(families) if families is not None else Family.known()
@@ -234,90 +235,3 @@ def build_zoo(
                 say(f"built   {e.name}  accuracy={e.accuracy:.4f}  bytes={e.bytes}")
         save_entries(zoo_dir, list(entries.values()))
     return [e.variant() for e in load_entries(zoo_dir)]
-
-
-def list_variants(zoo_dir: Path | str | None = None, family: str | None = None) -> list[Variant]:
-    """Variants in the manifest (empty list when the zoo has not been built)."""
-    return [e.variant() for e in list_entries(zoo_dir) if family is None or e.family == family]
-
-
-def list_entries(zoo_dir: Path | str | None = None) -> list[ZooEntry]:
-    """Manifest entries with their bookkeeping (input shape, eval set, hashes)."""
-    return load_entries(_zoo_dir(zoo_dir))
-
-
-def get_variant(name: str, zoo_dir: Path | str | None = None) -> Variant:
-    """One variant by name, or `ModelError` listing the known names."""
-    found = {v.name: v for v in list_variants(zoo_dir)}
-    if name not in found:
-        known = ", ".join(found) or "none: run `oltunes zoo build`"
-        raise ModelError(f"unknown variant {name!r}; known: {known}")
-    return found[name]
-
-
-def register_variant(
-    onnx_path: Path | str,
-    eval_path: Path | str,
-    family: str,
-    size: str,
-    precision: str = "fp32",
-    name: str | None = None,
-    zoo_dir: Path | str | None = None,
-) -> Variant:
-    """Add a user's ONNX model to the zoo; its accuracy is measured on the labelled evaluation set given.
-
-    The model and the evaluation set are copied into ``<zoo_dir>/user/`` so the zoo stays self-contained.
-    Re-registering a user variant under the same name replaces it; shipped variant names are refused.
-    """
-    zoo_dir = _zoo_dir(zoo_dir)
-    onnx_path, eval_path = Path(onnx_path), Path(eval_path)
-    name = name or f"{family}-{size}-{precision}"
-    try:  # validate the labels before any file is copied
-        Variant(family=family, name=name, size=size, precision=precision, accuracy=0.0)
-    except ValidationError as e:
-        reasons = "; ".join(f"{err['loc'][0]}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"register_variant: {reasons}") from e
-    data = read_dataset(eval_path)
-    if data.labels is None:
-        raise DataError(f"evaluation set {eval_path} has no 'label'; accuracy cannot be measured without labels")
-    session = ModelSession(onnx_path, threads=1, device="cpu")
-    accuracy = measure_accuracy(session, data)
-    try:
-        onnx.load(str(onnx_path), load_external_data=False)
-        params = sum(int(np.prod(t.dims)) for t in onnx.load(str(onnx_path)).graph.initializer if len(t.dims))
-    except Exception as e:  # ORT loaded it, so this only affects the parameter count
-        raise ModelError(f"model {onnx_path} could not be parsed by onnx: {e}") from e
-    with locked(zoo_dir):
-        entries = {e.name: e for e in load_entries(zoo_dir)}
-        if name in entries and entries[name].source != "user":
-            raise ConfigError(f"name {name!r} belongs to a shipped zoo variant; pass another name")
-        user = zoo_dir / "user"
-        model_dst = user / f"{name}.onnx"
-        eval_dst = user / f"{name}.eval{eval_path.suffix.lower()}"
-        user.mkdir(parents=True, exist_ok=True)
-        for src, dst in ((onnx_path, model_dst), (eval_path, eval_dst)):
-            if src.resolve() != dst.resolve():
-                tmp = dst.with_name(f".{dst.name}.tmp")
-                shutil.copyfile(src, tmp)
-                tmp.replace(dst)
-        entries[name] = ZooEntry(
-            family=family,
-            name=name,
-            size=size,
-            precision=precision,
-            accuracy=accuracy,
-            params=params,
-            bytes=model_dst.stat().st_size,
-            path=str(model_dst),
-            source="user",
-            sha256=sha256_file(model_dst),
-            input_name=session.input_name,
-            input_shape=session.input_shape,
-            input_dtype=str(session.input_dtype),
-            output_name=session.output_name,
-            eval_set=str(eval_dst),
-            eval_items=len(data),
-            built_at=time.time(),
-        )
-        save_entries(zoo_dir, list(entries.values()))
-    return entries[name].variant()

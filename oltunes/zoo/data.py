@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from oltunes.config import get_settings
 from oltunes.errors import ConfigError
+from oltunes.types import Variant
 from oltunes.worker.dataset import Dataset, write_dataset
-from oltunes.zoo.families import INPUT_SHAPE
+from oltunes.zoo.spec import INPUT_SHAPE
 
 TEST_FRACTION = 0.3
 CALIBRATION_ITEMS = 256
@@ -41,6 +43,12 @@ def digits_split(seed: int = 0) -> Split:
     return Split(Dataset(ids[tr], x[tr], y[tr]), Dataset(ids[te], x[te], y[te]))
 
 
+def _families() -> list[str]:
+    from oltunes.zoo.families import Family  # torch: only when a family name must be checked
+
+    return Family.known()
+
+
 def make_dataset(family_or_variant: object, n: int, path: Path | str, seed: int = 0) -> Path:
     """Write an input dataset of `n` labelled items drawn from the held-out split, for demos and tests.
 
@@ -63,18 +71,13 @@ def make_dataset(family_or_variant: object, n: int, path: Path | str, seed: int 
     >>> import numpy as np; int(np.load(p)["x"].shape[0])
     100
     """
-    from oltunes.types import Variant
-    from oltunes.zoo.families import Family
-
     if n < 1:
         raise ConfigError(f"n must be at least 1, got {n}")
     family = family_or_variant.family if isinstance(family_or_variant, Variant) else family_or_variant
-    if family is not None and family not in Family.known():
+    if family is not None and family not in _families():
         raise ConfigError(
-            f"make_dataset: {family!r} is not a zoo family ({', '.join(Family.known())}); zoo data only fits zoo models"
+            f"make_dataset: {family!r} is not a zoo family ({', '.join(_families())}); zoo data only fits zoo models"
         )
-    from oltunes.config import get_settings
-
     test = digits_split(get_settings().seed).test
     rng = np.random.default_rng(seed)
     rows = rng.permutation(len(test))[:n] if n <= len(test) else rng.integers(0, len(test), size=n)

@@ -14,10 +14,7 @@ import torch
 from torch import nn
 
 from oltunes.registry import Registered
-
-INPUT_SHAPE = (1, 8, 8)
-N_CLASSES = 10
-SIZES = ("s", "m", "l")
+from oltunes.zoo.spec import INPUT_SHAPE, N_CLASSES
 
 
 class Family(Registered, root=True):

@@ -17,9 +17,11 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from oltunes.config import get_settings
 from oltunes.errors import ModelError
 from oltunes.types import Variant
 from oltunes.worker.files import atomic_write_json
+from oltunes.zoo.spec import PRECISIONS, SIZES
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -87,9 +89,14 @@ def load_entries(zoo_dir: Path, *, tolerate_corrupt: bool = False) -> list[ZooEn
 
 
 def _order(e: ZooEntry) -> tuple:
-    sizes, precisions = ("s", "m", "l"), ("fp32", "fp16", "int8")
-    rank = lambda v, seq: seq.index(v) if v in seq else len(seq)  # noqa: E731
-    return (e.source != "zoo", e.family, rank(e.size, sizes), e.size, rank(e.precision, precisions), e.name)
+    def rank(value: str, seq: tuple[str, ...]) -> int:
+        return seq.index(value) if value in seq else len(seq)
+
+    return (e.source != "zoo", e.family, rank(e.size, SIZES), e.size, rank(e.precision, PRECISIONS), e.name)
+
+
+def zoo_dir_or_default(zoo_dir: Path | str | None) -> Path:
+    return Path(zoo_dir) if zoo_dir is not None else get_settings().zoo_dir
 
 
 def save_entries(zoo_dir: Path, entries: list[ZooEntry]) -> Path:

@@ -40,7 +40,9 @@ def test_docker_request_passes_gpus_by_uuid_with_the_gpu_capability(tmp_path):
     assert kw["image"] == "img:1" and kw["command"] == ["oltunes", "worker", "batch"] and kw["detach"] is True
     assert kw["volumes"][str((tmp_path / "out").resolve())]["mode"] == "rw"
     assert kw["volumes"]["/models"]["mode"] == "ro"
-    assert kw["environment"]["OLTUNES_WORKER_DEVICE"] == "cuda"
+    assert kw["labels"]["oltunes.pool"] == "a100-east"
+    argv = worker_argv(s, threads=4, command=["oltunes", "worker"])
+    assert argv[:3] == ["oltunes", "worker", "batch"] and argv[argv.index("--device") + 1] == "cuda"
 
 
 def test_docker_request_for_a_cpu_pool_has_no_gpu_and_pins_cores(tmp_path):
@@ -63,7 +65,7 @@ def test_docker_launcher_refuses_clearly_without_an_engine(tmp_path):
 def test_worker_command_line_carries_the_decision(tmp_path):
     pool = Pool(name="cpu", accelerator=CATALOG["cpu"], count=1, cpu_set=(0,))
     argv = worker_argv(spec(pool, tmp=tmp_path), threads=1)
-    assert argv[argv.index("oltunes.worker") + 1] == "batch"
+    assert argv[argv.index("oltunes.worker") + 1] == "batch" and "--device" not in argv  # CPU pool: worker's default
     assert argv[argv.index("--batch-size") + 1] == "16" and argv[argv.index("--concurrency") + 1] == "2"
     assert argv[argv.index("--threads") + 1] == "1"
     assert argv[argv.index("--report") + 1] == str(tmp_path / "run" / "report.json")

@@ -147,3 +147,18 @@ def test_state_round_trip_through_json():
     for m in (fm, again):  # identical continued learning (optimizer state restored too), incl. a new feature
         m.learn_one({"f1": 1.0, "new": 1.0}, {"a": 1.0, "b": 0.0})
     assert again.predict_one({"f1": 1.0, "new": 1.0}) == fm.predict_one({"f1": 1.0, "new": 1.0})
+
+
+def test_river_fm_subclass_keys_latent_state_per_feature():
+    from oltunes.learner.fm import RiverFMRegressor
+    from oltunes.learner.ftml import FTML
+
+    latent_opt = FTML(lr=0.05)
+    fm = RiverFMRegressor(n_factors=4, weight_optimizer=FTML(lr=0.05), latent_optimizer=latent_opt,
+                          intercept_lr=0.05, seed=0)
+    for x, y in _interference_data(0, 3000):
+        fm.learn_one(x, y)
+    keys = set(latent_opt._keyed)
+    assert keys == {"family=cnn", "family=bert", "acc=cpu", "acc=t4", "acc=a100", "co_family=cnn", "co_family=bert"}
+    test = list(_interference_data(1, 300))
+    assert np.mean([abs(fm.predict_one(x) - y) for x, y in test]) < 0.2

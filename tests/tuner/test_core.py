@@ -10,7 +10,7 @@ import pytest
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Prior, Tuner
-from oltunes.tuner.candidates import fill_wait_ms, memory_need_gb
+from oltunes.tuner.candidates import fill_wait_ms, memory_need_gb, queue_wait_ms
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool, Variant
 
 SIZES = {"s": (0.70, 5_000_000), "m": (0.76, 25_000_000), "l": (0.80, 60_000_000)}
@@ -140,10 +140,15 @@ def test_streaming_throughput_constraint(tuner):
     p = ok.explanation.predicted
     m_thr = tuner._margins(ok.candidate.accelerator, "cnn")[2]
     assert p.throughput_items_per_s * math.exp(-m_thr) >= 100 * tuner.throughput_headroom
-    # batch-fill wait (bounded by the dynamic batcher's delay) counts against a streaming SLO
+    # batch-fill wait (bounded by the dynamic batcher's delay) and queueing at the predicted utilisation count
+    # against a streaming SLO
     wait = fill_wait_ms(ok.candidate.batch_size, 100)
     assert wait == min(1000 * (ok.candidate.batch_size - 1) / 100, 5.0)
-    assert p.latency_p99_ms + p.margin_ms + wait <= 200
+    pess = p.latency_p99_ms + p.margin_ms
+    queue = queue_wait_ms(pess, 100, p.throughput_items_per_s * math.exp(-m_thr), ok.candidate.concurrency,
+                          tuner.burstiness)
+    assert queue > 0
+    assert pess + wait + queue <= 200
     bad = tuner.recommend(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=1e7), make_cluster())
     assert not bad.feasible and "throughput" in bad.explanation.note
 
@@ -256,3 +261,18 @@ def test_retune_keeps_a_good_current_placement_and_leaves_a_bad_one(tuner):
     bad = Placement(job_id="r1", pool="cpu-pool", device=0, candidate=worst, slo_ms=80)
     moved = tuner.recommend(job, make_cluster(), current=bad)
     assert moved.candidate != worst and "kept the current" not in moved.explanation.note
+
+
+def test_accuracy_floor_is_never_violated_even_when_infeasible():
+    tuner = Tuner(make_variants(), seed=2, explore_rate=0.5)
+    rng = np.random.default_rng(2)
+    best = max(v.accuracy for v in tuner.variants)
+    for i in range(60):
+        floor = float(rng.choice([0.0, 0.7, 0.75, 0.78, 0.79]))
+        job = JobSpec(job_id=f"a{i}", family="cnn", slo_ms=float(rng.choice([0.01, 1, 10, 100])), accuracy_floor=floor,
+                      kind=str(rng.choice(["batch", "streaming"])), arrival_rate_rps=float(rng.choice([1, 50, 1e4])),
+                      items=100, objective=str(rng.choice(["energy", "completion_time", "cost"])))
+        d = tuner.recommend(job, make_cluster())
+        assert floor <= best and d.variant.accuracy >= floor, (job, d.candidate.key, d.feasible)
+        c = d.candidate
+        tuner.observe(measure(job, c, rng, i))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -87,3 +89,15 @@ def test_unknown_family_or_size_is_refused(tmp_path):
 
 def test_list_is_empty_before_a_build(tmp_path):
     assert list_variants(tmp_path / "nothing") == []
+
+
+def test_reading_the_zoo_does_not_import_torch(built_zoo):
+    # workers, the tuner and flows list variants and make datasets; torch is only for building
+    code = (
+        "import sys; from oltunes.zoo import list_variants, get_variant, make_dataset; "
+        f"assert len(list_variants({str(built_zoo)!r})) == 18; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
