@@ -33,3 +33,13 @@ def shared_data():
 @pytest.fixture(scope="session")
 def repo_root():
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def built_zoo(tmp_path_factory):
+    """The full shipped zoo, built once per test session (seeded and cached, so every area shares it)."""
+    from oltunes.zoo import build_zoo
+
+    zoo_dir = tmp_path_factory.getbasetemp() / "built-zoo"
+    build_zoo(zoo_dir)
+    return zoo_dir
