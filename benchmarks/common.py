@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +13,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from oltunes.atomic import atomic_write_json
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -40,11 +40,7 @@ def write_json(path: Path | None, payload: dict[str, Any]) -> None:
     if path is None:
         return
     payload = {**payload, "machine": machine(), "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2, default=str)
-    os.replace(tmp, path)
+    atomic_write_json(path, payload)
 
 
 def alternate(fns: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:

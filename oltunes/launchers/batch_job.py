@@ -52,7 +52,7 @@ def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | 
     split on an output directory that already holds a plan is refused, naming the parameter to change.
     """
     from oltunes.worker.dataset import read_dataset, write_dataset  # the worker owns the dataset format
-    from oltunes.worker.files import atomic_write_json
+    from oltunes.atomic import atomic_write_json
 
     output = Path(output)
     n_parts = max(1, math.ceil(items / items_per_worker))
@@ -100,7 +100,7 @@ def recorded_decision(output: Path) -> Decision | None:
 
 
 def record_decision(output: Path, decision: Decision) -> None:
-    from oltunes.worker.files import atomic_write
+    from oltunes.atomic import atomic_write
 
     Path(output).mkdir(parents=True, exist_ok=True)
     atomic_write(Path(output) / DECISION_FILE, lambda tmp: tmp.write_text(decision.model_dump_json(indent=2)))

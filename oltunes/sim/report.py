@@ -15,15 +15,13 @@ JSON::
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from oltunes.atomic import atomic_write, atomic_write_json
 from oltunes.sim import metrics as M
 from oltunes.sim.engine import RunResult
 from oltunes.sim.scenario import Scenario
@@ -86,13 +84,7 @@ def build(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) 
 
 def write_json(report: dict[str, Any], path: Path) -> Path:
     """Atomic write (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_json(Path(path), report)
 
 
 SHORT = {
@@ -125,11 +117,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _save(fig, path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
 
 
 def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir: Path, title: str = "") -> list[Path]:

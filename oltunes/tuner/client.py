@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from oltunes.atomic import atomic_write_text
 from oltunes.errors import ConfigError, DataError, TunerUnavailable
 from oltunes.tuner.api import (
     API_PREFIX,
@@ -41,7 +41,16 @@ from oltunes.tuner.api import (
     VariantsRequest,
     VariantsResponse,
 )
-from oltunes.types import Candidate, ClusterState, Decision, Explanation, JobSpec, Measurement, Prediction, Variant
+from oltunes.types import (
+    Candidate,
+    ClusterState,
+    Decision,
+    Explanation,
+    JobSpec,
+    Measurement,
+    Prediction,
+    Variant,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,17 +318,7 @@ class TunerClient:
 
     def _enqueue(self, m: Measurement) -> None:
         """Write `m` to the outbox atomically and durably (temp file, fsync, rename)."""
-        self.outbox.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.outbox, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(m.model_dump_json().encode())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._outbox_path(m.measurement_id))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(self._outbox_path(m.measurement_id), m.model_dump_json(), durable=True)
         self._pending = True
 
     def _quarantine(self, path: Path, reason: str) -> None:

@@ -7,11 +7,10 @@ Loading validates the envelope (format name and version) and turns any malformed
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from oltunes.atomic import atomic_write_text
 from oltunes.errors import DataError
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "write_json_atomic", "read_state"]
@@ -23,22 +22,11 @@ STATE_VERSION = 1
 def write_json_atomic(path: str | Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` as JSON to ``path`` via a temp file in the same folder + ``os.replace``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except ValueError as e:  # NaN/inf: a diverged model is refused rather than saved
         raise DataError(f"{path}: state holds a non-finite number, not saving: {e}") from e
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, text, durable=True)
 
 
 def read_state(path: str | Path) -> dict[str, Any]:

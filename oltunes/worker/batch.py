@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.errors import ConfigError, DataError
 from oltunes.worker.dataset import Dataset, read_dataset
-from oltunes.worker.files import atomic_write, atomic_write_json, check_writable_dir
+from oltunes.atomic import atomic_write, atomic_write_json, check_writable_dir
 from oltunes.worker.session import Device, ModelSession, predictions
 from oltunes.worker.stats import latency_summary
 

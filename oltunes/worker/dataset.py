@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from oltunes.errors import DataError
-from oltunes.worker.files import atomic_write
+from oltunes.atomic import atomic_write
 
 FORMATS = (".npz", ".parquet")
 

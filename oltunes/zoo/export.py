@@ -24,7 +24,7 @@ import onnx
 import torch
 
 from oltunes.registry import Registered
-from oltunes.worker.files import atomic_write
+from oltunes.atomic import atomic_write
 
 INPUT_NAME = "x"
 OUTPUT_NAME = "logits"

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 from oltunes.config import get_settings
 from oltunes.errors import ModelError
 from oltunes.types import Variant
-from oltunes.worker.files import atomic_write_json
+from oltunes.atomic import atomic_write_json
 from oltunes.zoo.spec import PRECISIONS, SIZES
 
 MANIFEST = "manifest.json"

@@ -1,4 +1,8 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never a partial file."""
+"""Atomic file writes: a reader sees the old file or the whole new one, never a partial file.
+
+Every module that persists something (worker shards and reports, zoo manifest, tuner state and outbox,
+simulation reports, benchmark JSON) writes through here, so there is one place that gets it right.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any
 from oltunes.errors import DataError
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: Path, write: Callable[[Path], None], *, durable: bool = False) -> Path:
     """Call ``write(tmp_path)`` on a temp file beside `path`, then rename it over `path`.
 
     The temp file lives in the same directory so that ``os.replace`` is a same-filesystem rename
@@ -27,6 +31,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     os.close(fd)
     try:
         write(Path(tmp))
+        if durable:  # survive a power cut, not just a crash of this process
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -34,11 +41,12 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def atomic_write_json(path: Path, payload: Any) -> Path:
-    def _write(tmp: Path) -> None:
-        tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+def atomic_write_text(path: Path, text: str, *, durable: bool = False) -> Path:
+    return atomic_write(path, lambda tmp: tmp.write_text(text), durable=durable)
 
-    return atomic_write(path, _write)
+
+def atomic_write_json(path: Path, payload: Any, *, durable: bool = False) -> Path:
+    return atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n", durable=durable)
 
 
 def check_writable_dir(path: Path) -> Path:
