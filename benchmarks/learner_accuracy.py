@@ -6,19 +6,22 @@ comparison use only: it is never copied into the repository). Mapping:
 
 * ``Accel``: onnxruntime_cpu -> ``cpu``, onnxruntime_gpu_pascal -> ``p100``, onnxruntime_gpu_ampere -> ``a100``
   (the pool is named after the accelerator);
-* ``Model`` -> a Variant: family = leading letters of the model name (``resnet50_v1`` -> resnet,
-  ``prajjwal1/bert-mini`` -> bert, ``gpt2-large`` -> gpt), size = the full name, accuracy = ``Accuracy`` / 100;
-  parameter counts are not in the file (0: the ``log_params`` feature stays silent);
+* ``Model`` -> a Variant: family = the architecture by name prefix (``resnet50_v1`` -> resnet, ``t5-base`` -> t5,
+  ``prajjwal1/bert-mini`` -> bert, ``gpt2-large`` -> gpt2), size = the full name, accuracy = ``Accuracy`` / 100,
+  params = the architecture's published parameter count (``PARAMS_M``, sources listed there; the file has none);
 * target: ``90th_pct`` latency of one batch (ms). The file has no p99; ``Max`` over its 1,000 trials is dominated
   by one-off stalls (e.g. 496 ms vs a 10 ms p50), so the 90th percentile is the closest robust tail figure.
 
 Protocol, per seed: shuffle all rows; the first ``--n-train`` (200) are a stream each learner sees once,
 predict-then-learn (progressive MAPE); then every learner predicts the remaining rows without learning
-(held-out MAPE). Every learner models log latency from the shared ``oltunes.learner.encode`` features. Learners:
-FM with FTML (the paper's lr 0.0025 and the tuner's 0.05), FM with Adam, FM with FTRL-Proximal (the same dense FM,
-river optimizers through their keyed dict path, state per parameter), river ``LinearRegression`` and a
-per-configuration running mean (mean log latency of the same accelerator/variant/batch seen so far; the
-global mean when unseen). Figures are medians over ``--seeds`` seeds.
+(held-out MAPE). Every learner models log latency from the shared ``oltunes.learner.encode`` features, with the
+same running target standardisation. Learners: FM with FTML, Adam, FTRL-Proximal (the same dense FM and the same
+online settings ``ONLINE``: replay of the recent stream and robust down-weighting; step size per seed from
+``LR_GRID`` by progressive error, never held-out rows), the FM-FTML without replay/robust ("single pass"), FTML at
+the paper's lr 0.0025, river ``LinearRegression`` and a per-configuration running mean (mean log latency of the
+same accelerator/variant/batch seen so far; the global mean when unseen). Offline references (ridge with
+explicit crosses, gradient-boosted trees) fitted on the same rows show what a batch fit reaches. Figures are
+medians over ``--seeds`` seeds; ``--curve`` repeats the split at 100/200/300/400 observations.
 
 Run: ``.venv/bin/python -m benchmarks.learner_accuracy --json benchmarks/results/learner_accuracy.json``
 """
@@ -44,8 +47,36 @@ ACCEL = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "p100", "onnxruntim
 TARGET_COLUMN = "90th_pct"
 
 
+# Family = architecture, by name prefix (order matters only for prefixes of one another; none here).
+FAMILIES = ("albert", "bert", "roberta", "t5", "gpt2", "densenet", "efficientnet", "mobilenet", "resnest", "resnet",
+            "yolov5")
+
+# Published parameter counts (millions) of the profiled architectures: variant metadata the benchmark passes
+# in as ``Variant.params`` (the file has none), so that the learner can carry what it learns about one size of
+# a family to the others (``log_params``). Sources: ALBERT (Lan et al. 2020, Table 1); BERT (Devlin et al.
+# 2019); BERT-tiny..medium (Turc et al. 2019, google-research/bert README); RoBERTa (Liu et al. 2019);
+# T5 (Raffel et al. 2020); GPT-2 (Radford et al. 2019, HF model cards); DenseNet, ResNet (torchvision model
+# docs); EfficientNet (Tan & Le 2019, Table 2); MobileNet v1 width multipliers (Howard et al. 2017, Table 6);
+# ResNeSt (Zhang et al. 2020; 14/26 from the GluonCV model zoo, approximate); YOLOv5 (ultralytics README).
+PARAMS_M = {
+    "albert-base-v2": 12, "albert-large-v2": 18, "albert-xlarge-v2": 60, "albert-xxlarge-v2": 235,
+    "bert-base-uncased": 110, "bert-large-uncased": 340, "prajjwal1/bert-tiny": 4.4, "prajjwal1/bert-mini": 11.3,
+    "prajjwal1/bert-small": 29.1, "prajjwal1/bert-medium": 41.7, "roberta-base": 125, "roberta-large": 355,
+    "t5-small": 60, "t5-base": 220, "t5-large": 770, "gpt2": 124, "gpt2-medium": 355, "gpt2-large": 774,
+    "gpt2-xl": 1558, "densenet121": 8.0, "densenet161": 28.7, "densenet169": 14.1, "densenet201": 20.0,
+    "efficientnet-b0": 5.3, "efficientnet-b1": 7.8, "efficientnet-b3": 12, "efficientnet-b5": 30,
+    "efficientnet-b7": 66, "mobilenet0.25": 0.47, "mobilenet0.5": 1.3, "mobilenet0.75": 2.6, "mobilenet1.0": 4.2,
+    "resnest14": 10.6, "resnest26": 17.1, "resnest50": 27.5, "resnest269": 110.9, "resnet18_v1": 11.7,
+    "resnet34_v1": 21.8, "resnet50_v1": 25.6, "resnet101_v1": 44.5, "resnet152_v1": 60.2, "yolov5n": 1.9,
+    "yolov5s": 7.2, "yolov5m": 21.2, "yolov5l": 46.5, "yolov5x": 86.7,
+}
+
+
 def family_of(model: str) -> str:
     name = model.split("/")[-1].lower()
+    for f in FAMILIES:
+        if name.startswith(f):
+            return f
     m = re.match(r"[a-z]+", name)
     return m.group(0) if m and len(m.group(0)) >= 2 else name
 
@@ -66,7 +97,8 @@ def load_rows(path: Path) -> list[tuple[Candidate, float]]:
             v = variants.get(model)
             if v is None:
                 v = variants[model] = Variant(family=family_of(model), name=model, size=model,
-                                              accuracy=min(1.0, float(r["Accuracy"]) / 100.0))
+                                              accuracy=min(1.0, float(r["Accuracy"]) / 100.0),
+                                              params=int(PARAMS_M.get(model, 0) * 1e6))
             rows.append((Candidate(pool=acc, accelerator=acc, variant=v, batch_size=int(r["batchsize"])), lat))
     return rows
 
@@ -98,18 +130,29 @@ def scaled(make: Callable[[int], object]) -> Callable[[int], object]:
     return lambda seed: preprocessing.TargetStandardScaler(make(seed))
 
 
-def fm(opt_factory: Callable[[], optim.base.Optimizer]) -> Callable[[int], object]:
+# The online FM's training settings (every FM learner gets the same, only the optimizer differs): each
+# observation is learned once as it arrives, then REPLAY more steps on observations drawn from the last
+# REPLAY_WINDOW (a bounded replay buffer), with residuals beyond ROBUST x the running mean |residual|
+# down-weighted (see FMRegressor). "(single pass)" rows are the same FM with neither.
+REPLAY, REPLAY_WINDOW, ROBUST = 8, 256, 2.0
+ONLINE = {"replay": REPLAY, "replay_window": REPLAY_WINDOW, "robust": ROBUST}
+
+
+def fm(opt_factory: Callable[[], optim.base.Optimizer], **settings) -> Callable[[int], object]:
+    settings = {**ONLINE, **settings}
     return scaled(lambda seed: FMRegressor(n_factors=8, weight_optimizer=opt_factory(),
-                                           latent_optimizer=opt_factory(), seed=seed))
+                                           latent_optimizer=opt_factory(), seed=seed, **settings))
 
 
+SINGLE_PASS = {"replay": 0, "robust": None}
 LR_GRID = (0.003, 0.01, 0.03, 0.1)
 # FM optimizers: each gets the step size from LR_GRID with the lowest progressive (training-stream) error of
 # the seed, i.e. chosen without looking at the held-out rows. The paper's FTML default is reported as is.
-FM_OPTIMIZERS: dict[str, Callable[[float], optim.base.Optimizer]] = {
-    "fm-ftml": lambda lr: FTML(lr=lr),
-    "fm-adam": lambda lr: optim.Adam(lr=lr),
-    "fm-ftrl": lambda lr: optim.FTRLProximal(alpha=lr * 10, l2=0.0),  # alpha grid 0.03 .. 1
+FM_OPTIMIZERS: dict[str, tuple[Callable[[float], optim.base.Optimizer], dict]] = {
+    "fm-ftml": (lambda lr: FTML(lr=lr), {}),
+    "fm-adam": (lambda lr: optim.Adam(lr=lr), {}),
+    "fm-ftrl": (lambda lr: optim.FTRLProximal(alpha=lr * 10, l2=0.0), {}),  # alpha grid 0.03 .. 1
+    "fm-ftml (single pass)": (lambda lr: FTML(lr=lr), SINGLE_PASS),
 }
 FIXED: dict[str, Callable[[int], object]] = {
     "fm-ftml(paper lr=0.0025)": fm(lambda: FTML(lr=0.0025)),
@@ -118,6 +161,11 @@ FIXED: dict[str, Callable[[int], object]] = {
 }
 LEARNERS = [*FM_OPTIMIZERS, *FIXED]
 HEADLINE = "fm-ftml"
+
+
+def fm_learner(name: str, lr: float) -> Callable[[int], object]:
+    make_opt, settings = FM_OPTIMIZERS[name]
+    return fm(lambda: make_opt(lr), **settings)
 
 
 def evaluate(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> dict[str, dict[str, float]]:
@@ -134,7 +182,7 @@ def evaluate(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> di
     out = {}
     for name in LEARNERS:
         if name in FM_OPTIMIZERS:
-            runs = [(lr, _run(fm(lambda lr=lr, name=name: FM_OPTIMIZERS[name](lr))(seed), train, hold, seen_mask))
+            runs = [(lr, _run(fm_learner(name, lr)(seed), train, hold, seen_mask))
                     for lr in LR_GRID]
             lr, res = min(runs, key=lambda r: r[1]["progressive"])
             out[name] = {**res, "lr": lr}
@@ -182,25 +230,40 @@ def evaluate_worker(data: list[tuple[dict, str, float]]) -> dict[str, dict[str, 
     n_train = int(0.7 * len(data))
     train, hold = data[:n_train], data[n_train:]
     mask = np.ones(len(hold), dtype=bool)
-    out = {name: _run(fm(lambda name=name: FM_OPTIMIZERS[name](0.03))(0), train, hold, mask) for name in FM_OPTIMIZERS}
+    out = {name: _run(fm_learner(name, 0.03)(0), train, hold, mask) for name in FM_OPTIMIZERS}
     out.update({name: _run(make(0), train, hold, mask) for name, make in FIXED.items()})
     return out
 
 
 def curve_point(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> dict[str, float]:
+    """Held-out (and progressive) MAPE after ``n_train`` observations; FM step sizes chosen as in
+    :func:`evaluate` (lowest progressive error on the stream), baselines as they are, offline references."""
     order = np.random.default_rng(seed).permutation(len(rows))
     ctx = JobContext()
     data = [(encode(ctx, rows[i][0]), rows[i][0].key, rows[i][1]) for i in order]
-    mask = np.ones(len(data) - n_train, dtype=bool)
-    out = {name: _run(make(seed), data[:n_train], data[n_train:], mask)["holdout"] for name, make in (
-        ("fm-ftml(lr=0.03)", fm(lambda: FTML(lr=0.03))), ("linear-regression", FIXED["linear-regression"]),
-        ("running-mean", FIXED["running-mean"]))}
+    train, hold = data[:n_train], data[n_train:]
+    mask = np.ones(len(hold), dtype=bool)
+    out = {}
+    for name in (HEADLINE, "fm-ftml (single pass)"):
+        res = min((_run(fm_learner(name, lr)(seed), train, hold, mask) for lr in LR_GRID),
+                  key=lambda r: r["progressive"])
+        out[name] = res["holdout"]
+        out[f"{name} progressive"] = res["progressive"]
+    for name in ("linear-regression", "running-mean"):
+        out[name] = _run(FIXED[name](seed), train, hold, mask)["holdout"]
     out["offline ridge (reference)"] = offline_reference(rows, seed, n_train)
+    out["offline GBM (reference)"] = offline_reference(rows, seed, n_train, "gbm")
     return out
 
 
-def offline_reference(rows: list[tuple[Candidate, float]], seed: int, n_train: int) -> float:
-    """What a batch (offline) fit with hand-made crosses reaches on the same split: the data's own limit."""
+def offline_reference(rows: list[tuple[Candidate, float]], seed: int, n_train: int, model: str = "ridge") -> float:
+    """What a batch (offline, many passes) fit reaches on the same split: a reference for the online learners.
+
+    ``ridge``: linear on log latency with hand-made crosses (variant x accelerator, family x accelerator,
+    batch x accelerator, log batch x accelerator and x family-accelerator). ``gbm``: gradient-boosted trees on
+    the learner's own ``encode`` features (trees find the crosses themselves).
+    """
+    from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.feature_extraction import DictVectorizer
     from sklearn.linear_model import Ridge
 
@@ -208,13 +271,19 @@ def offline_reference(rows: list[tuple[Candidate, float]], seed: int, n_train: i
     xs = []
     for i in order:
         c = rows[i][0]
+        if model == "gbm":
+            xs.append(encode(JobContext(), c))
+            continue
         lb = math.log2(c.batch_size)
         xs.append({f"v={c.variant.name}": 1, f"acc={c.accelerator}": 1, f"fam={c.variant.family}": 1, "lb": lb,
                    f"v_acc={c.variant.name}/{c.accelerator}": 1, f"fam_acc={c.variant.family}/{c.accelerator}": 1,
-                   f"lb_acc={c.accelerator}": lb, f"b={c.batch_size}": 1})
+                   f"lb_acc={c.accelerator}": lb, f"b={c.batch_size}": 1,
+                   f"lb_fam_acc={c.variant.family}/{c.accelerator}": lb, f"b_acc={c.batch_size}/{c.accelerator}": 1})
     y = np.log([rows[i][1] for i in order])
-    a = DictVectorizer().fit_transform(xs)
-    pred = Ridge(alpha=0.1).fit(a[:n_train], y[:n_train]).predict(a[n_train:])
+    a = DictVectorizer(sparse=model != "gbm").fit_transform(xs)
+    reg = (GradientBoostingRegressor(n_estimators=300, max_depth=3, learning_rate=0.05, random_state=seed)
+           if model == "gbm" else Ridge(alpha=0.1))
+    pred = reg.fit(a[:n_train], y[:n_train]).predict(a[n_train:])
     return 100 * float(np.mean(np.abs(np.exp(pred - y[n_train:]) - 1)))
 
 
@@ -223,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-train", type=int, default=200)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--curve", type=int, nargs="*", default=[100, 200, 300, 400],
-                   help="also report held-out MAPE after these many observations (fm-ftml at lr 0.03, baselines)")
+                   help="also report held-out (and FM progressive) MAPE after these many observations")
     args = p.parse_args(argv)
     path = get_settings().shared_data / "proteus" / "aggregate_profiled.csv"
     if not path.is_file():
@@ -241,8 +310,10 @@ def main(argv: list[str] | None = None) -> int:
                 [[n, ",".join(f"{x:g}" for x in s.get("lr_per_seed", [])), s["progressive"], s["holdout"],
                   s["holdout_median_ape"], s["holdout_seen_pairs"]] for n, s in summary.items()])
     ref = median([offline_reference(rows, seed, args.n_train) for seed in range(args.seeds)])
-    print(f"reference, not online: batch ridge regression with explicit variant x accelerator and batch x "
-          f"accelerator crosses fitted on the same {args.n_train} rows: held-out MAPE {ref:.1f}%")
+    ref_gbm = median([offline_reference(rows, seed, args.n_train, "gbm") for seed in range(args.seeds)])
+    print(f"references, not online, fitted on the same {args.n_train} rows: ridge regression with explicit "
+          f"variant/family x accelerator x batch crosses {ref:.1f}%, gradient-boosted trees on the same features "
+          f"{ref_gbm:.1f}% held-out MAPE")
     print(f"best held-out: {best}; {HEADLINE} held-out MAPE {summary[HEADLINE]['holdout']:.1f}% (goal <= 10%)")
     curve = {}
     for n in args.curve:
@@ -274,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         "median_ape_holdout": {n: s["holdout_median_ape"] for n, s in summary.items()},
         "mape_holdout_seen_pairs": {n: s["holdout_seen_pairs"] for n, s in summary.items()},
         "mape_holdout_offline_ridge_reference": ref,
+        "mape_holdout_offline_gbm_reference": ref_gbm,
+        "online_settings": ONLINE,
         "lr_chosen": {n: summary[n]["lr_per_seed"] for n in FM_OPTIMIZERS}, "lr_grid": list(LR_GRID),
         "per_seed": per_seed,
     })

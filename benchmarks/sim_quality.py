@@ -6,6 +6,11 @@ Goals (issue 4), reported as measured whatever they are:
 * energy per request <= 0.5 x that baseline's, at <= 4 points accuracy loss;
 * >= 95% of the oracle's SLO attainment after warm-up.
 
+Two learners are scored, the same tuner code with different cold-start priors: ``oltunes`` (rule-of-thumb
+prior, knows nothing of the hardware) and ``oltunes-profiled`` (prior = the offline profile table that
+``static-profile`` and ``gavel-like`` also read; see ``oltunes/policies/oltunes_policy.py``). The top-level keys of
+each scenario's JSON are those of ``oltunes``; ``learners`` holds both.
+
 Warm-up length = end of the first re-tune window after which oltunes's attainment (1 - violation rate, per
 re-tune window) stays >= 95% of the oracle's for the rest of the run ("never" if it does not). Regret = cumulative
 violated requests of oltunes minus the oracle's, over cumulative requests, at each quarter of the run.
@@ -21,7 +26,28 @@ from oltunes.sim.run import prepare, run_scenario
 from oltunes.sim.scenario import load_scenario, shipped
 
 BASELINES = ("round-robin", "least-loaded", "random", "static-profile", "gavel-like")
-POLICIES = ("oltunes", *BASELINES, "oracle")
+LEARNERS = ("oltunes", "oltunes-profiled")
+POLICIES = (*LEARNERS, *BASELINES, "oracle")
+
+
+def _score(results: dict, m: dict, learner: str, best: str, window_s: float) -> dict:
+    ol, bl = m[learner], m[best]
+    wl, att = warmup(results[learner][0], results["oracle"][0], window_s)
+    ratio_v = ol["slo_violation_rate"] / bl["slo_violation_rate"] if bl["slo_violation_rate"] > 0 else float("inf")
+    ratio_e = ol["energy_j_per_req"] / bl["energy_j_per_req"]
+    return {
+        "violation_ratio": ratio_v,
+        "energy_ratio": ratio_e,
+        "accuracy_loss_pts": ol["accuracy_loss_pts"],
+        "oracle_attainment_after_warmup": att,
+        "warmup_s": wl,
+        "regret_quarters": regret(results[learner][0], results["oracle"][0]),
+        "goals": {
+            "violation_ratio<=0.08": ratio_v <= 0.08,
+            "energy_ratio<=0.5_at_loss<=4": ratio_e <= 0.5 and ol["accuracy_loss_pts"] <= 4,
+            "attainment>=0.95": att >= 0.95,
+        },
+    }
 
 
 def evaluate(name: str) -> dict:
@@ -29,26 +55,8 @@ def evaluate(name: str) -> dict:
     results = run_scenario(prepare(sc), list(POLICIES))
     m = {k: v[1] for k, v in results.items()}
     best = min(BASELINES, key=lambda b: (m[b]["slo_violation_rate"], m[b]["energy_j_per_req"]))
-    ol, bl = m["oltunes"], m[best]
-    wl, att = warmup(results["oltunes"][0], results["oracle"][0], sc.retune_interval_s)
-    ratio_v = ol["slo_violation_rate"] / bl["slo_violation_rate"] if bl["slo_violation_rate"] > 0 else float("inf")
-    ratio_e = ol["energy_j_per_req"] / bl["energy_j_per_req"]
-    return {
-        "scenario": name,
-        "best_baseline": best,
-        "violation_ratio": ratio_v,
-        "energy_ratio": ratio_e,
-        "accuracy_loss_pts": ol["accuracy_loss_pts"],
-        "oracle_attainment_after_warmup": att,
-        "warmup_s": wl,
-        "regret_quarters": regret(results["oltunes"][0], results["oracle"][0]),
-        "goals": {
-            "violation_ratio<=0.08": ratio_v <= 0.08,
-            "energy_ratio<=0.5_at_loss<=4": ratio_e <= 0.5 and ol["accuracy_loss_pts"] <= 4,
-            "attainment>=0.95": att >= 0.95,
-        },
-        "policies": m,
-    }
+    scores = {k: _score(results, m, k, best, sc.retune_interval_s) for k in LEARNERS}
+    return {"scenario": name, "best_baseline": best, **scores["oltunes"], "learners": scores, "policies": m}
 
 
 def main() -> None:
@@ -57,20 +65,21 @@ def main() -> None:
     a = p.parse_args()
     out = [evaluate(s) for s in a.scenarios.split(",") if s]
     rows = []
-    for r in out:
-        pol = r["policies"]
-        rows.append([
-            r["scenario"], r["best_baseline"],
-            pol["oltunes"]["slo_violation_rate"], pol[r["best_baseline"]]["slo_violation_rate"],
-            pol["oracle"]["slo_violation_rate"], r["violation_ratio"], r["energy_ratio"], r["accuracy_loss_pts"],
-            r["oracle_attainment_after_warmup"], "never" if r["warmup_s"] is None else r["warmup_s"],
-            " ".join(f"{x:.3f}" for x in r["regret_quarters"]),
-            "".join("Y" if v else "n" for v in r["goals"].values()),
-        ])
+    for sr in out:
+        pol = sr["policies"]
+        for learner, r in sr["learners"].items():
+            rows.append([
+                sr["scenario"], learner, sr["best_baseline"],
+                pol[learner]["slo_violation_rate"], pol[sr["best_baseline"]]["slo_violation_rate"],
+                pol["oracle"]["slo_violation_rate"], r["violation_ratio"], r["energy_ratio"], r["accuracy_loss_pts"],
+                r["oracle_attainment_after_warmup"], "never" if r["warmup_s"] is None else r["warmup_s"],
+                " ".join(f"{x:.3f}" for x in r["regret_quarters"]),
+                "".join("Y" if v else "n" for v in r["goals"].values()),
+            ])
     print_table(
         "oltunes vs best baseline and oracle (goals: viol ratio <= 0.08, energy ratio <= 0.5 @ <= 4 pts, "
         "attainment >= 0.95)",
-        ["scenario", "best baseline", "viol oltunes", "viol baseline", "viol oracle", "viol ratio", "energy ratio",
+        ["scenario", "learner", "best baseline", "viol learner", "viol baseline", "viol oracle", "viol ratio", "energy ratio",
          "acc loss", "attain vs oracle", "warm-up s", "regret q1..q4", "goals"],
         rows,
     )

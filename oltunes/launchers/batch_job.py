@@ -100,10 +100,9 @@ def recorded_decision(output: Path) -> Decision | None:
 
 
 def record_decision(output: Path, decision: Decision) -> None:
-    from oltunes.atomic import atomic_write
+    from oltunes.atomic import atomic_write_text
 
-    Path(output).mkdir(parents=True, exist_ok=True)
-    atomic_write(Path(output) / DECISION_FILE, lambda tmp: tmp.write_text(decision.model_dump_json(indent=2)))
+    atomic_write_text(Path(output) / DECISION_FILE, decision.model_dump_json(indent=2))
 
 
 def job_outputs(output: Path) -> list[Path]:

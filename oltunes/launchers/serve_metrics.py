@@ -29,7 +29,8 @@ def interval_measurement(
     """None when nothing was answered in the interval (nothing to learn from).
 
     Latency is the worker's per-batch latency (the learner's target, as in batch jobs), falling back to the
-    client's request latency when the worker's window is unavailable (it was just restarted).
+    client's request latency when the worker's window is unavailable (it was just restarted); the request's
+    end-to-end p99 and its queueing delay are reported beside it.
     """
     keys = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")
     if all(wm.get(k) is not None for k in keys):
@@ -42,6 +43,8 @@ def interval_measurement(
     if items <= 0 or client.seconds <= 0:
         return None
     served = items / client.seconds
+    req_mean, batch_mean = wm.get("request_latency_mean_ms"), wm.get("batch_latency_mean_ms")
+    queueing = max(0.0, float(req_mean) - float(batch_mean)) if req_mean is not None and batch_mean is not None else None
     return Measurement(
         job_id=service_id,
         decision_id=decision.decision_id,
@@ -57,4 +60,6 @@ def interval_measurement(
         energy_j_per_item=telemetry.energy_j / items,
         energy_source=telemetry.energy_source,
         gpu_util=telemetry.gpu_util,
+        request_latency_p99_ms=client.percentile(99),  # end to end, as the client saw it (HTTP included)
+        queueing_delay_ms=queueing,  # server side: request time beyond its batch's run time
     )

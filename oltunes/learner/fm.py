@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ __all__ = ["FMRegressor", "MultiFMRegressor", "RiverFMRegressor"]
 
 DEFAULT_LR = 0.03  # FTML step size picked by benchmarks/learner_accuracy.py (progressive error, lr grid)
 _BIAS = "__bias__"
+_ROBUST_WARMUP = 20  # observations per target before robust down-weighting starts
+_ROBUST_RATE = 0.05  # decay of the running |residual| scale afterwards
 _VERSIONS = itertools.count(1)  # process-wide, so a memo can never match another model's parameters  # row 0: the intercept; its latent row stays zero and is never updated
 
 
@@ -44,7 +47,8 @@ class _FMBase(base.Base):
     def __init__(self, n_factors: int = 8, weight_optimizer: optim.base.Optimizer | None = None,
                  latent_optimizer: optim.base.Optimizer | None = None, l2_weight: float = 0.0,
                  l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 1.0,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, replay: int = 0, replay_window: int = 256,
+                 robust: float | None = None) -> None:
         self.n_factors = n_factors
         self.weight_optimizer = weight_optimizer
         self.latent_optimizer = latent_optimizer
@@ -53,6 +57,9 @@ class _FMBase(base.Base):
         self.init_std = init_std
         self.clip_gradient = clip_gradient
         self.seed = seed
+        self.replay = replay
+        self.replay_window = replay_window
+        self.robust = robust
         self._index: dict[str, int] | None = None  # lazy state
 
     # -- state ---------------------------------------------------------------------------------------------
@@ -72,6 +79,12 @@ class _FMBase(base.Base):
         self._vopt = self.latent_optimizer if self.latent_optimizer is not None else FTML(lr=DEFAULT_LR)
         self.n_learned = 0
         self._version = next(_VERSIONS)  # new on every parameter change (memoised grid blocks check it)
+        # Replay buffer of recent observations (x, y, mask); its own generator so that replay does not shift
+        # the latent initialisation of later features.
+        self._buffer: deque = deque(maxlen=max(int(self.replay_window), 1))
+        self._replay_rng = np.random.default_rng(None if self.seed is None else self.seed + 1)
+        self._scale = np.zeros(self._n_targets)  # running |residual| per target (robust weighting)
+        self._n_scale = np.zeros(self._n_targets, dtype=np.int64)
 
     @property
     def parameters_version(self) -> int:
@@ -242,19 +255,36 @@ class _FMBase(base.Base):
 
     # -- learning ------------------------------------------------------------------------------------------
     def _learn(self, x: Mapping[str, float], y: np.ndarray, mask: np.ndarray, w: float = 1.0) -> np.ndarray:
-        """One step on targets ``y`` (n_targets,) where ``mask`` is True; returns the pre-update prediction."""
+        """One observation: a step on targets ``y`` (n_targets,) where ``mask`` is True, then ``replay`` steps
+        on observations drawn from the recent-observation buffer. Returns the pre-update prediction."""
         if self._index is None:
             self._init_state()
         names = [k for k, v in x.items() if v != 0.0]
         rows = np.fromiter((self._row(k) for k in names), dtype=np.intp, count=len(names))
         vals = np.fromiter((x[k] for k in names), dtype=float, count=len(names))
+        yhat = self._sgd_step(rows, vals, y, mask, w, fresh=True)
+        if self.replay > 0:
+            # Row numbers are stable (the vocabulary only grows), so the buffer keeps index arrays, not dicts.
+            buf = self._buffer
+            buf.append((rows, vals, y.copy(), mask.copy(), w))
+            for i in self._replay_rng.integers(len(buf), size=int(self.replay)):
+                self._sgd_step(*buf[i], fresh=False)
+        self.n_learned += 1
+        self._version = next(_VERSIONS)
+        return yhat
+
+    def _sgd_step(self, rows: np.ndarray, vals: np.ndarray, y: np.ndarray, mask: np.ndarray, w: float,
+                  fresh: bool) -> np.ndarray:
         W, V = self._W, self._V
         Wr = W[rows]
         Vr = V[rows]  # m, T, k
         xv = Vr * vals[:, None, None]
         s = xv.sum(axis=0)  # T, k
         yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
-        g = np.where(mask, np.clip(w * (yhat - y), -self.clip_gradient, self.clip_gradient), 0.0)
+        err = yhat - y
+        if self.robust is not None:
+            err = err * self._robust_weight(err, mask, update=fresh)
+        g = np.where(mask, np.clip(w * err, -self.clip_gradient, self.clip_gradient), 0.0)
         # Linear weights (bias row 0 included, not regularised).
         wrows = np.concatenate(([0], rows))
         gW = np.outer(np.concatenate(([1.0], vals)), g)
@@ -263,9 +293,29 @@ class _FMBase(base.Base):
         # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
         gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
         self._step(self._vopt, self._V, rows, gV)
-        self.n_learned += 1
-        self._version = next(_VERSIONS)
         return yhat
+
+    def _robust_weight(self, err: np.ndarray, mask: np.ndarray, update: bool) -> np.ndarray:
+        """Down-weight residuals beyond ``robust`` x the running mean |residual| (per target).
+
+        Adaptive optimizers (FTML, Adam) normalise the gradient's size away, so clipping it (Huber) does not
+        stop one failed measurement (e.g. a run that swapped: 400x its neighbours) from pulling the model as
+        hard as a good one — and a replay buffer would pull again and again. Weight ``(c s / |r|)^2`` beyond
+        ``c s`` makes such a point's pull fade like a redescending M-estimator. The scale ``s`` follows the
+        fresh (pre-update) residuals: a plain mean over the first ``_ROBUST_WARMUP`` (no weighting yet: a
+        cold model is wrong everywhere), then an exponential average of ``min(|r|, 4 s)``, so that a real
+        level shift raises ``s`` within tens of observations and is learned, not rejected.
+        """
+        a = np.abs(err)
+        ready = self._n_scale >= _ROBUST_WARMUP
+        lim = self.robust * self._scale
+        wt = np.where(ready & (a > lim), (lim / np.maximum(a, 1e-12)) ** 2, 1.0)
+        if update:
+            n = self._n_scale = self._n_scale + mask
+            rate = np.where(ready, _ROBUST_RATE, 1.0 / np.maximum(n, 1))
+            capped = np.where(ready, np.minimum(a, 4.0 * self._scale), a)
+            self._scale = np.where(mask, self._scale + rate * (capped - self._scale), self._scale)
+        return wt
 
     @staticmethod
     def _step(opt: optim.base.Optimizer, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> None:
@@ -291,12 +341,17 @@ class _FMBase(base.Base):
         n = len(self._index)
         out: dict[str, Any] = {
             "params": {"n_factors": self.n_factors, "l2_weight": self.l2_weight, "l2_latent": self.l2_latent,
-                       "init_std": self.init_std, "clip_gradient": self.clip_gradient, "seed": self.seed},
+                       "init_std": self.init_std, "clip_gradient": self.clip_gradient, "seed": self.seed,
+                       "replay": self.replay, "replay_window": self.replay_window, "robust": self.robust},
             "features": list(self._index),
             "W": self._W[:n].tolist(),
             "V": self._V[:n].tolist(),
             "rng": self._rng.bit_generator.state,
             "n_learned": self.n_learned,
+            "replay_rng": self._replay_rng.bit_generator.state,
+            "buffer": [[r.tolist(), v.tolist(), y.tolist(), m.tolist(), w] for r, v, y, m, w in self._buffer],
+            "residual_scale": self._scale.tolist(),
+            "residual_scale_n": self._n_scale.tolist(),
         }
         for name, opt in (("weight_optimizer", self._wopt), ("latent_optimizer", self._vopt)):
             if not isinstance(opt, FTML):
@@ -315,6 +370,15 @@ class _FMBase(base.Base):
         self._V[: len(feats)] = np.asarray(d["V"], dtype=float).reshape(len(feats), self._n_targets, self.n_factors)
         self._rng.bit_generator.state = d["rng"]
         self.n_learned = int(d["n_learned"])
+        # Keys added with replay / robust weighting: absent in older state files (then: empty, cold).
+        if "replay_rng" in d:
+            self._replay_rng.bit_generator.state = d["replay_rng"]
+        for r, v, y, m, w in d.get("buffer", []):
+            self._buffer.append((np.asarray(r, dtype=np.intp), np.asarray(v, dtype=float), np.asarray(y, dtype=float),
+                                 np.asarray(m, dtype=bool), float(w)))
+        if "residual_scale" in d:
+            self._scale = np.asarray(d["residual_scale"], dtype=float)
+            self._n_scale = np.asarray(d["residual_scale_n"], dtype=np.int64)
         self._version = next(_VERSIONS)
         self._wopt = FTML.from_state_dict(d["weight_optimizer"])
         self._vopt = FTML.from_state_dict(d["latent_optimizer"])
@@ -341,7 +405,20 @@ class FMRegressor(_FMBase, base.Regressor):
         targets 1.0 means errors beyond e^1 stop growing the step; without it one wild measurement can
         throw the latent vectors into a divergent oscillation.
     seed
-        Seed of the latent initialisation.
+        Seed of the latent initialisation (and, + 1, of the replay draws).
+    replay
+        Extra steps per observation on observations drawn uniformly from the last ``replay_window`` (a
+        bounded replay buffer; 0 = each observation is learned once, the default). Each call still learns
+        one observation (``n_learned``); the model just gets more out of a short stream. On the public
+        ONNX Runtime profiles (``benchmarks/learner_accuracy.py``) ``replay=8`` cuts held-out error after 200
+        observations about 3x; it costs ``replay + 1`` gradient steps per observation (the tuner's observe
+        rate: ~6,300/s without, ~2,600/s with 2, ~1,000/s with 8, measured on this machine).
+    replay_window
+        Size of the replay buffer (older observations drop out: replay still follows drift).
+    robust
+        If set (e.g. 2.0), residuals beyond ``robust`` x the running mean |residual| are down-weighted by
+        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (see ``_robust_weight``). None =
+        off (the default).
 
     Examples
     --------
@@ -385,8 +462,10 @@ class MultiFMRegressor(_FMBase, base.MultiTargetRegressor):
     ----------
     targets
         Target names, in output order.
-    n_factors, weight_optimizer, latent_optimizer, l2_weight, l2_latent, init_std, clip_gradient, seed
-        As :class:`FMRegressor`.
+    n_factors, weight_optimizer, latent_optimizer, l2_weight, l2_latent, init_std, clip_gradient, seed, replay,
+    replay_window, robust
+        As :class:`FMRegressor` (the replay buffer keeps each observation's target mask; robust scales are
+        per target).
 
     Examples
     --------
@@ -403,9 +482,10 @@ class MultiFMRegressor(_FMBase, base.MultiTargetRegressor):
                  weight_optimizer: optim.base.Optimizer | None = None,
                  latent_optimizer: optim.base.Optimizer | None = None, l2_weight: float = 0.0,
                  l2_latent: float = 1e-4, init_std: float = 0.01, clip_gradient: float = 1.0,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, replay: int = 0, replay_window: int = 256,
+                 robust: float | None = None) -> None:
         super().__init__(n_factors, weight_optimizer, latent_optimizer, l2_weight, l2_latent, init_std,
-                         clip_gradient, seed)
+                         clip_gradient, seed, replay, replay_window, robust)
         self.targets = tuple(targets)
 
     def _target_names(self) -> tuple[str, ...]:

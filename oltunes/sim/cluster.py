@@ -25,6 +25,8 @@ class SimCluster:
         self.placements: dict[str, Placement] = {}
         self.loads: dict[str, float] = {}  # job id -> busy fraction of its device it kept last interval
         self.now: float = 0.0  # simulated time of the current decision (set by the engine)
+        # while the engine re-tunes a running job: where it ran (its slot is already freed), else None
+        self.retuning: Placement | None = None
 
     # ------------------------------------------------------------------ queries
     def pool(self, name: str) -> Pool:

@@ -73,6 +73,9 @@ class JobRun:
     energy_j: float = 0.0
     interval_items: int = 0
     interval_lat_ms: list[float] = field(default_factory=list)
+    interval_req_ms: list[float] = field(default_factory=list)  # end-to-end latency of requests served
+    interval_wait_ms: list[float] = field(default_factory=list)  # wait before the batch started
+    interval_dropped: int = 0
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -261,6 +264,7 @@ class Simulator:
         r.i = i
         for a_, b_ in drops:
             r.dropped[a_:b_] = True
+            r.interval_dropped += b_ - a_
         if b_i:
             counts = np.subtract(b_m, b_i)
             total = int(counts.sum())
@@ -270,6 +274,9 @@ class Simulator:
             r.done[idx] = np.repeat(b_d, counts)
             r.start[idx] = np.repeat(b_t, counts)
             r.acc_per_req[idx] = r.accuracy
+            arr_np = r.job.arrivals[idx]
+            r.interval_req_ms.extend(((r.done[idx] - arr_np) * 1000.0).tolist())
+            r.interval_wait_ms.extend(((r.start[idx] - arr_np) * 1000.0).tolist())
             r.interval_items += total
             lat_ms = (np.array(b_d) - np.array(b_t)) * 1000.0
             full = counts == B
@@ -387,7 +394,11 @@ class Simulator:
             hi = bisect_left(r.arr, now)
             rate = (hi - lo) / self.retune_s
             spec = spec.model_copy(update={"arrival_rate_rps": rate})
-        d = policy.decide(spec, self.cluster)
+        self.cluster.retuning = old_pl
+        try:
+            d = policy.decide(spec, self.cluster)
+        finally:
+            self.cluster.retuning = None
         dev = self._valid(r, d, res)
         if dev is None:
             d, dev = r.decision, old_pl.device  # keep the old placement
@@ -418,6 +429,9 @@ class Simulator:
                 r.busy_iso = 0.0
                 r.interval_items = 0
                 r.interval_lat_ms = []
+                r.interval_req_ms = []
+                r.interval_wait_ms = []
+                r.interval_dropped = 0
                 jid = r.job.spec.job_id
                 co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] if shared else []
                 slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
@@ -467,6 +481,13 @@ class Simulator:
             co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
         )
         busy = float(lat.sum()) / 1000.0 / r.conc
+        req_p99 = wait = None
+        if r.streaming and r.interval_req_ms:
+            # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
+            shed = self.drop_after * r.job.spec.slo_ms
+            req = np.concatenate([np.asarray(r.interval_req_ms), np.full(r.interval_dropped, shed)])
+            req_p99 = float(np.percentile(req, 99))
+            wait = float(np.mean(r.interval_wait_ms))
         return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,
@@ -483,6 +504,8 @@ class Simulator:
             energy_source="simulated",
             accuracy=r.accuracy,
             gpu_util=min(1.0, r.busy_iso / span),
+            request_latency_p99_ms=req_p99,
+            queueing_delay_ms=wait,
             simulated=True,
             timestamp=now,
         )

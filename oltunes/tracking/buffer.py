@@ -1,7 +1,7 @@
 """A disk buffer for tracking records written while MLflow is unreachable.
 
 One JSON file per record, named by a sortable sequence and the record's idempotency key, written atomically
-(temp file + ``os.replace``). Writing the same key twice keeps one file, so a record is buffered at most once;
+(`oltunes.atomic`). Writing the same key twice keeps one file, so a record is buffered at most once;
 replay deletes a file only after MLflow accepted it, and MLflow-side idempotency (the key stored as a tag) makes a
 replay that crashed between "accepted" and "deleted" harmless.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from oltunes.atomic import atomic_write_json
 
 
 class DiskBuffer:
@@ -32,11 +32,8 @@ class DiskBuffer:
         for existing in self.root.glob(f"*{suffix}"):
             return existing
         path = self.root / f"{time.time_ns():020d}{suffix}"
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": key, **record}, f)
-        os.replace(tmp, path)
-        return path
+        # durable: a buffered record is the only copy of a measurement until MLflow is back
+        return atomic_write_json(path, {"key": key, **record}, durable=True)
 
     def items(self) -> Iterator[tuple[Path, dict[str, Any]]]:
         """Buffered records, oldest first."""

@@ -85,6 +85,10 @@ def measurement_metrics(m: Measurement, slo_ms: float | None = None) -> dict[str
         out[ACCURACY] = m.accuracy
     if m.gpu_util is not None:
         out[GPU_UTIL] = m.gpu_util
+    if m.request_latency_p99_ms is not None:
+        out["request_latency_p99_ms"] = m.request_latency_p99_ms
+    if m.queueing_delay_ms is not None:
+        out["queueing_delay_ms"] = m.queueing_delay_ms
     if slo_ms is not None:
         out[SLO_MET] = 1.0 if m.latency_p99_ms <= slo_ms else 0.0
     return out

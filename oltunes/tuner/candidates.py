@@ -18,6 +18,7 @@ Batch size is the *largest* batch: streaming workers batch dynamically (``fill_w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -64,11 +65,12 @@ def queue_wait_ms(batch_latency_ms: Any, rate: float, throughput: Any, concurren
     return batch_latency_ms / concurrency * rho / (1.0 - rho) * (1.0 + burstiness) / 2.0 * np.log(100.0)
 
 
-def co_runner_of(p: Placement) -> CoRunner:
-    """How a placed job appears to a job sharing its device (load 1: assume it keeps the device busy)."""
+def co_runner_of(p: Placement, load: float = 1.0) -> CoRunner:
+    """How a placed job appears to a job sharing its device (default load 1: assume it keeps the device busy;
+    the tuner passes a measured or estimated load when it has one)."""
     c = p.candidate
     return CoRunner(job_id=p.job_id, family=c.variant.family, variant=c.variant.name, size=c.variant.size,
-                    precision=c.variant.precision, batch_size=c.batch_size, load=1.0)
+                    precision=c.variant.precision, batch_size=c.batch_size, load=load)
 
 
 class CoLite(NamedTuple):
@@ -87,16 +89,21 @@ class PlacementOption:
     free_memory_gb: float
     free_slots_after: int  # on the device, once the new job is placed
     pool_free_slots_after: int
+    loads: tuple[float, ...] = ()  # busy share of the device each member keeps (empty: 1.0 each)
+
+    def load(self, i: int) -> float:
+        return self.loads[i] if i < len(self.loads) else 1.0
 
     @cached_property
     def co_features(self) -> tuple[CoLite, ...]:
         """The members as the encoding sees them (family, size, load)."""
-        return tuple(CoLite(m.candidate.variant.family, m.candidate.variant.size) for m in self.members)
+        return tuple(CoLite(m.candidate.variant.family, m.candidate.variant.size, self.load(i))
+                     for i, m in enumerate(self.members))
 
     @cached_property
     def co_runners(self) -> tuple[CoRunner, ...]:
         """The members as ``CoRunner`` objects (built only for the chosen option)."""
-        return tuple(co_runner_of(m) for m in self.members)
+        return tuple(co_runner_of(m, self.load(i)) for i, m in enumerate(self.members))
 
     @property
     def shared(self) -> bool:
@@ -104,12 +111,14 @@ class PlacementOption:
 
 
 def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
-                      include: tuple[str, int] | None = None) -> list[PlacementOption]:
+                      include: tuple[str, int] | None = None,
+                      load_of: Callable[[Placement], float] | None = None) -> list[PlacementOption]:
     """Options per pool: first empty device, and the fullest device with a free slot.
 
     ``include`` = (pool, device) adds that device too when it has a free slot (a running job's current
     device, so that staying is one of the candidates). With ``ignore_capacity`` every pool yields its
     least-loaded device even when full (used only to name a best-available candidate when nothing fits).
+    ``load_of`` gives each placed job's busy share of its device (default: 1.0, assume it keeps it busy).
     """
     by_pool: dict[str, list[Placement]] = {}
     for pl in cluster.placements:
@@ -132,7 +141,8 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
         if not free_devs:
             if ignore_capacity:
                 i = min(range(pool.count), key=lambda k: len(devices[k]))
-                out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]), 0, 0))
+                out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]), 0, 0,
+                                           _loads(devices[i], load_of)))
             continue
         chosen = []
         empty = next((i for i in free_devs if not devices[i]), None)
@@ -145,8 +155,12 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
             chosen.append(keep)
         for i in chosen:
             out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]),
-                                       cap - len(devices[i]) - 1, pool_free - 1))
+                                       cap - len(devices[i]) - 1, pool_free - 1, _loads(devices[i], load_of)))
     return out
+
+
+def _loads(placements: list[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:
+    return () if load_of is None else tuple(load_of(p) for p in placements)
 
 
 def _used_gb(placements: list[Placement]) -> float:

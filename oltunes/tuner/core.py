@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,9 @@ _EXPLORE_N0 = 20.0  # exploration probability halves after this many observation
 _MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
 _MAX_SEEN = 1_000_000  # measurement ids remembered for exactly-once
 _MAX_CACHE = 4096  # memoised index arrays / prior grids / member plans before the memo is reset
+_BURST_WINDOW = 12  # request-level measurements kept per streaming job (a minute at 5 s intervals)
+_BURST_Q = 0.9  # quantile of those the queueing check uses
+_MAX_BURST_JOBS = 10_000  # streaming jobs remembered (oldest forgotten first)
 
 
 def _stream_rate(ctx: JobContext) -> float:
@@ -141,6 +145,9 @@ class Tuner:
         only extrapolates to (the FM's variant features are silent until a variant is measured). 0.5 was the
         best of {0, 0.25, 0.5, 1} on the simulator's light / bursty / heterogeneous-heavy scenarios (mean
         request SLO violations 0.466 / 0.439 / 0.428 / 0.439).
+    crowding
+        Only when nothing is feasible: penalty (in units of relative SLO overshoot) per job already on a
+        device, so that the least-violating fallback spreads instead of packing.
     stay_tolerance
         When re-tuning a running job (``recommend(..., current=...)``), keep its placement while its objective
         is within this fraction of the best.
@@ -165,7 +172,7 @@ class Tuner:
                  n_factors: int = 8, lr: float = DEFAULT_LR, explore_rate: float = 0.2, explore_slack: float = 0.5,
                  margin_quantile: float = 0.95, throughput_headroom: float = 1.2,
                  near_equal: float = 0.02, stay_tolerance: float = 0.1, burstiness: float | None = 2.0,
-                 novelty: float = 0.5) -> None:
+                 novelty: float = 0.5, crowding: float = 0.25) -> None:
         self._lock = threading.RLock()  # the service may call from several threads
         self.batch_sizes = self._positive_ints(batch_sizes, "batch_sizes")
         self.concurrencies = self._positive_ints(concurrencies, "concurrencies")
@@ -192,6 +199,7 @@ class Tuner:
         self.stay_tolerance = stay_tolerance
         self.burstiness = burstiness
         self.novelty = novelty
+        self.crowding = crowding
 
         self.variants: list[Variant] = []
         self._by_family: dict[str, list[Variant]] = {}
@@ -205,6 +213,10 @@ class Tuner:
                                       latent_optimizer=FTML(lr=lr), l2_latent=1e-2, seed=seed)
         self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
+        # streaming job id -> recent "burst sizes" (requests queued beyond the batch model, see observe)
+        self.bursts: dict[str, deque[float]] = {}
+        # job id -> (where and how it ran, measured busy share of its device): a co-runner's load
+        self.loads: dict[str, tuple[str, float]] = {}
         self.n_observed = 0
         self._seen: dict[str, None] = {}  # insertion-ordered set of measurement ids
         self._accelerators: dict[str, Accelerator] = dict(CATALOG)
@@ -353,11 +365,60 @@ class Tuner:
                     self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", y[t] - before[i])
             key = f"{c.accelerator}/{c.variant.name}"
             self.visits[key] = self.visits.get(key, 0) + 1
+            self._observe_burst(m)
+            if m.gpu_util is not None:
+                if m.job_id not in self.loads and len(self.loads) >= _MAX_BURST_JOBS:
+                    del self.loads[next(iter(self.loads))]
+                self.loads[m.job_id] = (c.key, float(m.gpu_util))
             self.n_observed += 1
             self._seen[m.measurement_id] = None
             if len(self._seen) > _MAX_SEEN:
                 del self._seen[next(iter(self._seen))]
             return True
+
+    def _observe_burst(self, m: Measurement) -> None:
+        """Learn a streaming job's queueing beyond the batch model from its request-level p99.
+
+        The excess ``request p99 - batch p99 - batch-fill wait`` is the time the worst requests queued; times
+        the measured throughput it is the backlog in *requests* a burst of this job's arrivals builds up,
+        which carries over to another configuration as ``backlog / its throughput``. Clumps of simultaneous
+        requests in real traces make this far larger than a Poisson (Kingman) estimate at low utilisation.
+        """
+        if (m.kind != "streaming" or m.request_latency_p99_ms is None or m.throughput_items_per_s <= 0
+                or m.latency_p99_ms <= 0):
+            return
+        fill = float(fill_wait_ms(float(m.candidate.batch_size), m.arrival_rate_rps))
+        excess_ms = max(0.0, m.request_latency_p99_ms - m.latency_p99_ms - fill)
+        d = self.bursts.get(m.job_id)
+        if d is None:
+            if len(self.bursts) >= _MAX_BURST_JOBS:
+                del self.bursts[next(iter(self.bursts))]
+            d = self.bursts[m.job_id] = deque(maxlen=_BURST_WINDOW)
+        d.append(excess_ms / 1000.0 * m.throughput_items_per_s)
+
+    def _load_of(self, p: Placement) -> float:
+        """Busy share of its device a placed job keeps, as a co-runner sees it: the last measured one while it
+        runs the same configuration; else, for a streaming job, its rate over the prior's throughput; batch
+        jobs run flat out (1). Rounded to 0.05 so that cached grids are shared between close loads."""
+        if p.arrival_rate_rps <= 0:
+            return 1.0
+        seen = self.loads.get(p.job_id)
+        if seen is not None and seen[0] == p.candidate.key:
+            load = seen[1]
+        else:
+            c = p.candidate
+            load = p.arrival_rate_rps / self._cached(
+                ("thr_alone", c.accelerator, c.variant.name, c.batch_size, c.concurrency, p.arrival_rate_rps),
+                lambda: math.exp(self._prior_log(c.model_copy(update={"co_runners": ()}), job_context(p))[_THR]))
+        return min(1.0, max(0.05, round(load * 20.0) / 20.0))
+
+    def burst(self, job_id: str) -> float | None:
+        """Learned backlog (requests) of a streaming job's bursts, or None before its first request-level
+        measurement (then only the Kingman term models queueing)."""
+        d = self.bursts.get(job_id)
+        if not d:
+            return None
+        return float(np.quantile(np.fromiter(d, float, len(d)), _BURST_Q))
 
     def replay(self, measurements: Iterable[Measurement]) -> int:
         """Rebuild from history (e.g. MLflow runs, oldest first); returns how many were new."""
@@ -425,7 +486,8 @@ class Tuner:
         sizes = tuple(sorted({v.size for v in variants}))
         key = ("members", job.family, sizes, tuple(
             (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
-             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members)) for _, o, mem in members))
+             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
+            for _, o, mem in members))
         # The outcome depends only on these members, the newcomer's family and the model's current state:
         # a burst of recommendations between two observations computes it once.
         memo_key = (key, tuple((o.pool.name, o.device) for o in options), self._variants_version,
@@ -467,7 +529,7 @@ class Tuner:
             base_x = {**job_features(job_context(mem)), **placement_features(o.pool.name, acc.name, ()),
                       **variant_features(cand.variant), **batch_features(cand.batch_size),
                       **concurrency_features(cand.concurrency)}
-            others = [co_runner_of(x) for x in o.members if x.job_id != mem.job_id]
+            others = [co_runner_of(x, o.load(i)) for i, x in enumerate(o.members) if x.job_id != mem.job_id]
             xa.append({**base_x, **co_runner_features(others)})
             x_alone.append(base_x)
             load = np.array([0.0, sum(c.load for c in others) + 1.0])
@@ -504,10 +566,10 @@ class Tuner:
                 pools=cluster.pools, placements=[p for p in cluster.placements if p.job_id != job.job_id])
         with self._lock:
             include = (current.pool, current.device) if current is not None else None
-            options = placement_options(cluster, include=include)
+            options = placement_options(cluster, include=include, load_of=self._load_of)
             no_capacity = not options
             if no_capacity:
-                options = placement_options(cluster, ignore_capacity=True)
+                options = placement_options(cluster, ignore_capacity=True, load_of=self._load_of)
             return self._decide(job, cluster, options, variants, no_capacity, current)
 
     def _stay_index(self, current: Placement | None, options, variants) -> tuple[int, int, int, int] | None:
@@ -541,9 +603,15 @@ class Tuner:
         req_lat = pess_lat
         if streaming and rate > 0:  # a request may wait for its batch to fill (bounded by the batcher's delay)
             req_lat = pess_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
+            thr_low = thr * np.exp(-marg[:, _THR])[:, None, None, None]
+            queue = 0.0
             if self.burstiness is not None:  # and for a free lane: queueing grows with utilisation
-                req_lat = req_lat + queue_wait_ms(pess_lat, rate, thr * np.exp(-marg[:, _THR])[:, None, None, None],
-                                                  np.array(self.concurrencies, dtype=float), self.burstiness)
+                queue = queue_wait_ms(pess_lat, rate, thr_low, np.array(self.concurrencies, dtype=float),
+                                      self.burstiness)
+            backlog = self.burst(job.job_id)
+            if backlog is not None:  # measured: the job's own bursts drain at this candidate's throughput
+                queue = np.maximum(queue, 1000.0 * backlog / thr_low)
+            req_lat = req_lat + queue
 
         # Constraints as small broadcastable masks (materialised only where needed).
         need = self._cached(("need", job.family), lambda: np.array(
@@ -596,7 +664,7 @@ class Tuner:
                 if eidx != idx:
                     idx, source = eidx, "explore"
         else:
-            idx = self._least_violating(masks, req_lat, job, pess_thr, obj, variants)
+            idx = self._least_violating(masks, req_lat, job, pess_thr, obj, variants, options)
         p, v, b, c = idx
         if source != "explore":
             n_region = self.residuals["log_latency"].count(f"{regions[p]}/{job.family}")
@@ -663,15 +731,19 @@ class Tuner:
         optimistic = np.where(within, o * np.exp(-bonus[:, :, None, None]), np.inf)
         return tuple(int(i) for i in np.unravel_index(int(np.argmin(optimistic)), feasible.shape))
 
-    def _least_violating(self, masks, req_lat, job, pess_thr, obj, variants):
+    def _least_violating(self, masks, req_lat, job, pess_thr, obj, variants, options):
         """Nothing is feasible: keep the hard constraints first (fits the device, then the accuracy floor — or
-        the smallest shortfall when no variant reaches it), then the smallest relative latency/throughput/
-        co-runner violation, then the objective."""
+        the smallest shortfall when no variant reaches it), then the smallest relative latency + throughput
+        violation, + 1 if a co-runner is predicted to miss its SLO (pessimistically: a hard rule here sent
+        infeasible jobs to slow empty devices and cost more than it saved), + ``crowding`` per job already on
+        the device (spread rather than pack), then the objective."""
         shape = obj.shape
         cap_fail = np.broadcast_to(~masks["cap"], shape)
+        co_fail = np.broadcast_to(~masks["co"], shape)
         shortfall = np.broadcast_to(np.array([max(0.0, job.accuracy_floor - v.accuracy) for v in variants])
                                     [None, :, None, None], shape)
-        graded = (np.maximum(0.0, req_lat / job.slo_ms - 1.0) + (~masks["co"]) * 1.0
+        crowd = np.array([len(o.members) for o in options], dtype=float)[:, None, None, None]
+        graded = (np.maximum(0.0, req_lat / job.slo_ms - 1.0) + self.crowding * crowd + co_fail * 1.0
                   + (np.maximum(0.0, job.arrival_rate_rps * self.throughput_headroom / pess_thr - 1.0)
                      if job.kind == "streaming" else 0.0))
         graded = np.broadcast_to(graded, shape)
@@ -778,13 +850,15 @@ class Tuner:
                            "margin_quantile": self.margin_quantile,
                            "throughput_headroom": self.throughput_headroom, "near_equal": self.near_equal,
                            "stay_tolerance": self.stay_tolerance, "burstiness": self.burstiness,
-                           "novelty": self.novelty},
+                           "novelty": self.novelty, "crowding": self.crowding},
                 "prior": self.prior.to_dict(),
                 "variants": [v.model_dump() for v in self.variants],
                 "accelerators": [a.model_dump() for n, a in self._accelerators.items() if CATALOG.get(n) != a],
                 "model": self.model.state_dict(),
                 "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
                 "visits": dict(self.visits),
+                "bursts": {k: list(v) for k, v in self.bursts.items()},
+                "loads": {k: list(v) for k, v in self.loads.items()},
                 "n_observed": self.n_observed,
                 "seen": list(self._seen),
                 "rng": self._rng.bit_generator.state,
@@ -799,6 +873,9 @@ class Tuner:
             t.model.load_state_dict(d["model"])
             t.residuals = {k: ResidualQuantiles.from_state_dict(v) for k, v in d["residuals"].items()}
             t.visits = {str(k): int(v) for k, v in d["visits"].items()}
+            t.bursts = {str(k): deque((float(x) for x in v), maxlen=_BURST_WINDOW)
+                        for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
+            t.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
             t.n_observed = int(d["n_observed"])
             t._seen = dict.fromkeys(d["seen"])
             for a in d.get("accelerators", []):

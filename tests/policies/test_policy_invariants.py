@@ -11,7 +11,7 @@ from oltunes.sim.run import prepare, run_policy
 from oltunes.sim.scenario import load_scenario
 from oltunes.types import JobSpec, Placement
 
-EXPECTED = {"oltunes", "round-robin", "least-loaded", "random", "static-profile", "gavel-like", "oracle"}
+EXPECTED = {"oltunes", "oltunes-profiled", "round-robin", "least-loaded", "random", "static-profile", "gavel-like", "oracle"}
 
 
 def test_all_seven_policies_are_registered():
@@ -61,3 +61,34 @@ def test_policy_waits_when_the_cluster_is_full(name, tiny, ctx):
                   accuracy_floor=tiny.model.best_accuracy("bert") - 0.04)
     d = policy.decide(job, cluster)
     assert d is None or not cluster.has_slot(d.candidate.pool, d.group.device if d.group else 0)
+
+
+def test_oltunes_retune_passes_the_current_placement_and_stays(tiny, ctx):
+    """The engine names the job's old placement while re-tuning; the tuner then keeps a near-best placement
+    (same device) instead of moving the job."""
+    cluster = SimCluster(tiny.scenario.pool_list())
+    policy = Policy.make("oltunes", ctx=ctx, explore_rate=0.0)
+    job = JobSpec(job_id="s", kind="streaming", family="bert", slo_ms=300, arrival_rate_rps=5,
+                  accuracy_floor=tiny.model.best_accuracy("bert") - 0.04)
+    d = policy.decide(job, cluster)
+    dev = d.group.device if d.group else cluster.least_loaded_device(d.pool)
+    pl = Placement(job_id="s", pool=d.pool, device=dev, candidate=d.candidate, slo_ms=300, arrival_rate_rps=5)
+    cluster.place(pl)
+    cluster.remove("s", keep_load=True)
+    cluster.retuning = pl
+    again = policy.decide(job, cluster)
+    assert "kept the current placement" in again.explanation.note
+    assert again.group is not None and (again.group.pool, again.group.device) == (d.pool, dev)
+
+
+def test_oltunes_profiled_starts_from_the_offline_profile(ctx):
+    """Its prior is the same isolated profile the static baselines read: cold predictions match it."""
+    policy = Policy.make("oltunes-profiled", ctx=ctx)
+    rows = policy.profile_rows()
+    r = next(r for r in rows if r["accelerator"] == "a100" and r["batch_size"] == 4)
+    v = ctx.model.variant(r["variant"])
+    from oltunes.types import Candidate
+
+    cand = Candidate(pool="x", accelerator="a100", variant=v, batch_size=4)
+    pred = policy.tuner.predict(JobSpec(family=v.family, slo_ms=100), [cand])[0]
+    assert pred.latency_p99_ms == pytest.approx(r["latency_ms"], rel=1e-6)

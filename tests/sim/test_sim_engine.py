@@ -81,3 +81,25 @@ def test_warmup_and_regret_against_the_oracle(tiny, all_runs):
     worst = max(all_runs, key=lambda n: compute(all_runs[n])["slo_violation_rate"])
     _, att = warmup(all_runs[worst], orc, 15.0)
     assert att < 1.0 and regret(all_runs[worst], orc)[-1] > 0
+
+
+def test_streaming_measurements_carry_request_level_latency(tiny):
+    """What the learner sees: batch p99 plus, for streaming jobs, the request p99 (queueing included) and the
+    mean wait before a batch starts; batch jobs report neither."""
+    from oltunes.policies import PolicyContext
+
+    sc = tiny.scenario
+    ctx = PolicyContext(model=tiny.model, variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
+                        concurrencies=tuple(sc.concurrencies), seed=sc.seed)
+    policy = Policy.make("oltunes", ctx=ctx)
+    seen = []
+    learn = policy.observe
+    policy.observe = lambda m: (seen.append(m), learn(m))
+    run_policy(tiny, policy)
+    stream = [m for m in seen if m.kind == "streaming"]
+    assert stream and any(m.kind == "batch" for m in seen)
+    for m in stream:
+        assert m.request_latency_p99_ms is not None and m.queueing_delay_ms is not None
+        # a request's latency includes its batch's, so the request p99 cannot sit below the fastest batch
+        assert m.request_latency_p99_ms >= m.latency_p50_ms * 0.5 and m.queueing_delay_ms >= 0
+    assert all(m.request_latency_p99_ms is None for m in seen if m.kind == "batch")

@@ -276,3 +276,71 @@ def test_accuracy_floor_is_never_violated_even_when_infeasible():
         assert floor <= best and d.variant.accuracy >= floor, (job, d.candidate.key, d.feasible)
         c = d.candidate
         tuner.observe(measure(job, c, rng, i))
+
+
+def _stream_measurement(job: JobSpec, c: Candidate, i: int, *, p99: float, req_p99: float | None, thr: float,
+                        util: float | None = None) -> Measurement:
+    return Measurement(measurement_id=f"{job.job_id}-q{i}", job_id=job.job_id, kind="streaming",
+                       arrival_rate_rps=job.arrival_rate_rps, candidate=c, items=100, wall_s=5.0,
+                       latency_p50_ms=p99 * 0.8, latency_p95_ms=p99 * 0.9, latency_p99_ms=p99,
+                       throughput_items_per_s=thr, energy_j_per_item=0.1, energy_source="simulated",
+                       gpu_util=util, request_latency_p99_ms=req_p99)
+
+
+def test_request_level_queueing_is_learned_per_streaming_job(tuner):
+    job = JobSpec(job_id="st", kind="streaming", family="cnn", slo_ms=60, accuracy_floor=0.7, arrival_rate_rps=20)
+    first = tuner.recommend(job, make_cluster())
+    assert first.feasible and tuner.burst("st") is None  # no request-level measurement yet: Kingman only
+    c = first.candidate
+    # Requests queued far beyond the batch latency: a backlog of (300 - 10 - fill) ms x 400 items/s.
+    fill = float(fill_wait_ms(float(c.batch_size), 20.0))
+    tuner.observe(_stream_measurement(job, c, 0, p99=10.0, req_p99=300.0, thr=400.0))
+    assert tuner.burst("st") == pytest.approx((300.0 - 10.0 - fill) / 1000.0 * 400.0)
+    # Another job's queueing is not this one's; a batch measurement never creates a backlog.
+    assert tuner.burst("other") is None
+    again = tuner.recommend(job, make_cluster())
+    # The same configuration now predicts a request p99 beyond the SLO, so the tuner leaves it (or, if every
+    # candidate is that slow for this backlog, says the job is infeasible).
+    assert again.candidate.key != c.key or not again.feasible
+    # Without request-level data (older measurements, the real path before it reports them) nothing changes.
+    plain = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    plain.observe(_stream_measurement(job, c, 0, p99=10.0, req_p99=None, thr=400.0))
+    assert plain.burst("st") is None
+
+
+def test_co_runner_load_is_measured_or_estimated_not_assumed_full():
+    tuner = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    v = tuner.variants[0]
+    cand = Candidate(pool="a100-pool", accelerator="a100", variant=v, batch_size=4)
+    light = Placement(job_id="light", pool="a100-pool", device=0, candidate=cand, slo_ms=100, arrival_rate_rps=1.0)
+    batch = Placement(job_id="flat-out", pool="a100-pool", device=0, candidate=cand, slo_ms=100)
+    cluster = ClusterState(pools=[Pool(name="a100-pool", accelerator=CATALOG["a100"], count=1, slots_per_device=3)],
+                           placements=[light, batch])
+    job = JobSpec(job_id="new", family="cnn", slo_ms=1000, items=10)
+    loads = {r.job_id: r.load for r in tuner.recommend(job, cluster).candidate.co_runners}
+    assert loads["flat-out"] == 1.0  # a batch job keeps its device busy
+    assert 0 < loads["light"] < 0.5  # 1 req/s on an A100: estimated from its rate and predicted throughput
+    # Once measured in that configuration, the measured share is used (rounded to 0.05).
+    spec = JobSpec(job_id="light", kind="streaming", family="cnn", slo_ms=100, arrival_rate_rps=1.0)
+    tuner.observe(_stream_measurement(spec, cand, 0, p99=5.0, req_p99=6.0, thr=800.0, util=0.31))
+    loads = {r.job_id: r.load for r in tuner.recommend(job, cluster).candidate.co_runners}
+    assert loads["light"] == pytest.approx(0.3)
+    # The measurement was for another configuration than the one placed now: back to the estimate.
+    moved = light.model_copy(update={"candidate": cand.model_copy(update={"batch_size": 8})})
+    cluster2 = ClusterState(pools=cluster.pools, placements=[moved, batch])
+    loads = {r.job_id: r.load for r in tuner.recommend(job, cluster2).candidate.co_runners}
+    assert loads["light"] != pytest.approx(0.3)
+    # State round trip keeps the learned loads and backlogs.
+    back = Tuner.from_state_dict(tuner.state_dict())
+    assert back.loads == tuner.loads and back.burst("light") == tuner.burst("light")
+
+
+def test_infeasible_fallback_spreads_onto_an_empty_device():
+    tuner = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    v = tuner.variants[-1]
+    pool = Pool(name="a100-pool", accelerator=CATALOG["a100"], count=2, slots_per_device=4)
+    cand = Candidate(pool="a100-pool", accelerator="a100", variant=v, batch_size=1)
+    placed = [Placement(job_id=f"p{i}", pool="a100-pool", device=0, candidate=cand, slo_ms=1000) for i in range(3)]
+    d = tuner.recommend(JobSpec(family="cnn", slo_ms=0.01, items=10), ClusterState(pools=[pool], placements=placed))
+    assert not d.feasible
+    assert d.group is None and not d.candidate.co_runners  # device 1 (empty), not packed onto device 0
