@@ -41,6 +41,7 @@ from river import linear_model, optim, preprocessing
 from benchmarks.common import median, parser, print_table, write_json
 from oltunes.config import get_settings
 from oltunes.learner import FTML, FMRegressor, JobContext, encode
+from oltunes.learner.fm import ONLINE_SETTINGS
 from oltunes.types import Candidate, Variant
 
 ACCEL = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "p100", "onnxruntime_gpu_ampere": "a100"}
@@ -131,17 +132,19 @@ def scaled(make: Callable[[int], object]) -> Callable[[int], object]:
 
 
 # The online FM's training settings (every FM learner gets the same, only the optimizer differs): each
-# observation is learned once as it arrives, then REPLAY more steps on observations drawn from the last
-# REPLAY_WINDOW (a bounded replay buffer), with residuals beyond ROBUST x the running mean |residual|
-# down-weighted (see FMRegressor). "(single pass)" rows are the same FM with neither.
-REPLAY, REPLAY_WINDOW, ROBUST = 8, 256, 2.0
-ONLINE = {"replay": REPLAY, "replay_window": REPLAY_WINDOW, "robust": ROBUST}
+# observation is learned once as it arrives, then ``replay`` more steps on observations drawn from the last
+# ``replay_window`` (a bounded replay buffer; tapering after ``replay_horizon``), with residuals beyond
+# ``robust`` x the running mean |residual| down-weighted (see FMRegressor). "(single pass)": neither.
+ONLINE = dict(ONLINE_SETTINGS)
 
 
 def fm(opt_factory: Callable[[], optim.base.Optimizer], **settings) -> Callable[[int], object]:
-    settings = {**ONLINE, **settings}
-    return scaled(lambda seed: FMRegressor(n_factors=8, weight_optimizer=opt_factory(),
-                                           latent_optimizer=opt_factory(), seed=seed, **settings))
+    # The FM standardises its targets itself (the same running mean/std as ``scaled``), because its replay
+    # buffer must rescale old targets with the current statistics: behind river's wrapper each buffered
+    # target would stay scaled with the statistics of the moment it arrived.
+    settings = {"n_factors": 8, **ONLINE, **settings, "standardize": True}
+    return lambda seed: FMRegressor(weight_optimizer=opt_factory(), latent_optimizer=opt_factory(), seed=seed,
+                                    **settings)
 
 
 SINGLE_PASS = {"replay": 0, "robust": None}

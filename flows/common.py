@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from oltunes.config import REPO_ROOT, Settings, get_settings
-from oltunes.errors import ConfigError
+from oltunes.errors import ConfigError, TunerUnavailable
 from oltunes.inventory import load_inventory
 from oltunes.launchers import Launcher
 from oltunes.tracking import Tracker
 from oltunes.types import ClusterState, Variant
+
+log = logging.getLogger(__name__)
 
 
 def validate(model: type[BaseModel], **params: Any) -> Any:
@@ -51,7 +54,10 @@ def make_tuner(launcher: type[Launcher], variants: list[Variant]) -> tuple[Any, 
     tuner = get_tuner(s, variants=variants)
     add = getattr(tuner, "add_variants", None)  # a tuner restored from disk learns of variants built since
     if add is not None:
-        add(variants)
+        try:
+            add(variants)
+        except TunerUnavailable as e:  # a remote tuner that is down: its fallback already knows the variants
+            log.warning("could not register variants with the tuning service: %s", e)
     return tuner, s
 
 

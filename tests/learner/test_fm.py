@@ -224,3 +224,16 @@ def test_river_fm_subclass_keys_latent_state_per_feature():
     assert keys == {"family=cnn", "family=bert", "acc=cpu", "acc=t4", "acc=a100", "co_family=cnn", "co_family=bert"}
     test = list(_interference_data(1, 300))
     assert np.mean([abs(fm.predict_one(x) - y) for x, y in test]) < 0.2
+
+
+def test_replay_tapers_after_its_horizon_and_respects_target_masks():
+    fm = MultiFMRegressor(targets=("a", "b", "c"), n_factors=3, seed=0, replay=8, replay_horizon=50)
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        keys = rng.choice([f"f{i}" for i in range(20)], size=4, replace=False)
+        fm.learn_one({k: 1.0 for k in keys}, {"a": float(rng.normal()), "b": 1.0, "c": None})
+    # 50 x (1 + 8) steps, then 1 + 8 x 50 / n each: ~1,870 in all (a constant 8 would be 4,500).
+    steps = fm._wopt.n_iterations
+    assert 1600 < steps < 2200, steps
+    assert fm.n_learned == 500
+    assert not fm._W[:, 2].any()  # "c" was never given: replayed steps must not invent it
