@@ -18,7 +18,7 @@ predict-then-learn (progressive MAPE); then every learner predicts the remaining
 same running target standardisation. Learners: FM with FTML, Adam, FTRL-Proximal (the same dense FM and the same
 online settings ``ONLINE``: replay of the recent stream and robust down-weighting; step size per seed from
 ``LR_GRID`` by progressive error, never held-out rows), the FM-FTML without replay/robust ("single pass"), FTML at
-the paper's lr 0.0025, river ``LinearRegression`` and a per-configuration running mean (mean log latency of the
+the paper's lr 0.0025, the same online learner without pairwise terms (k=0), river ``LinearRegression`` and a per-configuration running mean (mean log latency of the
 same accelerator/variant/batch seen so far; the global mean when unseen). Offline references (ridge with
 explicit crosses, gradient-boosted trees) fitted on the same rows show what a batch fit reaches. Figures are
 medians over ``--seeds`` seeds; ``--curve`` repeats the split at 100/200/300/400 observations.
@@ -156,6 +156,8 @@ FM_OPTIMIZERS: dict[str, tuple[Callable[[float], optim.base.Optimizer], dict]] =
     "fm-adam": (lambda lr: optim.Adam(lr=lr), {}),
     "fm-ftrl": (lambda lr: optim.FTRLProximal(alpha=lr * 10, l2=0.0), {}),  # alpha grid 0.03 .. 1
     "fm-ftml (single pass)": (lambda lr: FTML(lr=lr), SINGLE_PASS),
+    # the same learner without pairwise terms: a linear model with the same replay / robust / scaling
+    "linear-ftml (k=0, same settings)": (lambda lr: FTML(lr=lr), {"n_factors": 0}),
 }
 FIXED: dict[str, Callable[[int], object]] = {
     "fm-ftml(paper lr=0.0025)": fm(lambda: FTML(lr=0.0025)),

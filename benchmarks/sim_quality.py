@@ -50,26 +50,44 @@ def _score(results: dict, m: dict, learner: str, best: str, window_s: float) -> 
     }
 
 
-def evaluate(name: str) -> dict:
+def evaluate(name: str, seed_offset: int = 0) -> dict:
     sc = load_scenario(name)
+    if seed_offset:  # another draw of the same scenario: workload offsets, device drift, every policy's seed
+        sc = sc.model_copy(update={"seed": sc.seed + seed_offset})
     results = run_scenario(prepare(sc), list(POLICIES))
     m = {k: v[1] for k, v in results.items()}
     best = min(BASELINES, key=lambda b: (m[b]["slo_violation_rate"], m[b]["energy_j_per_req"]))
     scores = {k: _score(results, m, k, best, sc.retune_interval_s) for k in LEARNERS}
-    return {"scenario": name, "best_baseline": best, **scores["oltunes"], "learners": scores, "policies": m}
+    return {"scenario": name, "seed": sc.seed, "best_baseline": best, **scores["oltunes"], "learners": scores,
+            "policies": m}
+
+
+def seed_means(out: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per scenario and policy: violation rate and energy per request averaged over the seeds run."""
+    acc: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for r in out:
+        for pol, m in r["policies"].items():
+            acc.setdefault(r["scenario"], {}).setdefault(pol, []).append(
+                (m["slo_violation_rate"], m["energy_j_per_req"]))
+    return {sc: {pol: {"slo_violation_rate": sum(v for v, _ in xs) / len(xs),
+                       "energy_j_per_req": sum(e for _, e in xs) / len(xs), "n_seeds": len(xs)}
+                 for pol, xs in by.items()} for sc, by in acc.items()}
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--scenarios", default=",".join(shipped()), help="comma-separated (default: every shipped one)")
+    p.add_argument("--seeds", default="0", help="comma-separated seed offsets (each adds to the scenario's seed); "
+                   "the runs are chaotic, so compare policies on several")
     a = p.parse_args()
-    out = [evaluate(s) for s in a.scenarios.split(",") if s]
+    offsets = [int(x) for x in a.seeds.split(",") if x.strip()]
+    out = [evaluate(s, k) for s in a.scenarios.split(",") if s for k in offsets]
     rows = []
     for sr in out:
         pol = sr["policies"]
         for learner, r in sr["learners"].items():
             rows.append([
-                sr["scenario"], learner, sr["best_baseline"],
+                f'{sr["scenario"]} s{sr["seed"]}', learner, sr["best_baseline"],
                 pol[learner]["slo_violation_rate"], pol[sr["best_baseline"]]["slo_violation_rate"],
                 pol["oracle"]["slo_violation_rate"], r["violation_ratio"], r["energy_ratio"], r["accuracy_loss_pts"],
                 r["oracle_attainment_after_warmup"], "never" if r["warmup_s"] is None else r["warmup_s"],
@@ -83,7 +101,14 @@ def main() -> None:
          "acc loss", "attain vs oracle", "warm-up s", "regret q1..q4", "goals"],
         rows,
     )
-    write_json(a.json, {"results": out})
+    means = seed_means(out)
+    if len(offsets) > 1:
+        pols = list(next(iter(means.values())))
+        print_table(f"mean over seed offsets {offsets}: SLO violation rate / energy J per request",
+                    ["scenario", *pols],
+                    [[sc, *(f'{by[q]["slo_violation_rate"]:.3f} / {by[q]["energy_j_per_req"]:.2f}' for q in pols)]
+                     for sc, by in means.items()])
+    write_json(a.json, {"results": out, "seed_offsets": offsets, "means": means})
 
 
 if __name__ == "__main__":

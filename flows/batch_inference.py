@@ -178,7 +178,8 @@ async def batch_inference(
             output_dir=part.output_dir, shard_size=p.shard_size, items=part.items,
         )  # fmt: skip
         async with gate:
-            return await run_worker(p.launcher, spec, p.part_timeout_s)
+            # Prefect's timeout is the outer guard; the launcher's own deadline stops the process first.
+            return await run_worker.with_options(timeout_seconds=p.part_timeout_s + 60)(p.launcher, spec, p.part_timeout_s)
 
     t0 = time.monotonic()
     results = await asyncio.gather(*(run(part) for part in parts))

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -137,10 +139,12 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     out.print(f"decisions: first {st.decisions[0].candidate.key} → last {st.decisions[-1].candidate.key}")
     out.rule("Where to look")
     db = s.mlflow_uri
+    bindir = Path(sys.executable).parent  # the environment the demo ran in has both CLIs
     out.print(
-        f"MLflow UI:   mlflow ui --backend-store-uri {db} --port 5000   then open http://127.0.0.1:5000\n"
-        f"             (experiments oltunes-batch and oltunes-streaming; compare runs by latency_p99_ms, energy_j_per_item)\n"
-        f"Prefect UI:  PREFECT_HOME={os.environ['PREFECT_HOME']} prefect server start   then open http://127.0.0.1:4200\n"
+        f"MLflow UI:   {bindir / 'mlflow'} ui --backend-store-uri {db} --host 127.0.0.1 --port 5000\n"
+        f"             then open http://127.0.0.1:5000 — experiments oltunes-batch and oltunes-streaming; compare runs by\n"
+        f"             latency_p99_ms, energy_j_per_item (conventions: mlflow/README.md)\n"
+        f"Prefect UI:  PREFECT_HOME={os.environ['PREFECT_HOME']} {bindir / 'prefect'} server start   then open http://127.0.0.1:4200\n"
         f"done in {time.monotonic() - t_start:.0f} s"
     )
     return {"batch": [r[0] for r in results], "streaming": st}

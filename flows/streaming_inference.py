@@ -5,7 +5,8 @@ generator), and every control interval: reads the worker's latency/throughput wi
 step to the service's MLflow run, feeds the learner, re-consults the tuner and, when the decision changes,
 switches workers without dropping in-flight requests (new worker up, traffic moved, old one drained, stopped).
 A worker that dies is restarted; requests it had accepted are re-sent or reported failed. The flow stops
-after `duration_s` or on cancellation, always stopping its workers and closing its MLflow run.
+after `duration_s` or on cancellation, always stopping its workers and closing its MLflow run. With the
+``simulated`` launcher the same loop runs against the simulator's performance model in simulated time.
 """
 
 from __future__ import annotations
@@ -110,6 +111,45 @@ def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+async def _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc) -> StreamOutcome:
+    """The same control loop against the simulator's performance model (simulated time: no waiting, no traffic).
+
+    Each interval's offered requests are "served" by ``SimulatedLauncher.measure_interval`` with the current
+    decision; the step is logged (experiment ``oltunes-simulation``), observed, and the tuner re-consulted.
+    """
+    import numpy as np
+
+    launcher = Launcher.make(p.launcher)
+    edges = np.arange(0.0, p.duration_s + p.control_interval_s, p.control_interval_s)
+    counts = np.histogram(arrivals, bins=edges)[0]
+    current, decisions, measurements, step = decision, [decision], [], 0
+    for k, n in enumerate(counts):
+        if n == 0:
+            continue
+        rate = n / p.control_interval_s
+        now_job = job.model_copy(update={"arrival_rate_rps": rate})
+        spec = WorkerSpec(mode="serve", job=now_job, candidate=current.candidate, pool=cluster.pool(current.pool),
+                          decision_id=current.decision_id, run_dir=Path(sid))  # fmt: skip
+        m = launcher.measure_interval(spec, int(n), k)
+        await serving.log_step(svc, step, m, p.slo_ms, p.policy, current, {"offered_rps": rate, "switches": float(len(decisions) - 1)})
+        await tuning.observe(tuner, m, tsettings)
+        measurements.append(m)
+        step += 1
+        here = Placement(job_id=sid, pool=current.pool, device=current.group.device if current.group else 0,
+                         candidate=current.candidate, slo_ms=p.slo_ms, arrival_rate_rps=rate)  # fmt: skip
+        new = await tuning.recommend(tuner, now_job, cluster, here)
+        if new.candidate.key != current.candidate.key:
+            current = new
+            decisions.append(new)
+    await serving.end_service(svc, "FINISHED")
+    n = int(counts.sum())
+    return StreamOutcome(
+        service_id=sid, decisions=decisions, measurements=measurements, steps=step, restarts=0,
+        switches=len(decisions) - 1, requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0, "retries": 0},
+        failures={}, trace=str(trace_path), request_latency={}, status="FINISHED",
+    )  # fmt: skip
+
+
 @flow(name="streaming-inference", flow_run_name="streaming-{family}", validate_parameters=True)
 async def streaming_inference(
     family: str,
@@ -146,6 +186,9 @@ async def streaming_inference(
         Load generator bound: arrivals beyond this many outstanding requests are shed (and counted).
     max_delay_ms
         Worker dynamic batching: longest a request waits for its batch to fill.
+    launcher
+        ``local`` (real serving workers, the default) or ``simulated`` (the performance model answers each
+        interval in simulated time, on the GPU pools of ``infra/inventory.yaml``; everything tagged simulated).
     """
     log = get_run_logger()
     p = validate(
@@ -155,8 +198,6 @@ async def streaming_inference(
     )  # fmt: skip
     settings = get_settings()
     backend = Launcher.lookup(p.launcher)
-    if backend.simulated:
-        raise ConfigError(f"parameter 'launcher': {p.launcher!r} cannot serve requests; use 'local' (or 'docker')")
     variants = backend.variants(settings)
     check_family(p.family, variants, p.launcher)
     trace_path = resolve_trace(p.trace)
@@ -165,13 +206,12 @@ async def streaming_inference(
     sid = p.service_id or f"svc-{p.family}-{new_id()[:8]}"
     workdir = settings.home / "streaming" / sid
     workdir.mkdir(parents=True, exist_ok=True)
-    payload = json_payloads(_inputs(p.family, workdir))
     cluster = cluster_for(backend, p.inventory)
     job = JobSpec(job_id=sid, kind="streaming", family=p.family, slo_ms=p.slo_ms, accuracy_floor=p.accuracy_floor, arrival_rate_rps=rate)
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming"), False)
+    history = await track.history(tracker, ("batch", "streaming", "simulation"), backend.simulated)
     await tuning.warm_start(tuner, history)
     decision = await tuning.recommend(tuner, job, cluster)
     log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; first decision %s (%s)",
@@ -187,10 +227,14 @@ async def streaming_inference(
     supervisor = ServeSupervisor(Launcher.make(p.launcher), router, spec_for)
     svc = tracker.service(
         sid, candidate=decision.candidate, run_name=sid,
+        experiment=cv.experiment_for("simulation" if backend.simulated else "streaming"),
         params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": p.slo_ms, "launcher": p.launcher,
                 "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
         tags={cv.TAG_JOB: sid, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
     )  # fmt: skip
+    if backend.simulated:
+        return await _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc)
+    payload = json_payloads(_inputs(p.family, workdir))
     decisions, measurements = [decision], []
     stop_traffic, stop_watch, terminated = asyncio.Event(), asyncio.Event(), asyncio.Event()
     gen = LoadGenerator(router, arrivals, payload, max_in_flight=p.max_in_flight)

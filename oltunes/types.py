@@ -217,7 +217,7 @@ class Measurement(_Frozen):
     accuracy: float | None = Field(default=None, ge=0, le=1)
     gpu_util: float | None = Field(default=None, ge=0, le=1)
     request_latency_p99_ms: float | None = Field(
-        default=None, ge=0, description="streaming: p99 end-to-end latency of a request (queueing + batch fill + batch)")
+        default=None, ge=0, description="streaming: p99 end-to-end request latency (queueing + batch fill + batch)")
     queueing_delay_ms: float | None = Field(
         default=None, ge=0, description="streaming: mean wait of a request before its batch starts")
     simulated: bool = False

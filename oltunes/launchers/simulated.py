@@ -13,7 +13,7 @@ import numpy as np
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, WorkerError
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec
-from oltunes.types import Variant
+from oltunes.types import Measurement, Variant
 
 
 class SimulatedLauncher(Launcher, name="simulated"):
@@ -62,6 +62,12 @@ class SimulatedLauncher(Launcher, name="simulated"):
         h = Handle(spec=spec, launcher=self.name)
         h.result = WorkerResult(returncode=0, measurement=m, simulated=True)
         return h
+
+    def measure_interval(self, spec: WorkerSpec, items: int, step: int) -> Measurement:
+        """One control interval of a simulated streaming service: `items` requests at ``spec.job``'s rate."""
+        ident = hashlib.sha256(f"{spec.job.job_id}|{spec.run_dir}|{step}".encode()).digest()
+        rng = np.random.default_rng([self.seed, int.from_bytes(ident[:8], "little")])
+        return self.model.measure(spec.job, spec.candidate, items=items, rng=rng, decision_id=spec.decision_id)
 
     def wait(self, handle: Handle, timeout_s: float | None = None) -> WorkerResult:
         result = handle.result

@@ -42,14 +42,14 @@ from oltunes.types import Candidate, CoRunner, JobSpec, Measurement, Placement, 
 
 __all__ = [
     "JobContext",
-    "job_context",
+    "batch_features",
+    "co_runner_features",
+    "concurrency_features",
     "encode",
+    "job_context",
     "job_features",
     "placement_features",
-    "co_runner_features",
     "variant_features",
-    "batch_features",
-    "concurrency_features",
 ]
 
 

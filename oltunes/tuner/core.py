@@ -108,6 +108,11 @@ _MAX_CACHE = 4096  # memoised index arrays / prior grids / member plans before t
 # Newcomer loads the co-runner checks are evaluated at: a candidate uses the smallest level >= its predicted
 # busy share (rate / throughput; batch jobs run flat out, level 1).
 _LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
+INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
+# Bias correction by how often an (accelerator, variant) pair was measured: visits 0, 1, 2-4, 5-16, 17+.
+_BIAS_EDGES = np.array([1, 2, 5, 17])
+_BIAS_WINDOW = 30  # signed errors kept per (family, bucket)
+_BIAS_MIN = 3  # a bucket corrects only once it holds this many
 _BURST_WINDOW = 12  # request-level measurements kept per streaming job (a minute at 5 s intervals)
 _BURST_Q = 0.9  # quantile of those the queueing check uses
 _MAX_BURST_JOBS = 10_000  # streaming jobs remembered (oldest forgotten first)
@@ -241,6 +246,9 @@ class Tuner:
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
         # streaming job id -> recent "burst sizes" (requests queued beyond the batch model, see observe)
         self.bursts: dict[str, deque[float]] = {}
+        # family -> per visit bucket, recent signed errors (3 targets, nan = absent) of the prior + FM
+        self.bias: dict[str, list[deque[tuple[float, float, float]]]] = {}
+        self._bias_memo: tuple[int, dict[str, np.ndarray]] = (-1, {})
         # job id -> (where and how it ran, measured busy share of its device): a co-runner's load
         self.loads: dict[str, tuple[str, float]] = {}
         self.n_observed = 0
@@ -352,7 +360,9 @@ class Tuner:
         xs = [encode(c, cand) for c, cand in zip(ctxs, candidates)]
         rows, vals = self.model.index(xs)
         raw = self.model.predict_many(rows, vals)
-        return raw + np.array([self._prior_log(c, x) for x, c in zip(ctxs, candidates)])
+        visits = np.array([self.visits.get(f"{c.accelerator}/{c.variant.name}", 0) for c in candidates])
+        bias = np.stack([self._bias_grid(c.variant.family, v) for c, v in zip(candidates, visits)])  # n, 3
+        return raw + bias + np.array([self._prior_log(c, x) for x, c in zip(ctxs, candidates)])
 
     def predict(self, job: JobSpec | JobContext, candidates: Sequence[Candidate]) -> list[Prediction]:
         """Predicted metrics (and latency margin) for explicit candidates."""
@@ -386,13 +396,19 @@ class Tuner:
                 "log_energy": math.log(m.energy_j_per_item) - prior[_EN] if m.energy_j_per_item > 0 else None,
                 "log_throughput": math.log(m.throughput_items_per_s) - prior[_THR] if capacity else None,
             }
+            key = f"{c.accelerator}/{c.variant.name}"
+            n_before = self.visits.get(key, 0)
+            bucket = int(np.searchsorted(_BIAS_EDGES, n_before, side="right"))
+            corr = self._bias_table(c.variant.family)[bucket]
             before = self.model.learn_predict_one(x, y)
             for i, t in enumerate(TARGETS):
                 if y[t] is not None:
-                    self.residuals[t].update(c.accelerator, y[t] - before[i])
-                    self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", y[t] - before[i])
-            key = f"{c.accelerator}/{c.variant.name}"
-            self.visits[key] = self.visits.get(key, 0) + 1
+                    err = y[t] - before[i] - corr[i]  # the error of what recommend() predicted
+                    self.residuals[t].update(c.accelerator, err)
+                    self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", err)
+            fam = self.bias.setdefault(c.variant.family, [deque(maxlen=_BIAS_WINDOW) for _ in range(len(_BIAS_EDGES) + 1)])
+            fam[bucket].append(tuple(y[t] - before[i] if y[t] is not None else math.nan for i, t in enumerate(TARGETS)))
+            self.visits[key] = n_before + 1
             self._observe_burst(m)
             if m.gpu_util is not None:
                 if m.job_id not in self.loads and len(self.loads) >= _MAX_BURST_JOBS:
@@ -403,6 +419,32 @@ class Tuner:
             if len(self._seen) > _MAX_SEEN:
                 del self._seen[next(iter(self._seen))]
             return True
+
+    def _bias_table(self, family: str) -> np.ndarray:
+        """(buckets, 3) mean signed log error of prior + FM on (accelerator, variant) pairs of ``family``
+        measured 0, 1, 2-4, 5-16, 17+ times before: how far off the model still is where it has seen little.
+
+        The FM learns a pair slowly (small steps, shared factors), so a poor prior stays biased on pairs it
+        has rarely measured — with the rule-of-thumb prior, 10-50x optimistic on the simulator's data. The
+        mean error on the first measurements of *other* pairs of the family estimates that bias for the
+        next unmeasured one. Buckets with fewer than ``_BIAS_MIN`` errors add nothing."""
+        if self._bias_memo[0] != self.n_observed:
+            self._bias_memo = (self.n_observed, {})
+        memo = self._bias_memo[1]
+        table = memo.get(family)
+        if table is None:
+            table = np.zeros((len(_BIAS_EDGES) + 1, len(TARGETS)))
+            for b, d in enumerate(self.bias.get(family, ())):
+                if len(d) >= _BIAS_MIN:
+                    arr = np.array(d)
+                    ok = np.isfinite(arr).sum(0) >= _BIAS_MIN
+                    table[b, ok] = np.nanmean(arr[:, ok], axis=0)
+            memo[family] = table
+        return table
+
+    def _bias_grid(self, family: str, visits: np.ndarray) -> np.ndarray:
+        """Bias correction (3, *visits.shape) for pairs measured ``visits`` times."""
+        return np.moveaxis(self._bias_table(family)[np.searchsorted(_BIAS_EDGES, visits, side="right")], -1, 0)
 
     def _observe_burst(self, m: Measurement) -> None:
         """Learn a streaming job's queueing beyond the batch model from its request-level p99.
@@ -623,27 +665,28 @@ class Tuner:
     def _decide(self, job: JobSpec, cluster: ClusterState, options: list[PlacementOption],
                 variants: list[Variant], no_capacity: bool, current: Placement | None = None) -> Decision:
         ctx = job_context(job)
-        P, V, B, C = len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)
-        shape = (P, V, B, C)
+        B = len(self.batch_sizes)
         static = self._cached(("static", job.family), dict)  # variants x batch x concurrency block, memoised
         raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
-        logp = raw + self._prior_grid(options, variants, ctx)  # 3, P, V, B, C
         regions = [o.pool.accelerator.name for o in options]
+        visits = self._visit_grid(regions, variants)  # P, V
+        logp = raw + self._prior_grid(options, variants, ctx)  # 3, P, V, B, C
+        if job.family in self.bias:
+            logp = logp + self._bias_grid(job.family, visits)[..., None, None]
         marg = np.array([self._margins(r, job.family) for r in regions])  # P, 3
         lat, energy, thr = np.exp(logp)
         # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
         # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
-        visits = self._visit_grid(regions, variants)  # P, V
         pess_lat = lat * np.exp(marg[:, _LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
         rate = job.arrival_rate_rps
         streaming = job.kind == "streaming"
         req_lat = pess_lat
+        pess_thr = thr * np.exp(-marg[:, _THR])[:, None, None, None] if streaming else thr
         if streaming and rate > 0:  # a request may wait for its batch to fill (bounded by the batcher's delay)
             req_lat = pess_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
-            thr_low = thr * np.exp(-marg[:, _THR])[:, None, None, None]
             queue = 0.0
             if self.burstiness is not None:  # and for a free lane: queueing grows with utilisation
-                queue = queue_wait_ms(pess_lat, rate, thr_low, np.array(self.concurrencies, dtype=float),
+                queue = queue_wait_ms(pess_lat, rate, pess_thr, np.array(self.concurrencies, dtype=float),
                                       self.burstiness)
             backlog = self.burst(job.job_id)
             if backlog is not None:  # measured: the job's own bursts drain at this candidate's throughput
@@ -659,17 +702,16 @@ class Tuner:
         acc_ok = np.array([v.accuracy >= job.accuracy_floor for v in variants])[None, :, None, None]
         slo_ok = req_lat <= job.slo_ms
         if streaming:
-            pess_thr = thr * np.exp(-marg[:, _THR])[:, None, None, None]
             thr_ok = pess_thr >= rate * self.throughput_headroom
         else:
-            pess_thr = thr
             thr_ok = np.ones((1, 1, 1, 1), dtype=bool)
         co_mask, slowdowns = self._member_checks(options, variants, job)  # P, V, L
-        if streaming and rate > 0:  # the newcomer's own busy share decides how much it slows the members
+        if co_mask.all():
+            co_ok = np.ones((1, 1, 1, 1), dtype=bool)
+        elif streaming and rate > 0:  # the newcomer's own busy share decides how much it slows the members
             level = np.minimum(np.searchsorted(_LOAD_LEVELS, rate / thr), len(_LOAD_LEVELS) - 1)  # P, V, B, C
             co_ok = np.take_along_axis(co_mask[:, :, None, None, :], level[..., None], axis=-1)[..., 0]
         else:
-            level = np.full((1, 1, 1, 1), len(_LOAD_LEVELS) - 1)
             co_ok = co_mask[:, :, None, None, -1]
         feasible = slo_ok & cap_ok
         feasible &= acc_ok
@@ -707,7 +749,12 @@ class Tuner:
                 if eidx != idx:
                     idx, source = eidx, "explore"
         else:
-            idx = self._least_violating(masks, req_lat, job, pess_thr, obj, variants, options)
+            idx, graded = self._least_violating(masks, req_lat, job, pess_thr, obj, variants, options)
+            stay = self._stay_index(current, options, variants)
+            # Moving costs a model load and a cold start: an infeasible job stays unless moving is clearly less bad.
+            if stay is not None and stay != idx and graded[stay] <= graded[idx] + INFEASIBLE_STAY:
+                idx = stay
+            stayed = stay is not None and idx == stay
         p, v, b, c = idx
         if source != "explore":
             n_region = self.residuals["log_latency"].count(f"{regions[p]}/{job.family}")
@@ -723,7 +770,8 @@ class Tuner:
         if opt.shared:
             alone = self._predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[0, _LAT]
             j = slowdowns["sizes"].index(variant.size)
-            lv = int(np.broadcast_to(level, shape)[idx])
+            lv = (min(int(np.searchsorted(_LOAD_LEVELS, rate / thr[idx])), len(_LOAD_LEVELS) - 1)
+                  if streaming and rate > 0 else len(_LOAD_LEVELS) - 1)
             sd = {jid: float(slowdowns["slow"][i, j, lv]) for jid, i in slowdowns["by_option"].get(p, [])}
             sd[job.job_id] = float(math.exp(logp[_LAT][idx] - alone))
             group = ColocationGroup(pool=opt.pool.name, device=opt.device,
@@ -735,8 +783,10 @@ class Tuner:
         runner_ups = self._runner_ups(idx, feasible, masks, obj, obj_name, options, variants, lat, energy, thr,
                                       pess_lat, req_lat, job)
         note = self._note(idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source)
-        if stayed:
+        if stayed and n_feas:
             note += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
+        elif stayed:
+            note += "; kept the current placement (moving would not make it clearly less infeasible)"
         expl = Explanation(predicted=pred, n_candidates=n_cand, n_feasible=n_feas, runner_ups=tuple(runner_ups),
                            note=note)
         return Decision(job_id=job.job_id, candidate=cand, group=group, source=source, feasible=bool(n_feas),
@@ -797,7 +847,8 @@ class Tuner:
         graded = over + self.crowding * crowd + co_fail * 1.0
         graded = np.broadcast_to(graded, shape)
         flat = np.lexsort((obj.ravel(), graded.ravel(), shortfall.ravel(), cap_fail.ravel()))
-        return tuple(int(i) for i in np.unravel_index(int(flat[0]), shape))
+        graded = np.where(cap_fail | (shortfall > 0), np.inf, graded)
+        return tuple(int(i) for i in np.unravel_index(int(flat[0]), shape)), graded
 
     @staticmethod
     def _prediction(lat, energy, thr, pess_lat, idx) -> Prediction:
@@ -838,7 +889,7 @@ class Tuner:
             p, v = divmod(int(flat), V)
             if not np.isfinite(per_pair[p, v]):
                 break
-            j = (p, v, *(int(i) for i in np.unravel_index(int(o[p, v].argmin()), obj.shape[2:])))
+            j = (p, v, *divmod(int(o[p, v].argmin()), obj.shape[3]))
             rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
             reason = f"{word} (+{rel:.1f}%)" if rel > self.near_equal * 100 else "near-equal, leaves more fragmentation"
             out.append(Alternative(candidate_key=self._key(options, variants, j),
@@ -880,7 +931,7 @@ class Tuner:
         """Which of the jobs on ``pool`` may share a device (every member inside its SLO), see ``grouping``."""
         with self._lock:
             p = cluster.pool(pool)
-            return plan_groups(p, cluster.jobs_on(pool), self._member_latency)
+            return plan_groups(p, cluster.jobs_on(pool), self._member_latency, self._load_of)
 
     def _member_latency(self, pool_name: str, member: Placement, co: Sequence[CoRunner]) -> tuple[float, float]:
         """(mean, pessimistic) p99 ms of a placed job with the given co-runners on its device."""
@@ -909,6 +960,8 @@ class Tuner:
                 "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
                 "visits": dict(self.visits),
                 "bursts": {k: list(v) for k, v in self.bursts.items()},
+                "bias": {k: [[[None if math.isnan(x) else x for x in e] for e in d] for d in b]
+                         for k, b in self.bias.items()},
                 "loads": {k: list(v) for k, v in self.loads.items()},
                 "n_observed": self.n_observed,
                 "seen": list(self._seen),
@@ -927,6 +980,8 @@ class Tuner:
             t.bursts = {str(k): deque((float(x) for x in v), maxlen=_BURST_WINDOW)
                         for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
             t.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
+            t.bias = {str(k): [deque((tuple(math.nan if x is None else float(x) for x in e) for e in dq),
+                                     maxlen=_BIAS_WINDOW) for dq in b] for k, b in d.get("bias", {}).items()}
             t.n_observed = int(d["n_observed"])
             t._seen = dict.fromkeys(d["seen"])
             for a in d.get("accelerators", []):

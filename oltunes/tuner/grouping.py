@@ -29,26 +29,30 @@ def _wait_ms(p: Placement) -> float:
 
 
 def group_check(pool: str, members: Sequence[Placement], latency: LatencyFn,
-                alone: dict[str, float]) -> tuple[bool, dict[str, float]]:
-    """Whether every member keeps its SLO when all share one device, and each member's slowdown."""
+                alone: dict[str, float], load_of: Callable[[Placement], float] | None = None
+                ) -> tuple[bool, dict[str, float]]:
+    """Whether every member keeps its SLO when all share one device, and each member's slowdown.
+
+    ``load_of`` gives each member's busy share of the device as its co-runners see it (default 1)."""
     ok = True
     slowdown: dict[str, float] = {}
     for m in members:
-        co = [co_runner_of(o) for o in members if o.job_id != m.job_id]
+        co = [co_runner_of(o, load_of(o) if load_of else 1.0) for o in members if o.job_id != m.job_id]
         mean, pess = latency(pool, m, co)
         ok = ok and pess + _wait_ms(m) <= m.slo_ms
         slowdown[m.job_id] = mean / alone[m.job_id] if alone[m.job_id] > 0 else 1.0
     return ok, slowdown
 
 
-def plan_groups(pool: Pool, placements: Sequence[Placement], latency: LatencyFn) -> list[ColocationGroup]:
+def plan_groups(pool: Pool, placements: Sequence[Placement], latency: LatencyFn,
+                load_of: Callable[[Placement], float] | None = None) -> list[ColocationGroup]:
     """Partition the jobs on ``pool`` into co-running groups that keep every member inside its SLO."""
     jobs = list(placements)
     alone = {j.job_id: latency(pool.name, j, ())[0] for j in jobs}
     pairs = []
     for i in range(len(jobs)):
         for k in range(i + 1, len(jobs)):
-            ok, sd = group_check(pool.name, [jobs[i], jobs[k]], latency, alone)
+            ok, sd = group_check(pool.name, [jobs[i], jobs[k]], latency, alone, load_of)
             if ok:
                 pairs.append((max(sd.values()), sum(sd.values()), i, k))
     pairs.sort()
@@ -58,12 +62,12 @@ def plan_groups(pool: Pool, placements: Sequence[Placement], latency: LatencyFn)
         if i in used or k in used or pool.slots_per_device < 2:
             continue
         members = [i, k]
-        _, sd = group_check(pool.name, [jobs[i], jobs[k]], latency, alone)
+        _, sd = group_check(pool.name, [jobs[i], jobs[k]], latency, alone, load_of)
         used.update(members)
         for j in range(len(jobs)):
             if j in used or len(members) >= pool.slots_per_device:
                 continue
-            ok, sd2 = group_check(pool.name, [jobs[x] for x in (*members, j)], latency, alone)
+            ok, sd2 = group_check(pool.name, [jobs[x] for x in (*members, j)], latency, alone, load_of)
             if ok:
                 members.append(j)
                 used.add(j)

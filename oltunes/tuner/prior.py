@@ -44,9 +44,6 @@ ACHIEVED_TFLOPS: dict[str, float] = {
     "cpu": 0.3, "p100": 4.0, "t4": 5.0, "l4": 10.0, "a10": 10.0, "v100": 10.0, "a100": 20.0, "h100": 40.0,
 }
 _PRECISION_FACTOR = {"fp32": 1.0, "fp16": 0.6, "int8": 0.5}
-# Per-batch slowdown of each extra in-flight batch of one job: latency x (1 + COST (c - 1)). 0.5 assumes
-# streams overlap well (c=4 -> 1.6x throughput); measurements correct it per accelerator either way.
-CONCURRENCY_COST = 0.5
 _DEFAULT_PARAMS = 25e6  # when a variant does not say (about a ResNet-50)
 UNKNOWN_SIZE_MARGIN = 1.5  # x4.5 either way: a variant with no parameter count or size is a guess
 
@@ -95,7 +92,7 @@ class Prior(Registered, root=True):
         """
         # In log space: one log per input array, the rest are broadcast additions (the tuner calls this on
         # whole candidate grids).
-        log_slow = np.log1p(CONCURRENCY_COST * (np.asarray(conc) - 1.0)) + np.log1p(0.5 * np.asarray(co_load))
+        log_slow = np.log1p(0.5 * (np.asarray(conc) - 1.0)) + np.log1p(0.5 * np.asarray(co_load))
         log_co_energy = np.log1p(0.25 * np.asarray(co_load))
         log_thr = np.log(1000.0 * np.asarray(batch) * conc) - np.log(base_lat) - log_slow
         if rate > 0 and lat1 is not None:

@@ -1,13 +1,9 @@
 """Flow tests run for real: Prefect's test harness (a real ephemeral API on SQLite), a real MLflow SQLite store,
-real worker processes running ONNX Runtime on zoo models built once per session.
-
-``OLTUNES_TEST_ZOO=<dir>`` may point at an already built zoo directory to skip the ~1 minute build (it is
-copied, never modified); the build is otherwise cached by the zoo itself within the session.
+real worker processes running ONNX Runtime on the session's shared zoo (``built_zoo``, copied: never modified).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 
@@ -17,19 +13,14 @@ from oltunes.config import get_settings
 
 
 @pytest.fixture(scope="session")
-def flows_home(tmp_path_factory):
+def flows_home(tmp_path_factory, built_zoo):
     home = tmp_path_factory.mktemp("flows-home")
     mp = pytest.MonkeyPatch()
     mp.setenv("OLTUNES_HOME", str(home))
     for var in ("OLTUNES_TUNER_URL", "OLTUNES_MLFLOW_TRACKING_URI"):
         mp.delenv(var, raising=False)
     get_settings.cache_clear()
-    cached = os.environ.get("OLTUNES_TEST_ZOO")
-    if cached:
-        shutil.copytree(cached, home / "zoo")
-    from oltunes.zoo import build_zoo
-
-    build_zoo(families=["cnn"], sizes=["s", "m"])  # no-op for variants already built
+    shutil.copytree(built_zoo, home / "zoo")
     yield home
     mp.undo()
     get_settings.cache_clear()

@@ -113,7 +113,23 @@ def test_cancelled_service_stops_its_workers_and_closes_its_run(settings_env):
     assert run.info.status == "KILLED"
 
 
-def test_streaming_rejects_a_launcher_that_cannot_serve(settings_env):
+def test_simulated_streaming_runs_the_same_loop_on_a_gpu_cluster(settings_env, shared_data):
     settings_env()
-    with pytest.raises(ConfigError, match="'launcher'"):
-        asyncio.run(streaming_inference(family="cnn", launcher="simulated", duration_s=5))
+    out = asyncio.run(
+        streaming_inference(family="resnet", launcher="simulated", slo_ms=100.0, speedup=4.0, duration_s=60.0,
+                            control_interval_s=10.0, service_id="svc-sim")
+    )  # fmt: skip
+    assert out.steps == 6 and all(m.simulated and m.energy_source == "simulated" for m in out.measurements)
+    c = MlflowClient(get_settings().mlflow_uri)
+    (run,) = c.search_runs([c.get_experiment_by_name("oltunes-simulation").experiment_id], f"tags.`{cv.TAG_SERVICE}` = 'svc-sim'")
+    assert run.data.tags[cv.TAG_SIMULATED] == "true"
+    assert len(c.get_metric_history(run.info.run_id, cv.LATENCY_P99)) == 6
+    assert {m.candidate.accelerator for m in out.measurements} - {"cpu"}  # GPU pools of infra/inventory.yaml
+
+
+def test_streaming_rejects_bad_parameters_by_name(settings_env):
+    settings_env()
+    with pytest.raises(ConfigError, match="'speedup'"):
+        asyncio.run(streaming_inference(family="cnn", speedup=0.0, duration_s=5))
+    with pytest.raises(ConfigError, match="'family'"):
+        asyncio.run(streaming_inference(family="nope", duration_s=5))

@@ -6,9 +6,10 @@ import itertools
 import json
 
 import numpy as np
+import pytest
 from river import linear_model, optim
 
-from oltunes.learner import FMRegressor, MultiFMRegressor
+from oltunes.learner import ONLINE_SETTINGS, FMRegressor, MultiFMRegressor
 from oltunes.learner.features import co_runner_features, encode, job_context
 from oltunes.types import Candidate, CoRunner, JobSpec, Variant
 
@@ -52,19 +53,21 @@ def test_fm_learns_interference_that_a_linear_model_cannot():
     assert cnn_with_bert < cnn_with_cnn - 0.4
 
 
-def _trained_multi(seed=0) -> MultiFMRegressor:
-    fm = MultiFMRegressor(targets=("a", "b", "c"), n_factors=5, seed=seed)
+def _trained_multi(seed=0, online=False) -> MultiFMRegressor:
+    # online: replay, robust weighting and target standardisation on (outputs are mapped back to target units)
+    fm = MultiFMRegressor(targets=("a", "b", "c"), n_factors=5, seed=seed, **(ONLINE_SETTINGS if online else {}))
     rng = np.random.default_rng(seed)
     names = [f"f{i}" for i in range(30)]
     for _ in range(300):
         keys = rng.choice(names, size=6, replace=False)
         fm.learn_one({k: float(rng.uniform(0.2, 2)) for k in keys},
-                     {"a": float(rng.normal()), "b": float(rng.normal()), "c": None})
+                     {"a": 5.0 + 2.0 * float(rng.normal()), "b": float(rng.normal()), "c": None})
     return fm
 
 
-def test_grid_scoring_equals_predict_one():
-    fm = _trained_multi()
+@pytest.mark.parametrize("online", [False, True])
+def test_grid_scoring_equals_predict_one(online):
+    fm = _trained_multi(online=online)
     rng = np.random.default_rng(3)
     # Disjoint parts, including a feature never learned (ignored by both paths) and a zero value.
     parts = [
@@ -84,8 +87,9 @@ def test_grid_scoring_equals_predict_one():
     np.testing.assert_allclose(many[1], list(fm.predict_one(parts[1][2]).values()), atol=1e-9)
 
 
-def test_memoised_static_block_matches_and_refreshes_after_learning():
-    fm = _trained_multi()
+@pytest.mark.parametrize("online", [False, True])
+def test_memoised_static_block_matches_and_refreshes_after_learning(online):
+    fm = _trained_multi(online=online)
     parts = [fm.index([{"f0": 1.0}]), fm.index([{"f1": 1.0}, {"f2": 0.5}]),
              fm.index([{"f3": 1.0}, {"f4": 1.0}, {"f5": 1.0}]), fm.index([{"f6": 2.0}, {"f7": 1.0}])]
     cache: dict = {}
@@ -98,8 +102,9 @@ def test_memoised_static_block_matches_and_refreshes_after_learning():
     assert not np.allclose(again, first)
 
 
-def test_raw_sums_equals_predict_one_on_overlapping_keys():
-    fm = _trained_multi(seed=1)
+@pytest.mark.parametrize("online", [False, True])
+def test_raw_sums_equals_predict_one_on_overlapping_keys(online):
+    fm = _trained_multi(seed=1, online=online)
     xa = [{"f0": 1.0, "f1": 2.0, "f2": 1.0}, {"f3": 1.0, "f2": 0.5}]
     xd = [{"f2": 1.0, "f4": 1.0}, {"f5": 1.0}]
     out = fm.raw_sums(xa, xd)
@@ -179,11 +184,11 @@ def test_robust_weighting_resists_failed_runs_but_follows_a_level_shift():
 
 
 def test_state_round_trip_keeps_replay_buffer_and_residual_scale():
-    fm = FMRegressor(n_factors=3, seed=0, replay=3, replay_window=50, robust=2.0)
+    fm = FMRegressor(n_factors=3, seed=0, replay=3, replay_window=50, robust=2.0, standardize=True)
     data = list(_size_data(4, 120))
     for x, y in data[:100]:
         fm.learn_one(x, y)
-    again = FMRegressor(n_factors=3, replay=3, replay_window=50, robust=2.0).load_state_dict(
+    again = FMRegressor(n_factors=3, replay=3, replay_window=50, robust=2.0, standardize=True).load_state_dict(
         json.loads(json.dumps(fm.state_dict())))
     for x, y in data[100:]:  # identical continued learning: same buffer, replay draws and robust scale
         fm.learn_one(x, y)
@@ -232,8 +237,22 @@ def test_replay_tapers_after_its_horizon_and_respects_target_masks():
     for _ in range(500):
         keys = rng.choice([f"f{i}" for i in range(20)], size=4, replace=False)
         fm.learn_one({k: 1.0 for k in keys}, {"a": float(rng.normal()), "b": 1.0, "c": None})
-    # 50 x (1 + 8) steps, then 1 + 8 x 50 / n each: ~1,870 in all (a constant 8 would be 4,500).
+    # 50 x (1 + 8) steps, then 1 + 8 x (50 / n)^2 each: ~1,260 in all (a constant 8 would be 4,500).
     steps = fm._wopt.n_iterations
-    assert 1600 < steps < 2200, steps
+    assert 1100 < steps < 1450, steps
     assert fm.n_learned == 500
     assert not fm._W[:, 2].any()  # "c" was never given: replayed steps must not invent it
+
+
+def test_standardized_targets_are_learned_and_predicted_in_target_units():
+    # A large offset and scale (log latencies of seconds): the intercept is not walked up from zero.
+    data = [(x, 100.0 + 10.0 * y) for x, y in _size_data(5, 300)]
+    errs = {}
+    for standardize in (False, True):
+        fm = FMRegressor(n_factors=4, seed=0, standardize=standardize)
+        e = []
+        for x, y in data:  # progressive: predict, then learn
+            e.append(abs(fm.predict_one(x) - y))
+            fm.learn_one(x, y)
+        errs[standardize] = np.mean(e)
+    assert errs[True] < 0.2 * errs[False], errs

@@ -344,3 +344,23 @@ def test_infeasible_fallback_spreads_onto_an_empty_device():
     d = tuner.recommend(JobSpec(family="cnn", slo_ms=0.01, items=10), ClusterState(pools=[pool], placements=placed))
     assert not d.feasible
     assert d.group is None and not d.candidate.co_runners  # device 1 (empty), not packed onto device 0
+
+
+def test_infeasible_running_job_stays_unless_moving_clearly_helps():
+    """A job that cannot meet its SLO anywhere is not moved back and forth (each move is a cold start)."""
+    tuner = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    job = JobSpec(job_id="inf", family="cnn", slo_ms=0.01, items=10)
+    cluster = make_cluster()
+    first = tuner.recommend(job, cluster)
+    assert not first.feasible
+    pool = cluster.pool(first.pool)
+    here = Placement(job_id="inf", pool=first.pool, device=pool.count - 1, candidate=first.candidate, slo_ms=0.01)
+    again = tuner.recommend(job, make_cluster([here]), current=here)
+    assert not again.feasible and again.candidate == first.candidate
+    assert again.group is not None and again.group.device == pool.count - 1
+    assert "kept the current placement" in again.explanation.note
+    # Running somewhere far worse (largest model, batch 1, concurrency 4 on the CPU): it moves.
+    worst = Candidate(pool="cpu-pool", accelerator="cpu", variant=tuner.variants[-2], batch_size=1, concurrency=4)
+    bad = Placement(job_id="inf", pool="cpu-pool", device=0, candidate=worst, slo_ms=0.01)
+    moved = tuner.recommend(job, make_cluster(), current=bad)
+    assert moved.candidate != worst

@@ -98,3 +98,21 @@ def test_recommend_sets_group_and_protects_co_runners(tuner):
     tight = ClusterState(pools=[full], placements=[placement("b1", "bert", 8.4)])
     d = tuner.recommend(JobSpec(job_id="new", family="cnn", slo_ms=30), tight)
     assert not d.feasible and "co-runners' SLOs" in d.explanation.note
+
+
+def test_lightly_loaded_co_runners_may_share_where_flat_out_ones_may_not():
+    """Interference scales with how busy a co-runner keeps the device: two streams at a fraction of the
+    device share it; the same pair assumed flat out (load 1, the default) does not fit the SLO."""
+    from oltunes.tuner.grouping import plan_groups
+
+    def latency(pool, member, co):  # 10 ms alone, +100% per fully busy co-runner
+        lat = 10.0 * (1.0 + sum(c.load for c in co))
+        return lat, lat * 1.1
+
+    cands = [Candidate(pool=POOL.name, accelerator="t4", variant=v, batch_size=1) for v in VARIANTS]
+    jobs = [Placement(job_id=f"j{i}", pool=POOL.name, device=i, candidate=c, slo_ms=15.0, arrival_rate_rps=5.0)
+            for i, c in enumerate(cands)]
+    flat_out = plan_groups(POOL, jobs, latency)
+    assert sorted(len(g.members) for g in flat_out) == [1, 1]  # 10 x 2 x 1.1 = 22 ms > 15 ms
+    light = plan_groups(POOL, jobs, latency, lambda p: 0.2)
+    assert [len(g.members) for g in light] == [2]  # 10 x 1.2 x 1.1 = 13.2 ms <= 15 ms
