@@ -16,12 +16,13 @@ Protocol, per seed: shuffle all rows; the first ``--n-train`` (200) are a stream
 predict-then-learn (progressive MAPE); then every learner predicts the remaining rows without learning
 (held-out MAPE). Every learner models log latency from the shared ``oltunes.learner.encode`` features, with the
 same running target standardisation. Learners: FM with FTML, Adam, FTRL-Proximal (the same dense FM and the same
-online settings ``ONLINE``: replay of the recent stream and robust down-weighting; step size per seed from
-``LR_GRID`` by progressive error, never held-out rows), the FM-FTML without replay/robust ("single pass"), FTML at
-the paper's lr 0.0025, the same online learner without pairwise terms (k=0), river ``LinearRegression`` and a per-configuration running mean (mean log latency of the
-same accelerator/variant/batch seen so far; the global mean when unseen). Offline references (ridge with
-explicit crosses, gradient-boosted trees) fitted on the same rows show what a batch fit reaches. Figures are
-medians over ``--seeds`` seeds; ``--curve`` repeats the split at 100/200/300/400 observations.
+online settings ``ONLINE``: replay of the recent stream, robust down-weighting; step size per seed from
+``LR_GRID`` by progressive error, never held-out rows), the FM-FTML without replay/robust ("single pass"), FTML
+at the paper's lr 0.0025, the same online learner without pairwise terms (k=0), river ``LinearRegression`` and a
+per-configuration running mean (mean log latency of the same accelerator/variant/batch seen so far; the global
+mean when unseen). Offline references (ridge with explicit crosses, gradient-boosted trees) fitted on the same
+rows show what a batch fit reaches. Figures are medians over ``--seeds`` seeds; ``--curve`` repeats the split
+at 100/200/300/400 observations.
 
 Run: ``.venv/bin/python -m benchmarks.learner_accuracy --json benchmarks/results/learner_accuracy.json``
 """

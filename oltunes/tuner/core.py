@@ -109,10 +109,6 @@ _MAX_CACHE = 4096  # memoised index arrays / prior grids / member plans before t
 # busy share (rate / throughput; batch jobs run flat out, level 1).
 _LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
-# Bias correction by how often an (accelerator, variant) pair was measured: visits 0, 1, 2-4, 5-16, 17+.
-_BIAS_EDGES = np.array([1, 2, 5, 17])
-_BIAS_WINDOW = 30  # signed errors kept per (family, bucket)
-_BIAS_MIN = 3  # a bucket corrects only once it holds this many
 _BURST_WINDOW = 12  # request-level measurements kept per streaming job (a minute at 5 s intervals)
 _BURST_Q = 0.9  # quantile of those the queueing check uses
 _MAX_BURST_JOBS = 10_000  # streaming jobs remembered (oldest forgotten first)
@@ -246,9 +242,6 @@ class Tuner:
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
         # streaming job id -> recent "burst sizes" (requests queued beyond the batch model, see observe)
         self.bursts: dict[str, deque[float]] = {}
-        # family -> per visit bucket, recent signed errors (3 targets, nan = absent) of the prior + FM
-        self.bias: dict[str, list[deque[tuple[float, float, float]]]] = {}
-        self._bias_memo: tuple[int, dict[str, np.ndarray]] = (-1, {})
         # job id -> (where and how it ran, measured busy share of its device): a co-runner's load
         self.loads: dict[str, tuple[str, float]] = {}
         self.n_observed = 0
@@ -360,9 +353,7 @@ class Tuner:
         xs = [encode(c, cand) for c, cand in zip(ctxs, candidates)]
         rows, vals = self.model.index(xs)
         raw = self.model.predict_many(rows, vals)
-        visits = np.array([self.visits.get(f"{c.accelerator}/{c.variant.name}", 0) for c in candidates])
-        bias = np.stack([self._bias_grid(c.variant.family, v) for c, v in zip(candidates, visits)])  # n, 3
-        return raw + bias + np.array([self._prior_log(c, x) for x, c in zip(ctxs, candidates)])
+        return raw + np.array([self._prior_log(c, x) for x, c in zip(ctxs, candidates)])
 
     def predict(self, job: JobSpec | JobContext, candidates: Sequence[Candidate]) -> list[Prediction]:
         """Predicted metrics (and latency margin) for explicit candidates."""
@@ -396,19 +387,13 @@ class Tuner:
                 "log_energy": math.log(m.energy_j_per_item) - prior[_EN] if m.energy_j_per_item > 0 else None,
                 "log_throughput": math.log(m.throughput_items_per_s) - prior[_THR] if capacity else None,
             }
-            key = f"{c.accelerator}/{c.variant.name}"
-            n_before = self.visits.get(key, 0)
-            bucket = int(np.searchsorted(_BIAS_EDGES, n_before, side="right"))
-            corr = self._bias_table(c.variant.family)[bucket]
             before = self.model.learn_predict_one(x, y)
             for i, t in enumerate(TARGETS):
                 if y[t] is not None:
-                    err = y[t] - before[i] - corr[i]  # the error of what recommend() predicted
-                    self.residuals[t].update(c.accelerator, err)
-                    self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", err)
-            fam = self.bias.setdefault(c.variant.family, [deque(maxlen=_BIAS_WINDOW) for _ in range(len(_BIAS_EDGES) + 1)])
-            fam[bucket].append(tuple(y[t] - before[i] if y[t] is not None else math.nan for i, t in enumerate(TARGETS)))
-            self.visits[key] = n_before + 1
+                    self.residuals[t].update(c.accelerator, y[t] - before[i])
+                    self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", y[t] - before[i])
+            key = f"{c.accelerator}/{c.variant.name}"
+            self.visits[key] = self.visits.get(key, 0) + 1
             self._observe_burst(m)
             if m.gpu_util is not None:
                 if m.job_id not in self.loads and len(self.loads) >= _MAX_BURST_JOBS:
@@ -419,32 +404,6 @@ class Tuner:
             if len(self._seen) > _MAX_SEEN:
                 del self._seen[next(iter(self._seen))]
             return True
-
-    def _bias_table(self, family: str) -> np.ndarray:
-        """(buckets, 3) mean signed log error of prior + FM on (accelerator, variant) pairs of ``family``
-        measured 0, 1, 2-4, 5-16, 17+ times before: how far off the model still is where it has seen little.
-
-        The FM learns a pair slowly (small steps, shared factors), so a poor prior stays biased on pairs it
-        has rarely measured — with the rule-of-thumb prior, 10-50x optimistic on the simulator's data. The
-        mean error on the first measurements of *other* pairs of the family estimates that bias for the
-        next unmeasured one. Buckets with fewer than ``_BIAS_MIN`` errors add nothing."""
-        if self._bias_memo[0] != self.n_observed:
-            self._bias_memo = (self.n_observed, {})
-        memo = self._bias_memo[1]
-        table = memo.get(family)
-        if table is None:
-            table = np.zeros((len(_BIAS_EDGES) + 1, len(TARGETS)))
-            for b, d in enumerate(self.bias.get(family, ())):
-                if len(d) >= _BIAS_MIN:
-                    arr = np.array(d)
-                    ok = np.isfinite(arr).sum(0) >= _BIAS_MIN
-                    table[b, ok] = np.nanmean(arr[:, ok], axis=0)
-            memo[family] = table
-        return table
-
-    def _bias_grid(self, family: str, visits: np.ndarray) -> np.ndarray:
-        """Bias correction (3, *visits.shape) for pairs measured ``visits`` times."""
-        return np.moveaxis(self._bias_table(family)[np.searchsorted(_BIAS_EDGES, visits, side="right")], -1, 0)
 
     def _observe_burst(self, m: Measurement) -> None:
         """Learn a streaming job's queueing beyond the batch model from its request-level p99.
@@ -668,15 +627,13 @@ class Tuner:
         B = len(self.batch_sizes)
         static = self._cached(("static", job.family), dict)  # variants x batch x concurrency block, memoised
         raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
-        regions = [o.pool.accelerator.name for o in options]
-        visits = self._visit_grid(regions, variants)  # P, V
         logp = raw + self._prior_grid(options, variants, ctx)  # 3, P, V, B, C
-        if job.family in self.bias:
-            logp = logp + self._bias_grid(job.family, visits)[..., None, None]
+        regions = [o.pool.accelerator.name for o in options]
         marg = np.array([self._margins(r, job.family) for r in regions])  # P, 3
         lat, energy, thr = np.exp(logp)
         # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
         # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
+        visits = self._visit_grid(regions, variants)  # P, V
         pess_lat = lat * np.exp(marg[:, _LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
         rate = job.arrival_rate_rps
         streaming = job.kind == "streaming"
@@ -960,8 +917,6 @@ class Tuner:
                 "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
                 "visits": dict(self.visits),
                 "bursts": {k: list(v) for k, v in self.bursts.items()},
-                "bias": {k: [[[None if math.isnan(x) else x for x in e] for e in d] for d in b]
-                         for k, b in self.bias.items()},
                 "loads": {k: list(v) for k, v in self.loads.items()},
                 "n_observed": self.n_observed,
                 "seen": list(self._seen),
@@ -980,8 +935,6 @@ class Tuner:
             t.bursts = {str(k): deque((float(x) for x in v), maxlen=_BURST_WINDOW)
                         for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
             t.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
-            t.bias = {str(k): [deque((tuple(math.nan if x is None else float(x) for x in e) for e in dq),
-                                     maxlen=_BIAS_WINDOW) for dq in b] for k, b in d.get("bias", {}).items()}
             t.n_observed = int(d["n_observed"])
             t._seen = dict.fromkeys(d["seen"])
             for a in d.get("accelerators", []):
