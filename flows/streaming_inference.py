@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.common import check_family, cluster_for, make_tracker, make_tuner, validate
 from oltunes.config import get_settings
-from oltunes.errors import ConfigError, DataError
+from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec, pool_cores
 from oltunes.launchers.serve_metrics import interval_measurement
 from oltunes.launchers.supervisor import ServeSupervisor
