@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -12,6 +14,20 @@ for _k, _v in OFFLINE_ENV.items():
     os.environ.setdefault(_k, _v)
 
 SHARED_DATA = Settings().shared_data
+_SESSION_HOME = tempfile.mkdtemp(prefix="oltunes-tests-")
+
+
+def pytest_configure(config):
+    # No test writes to the repo's .oltunes/ or the user's ~/.prefect: the whole session gets a scratch home.
+    os.environ["OLTUNES_HOME"] = os.path.join(_SESSION_HOME, "home")
+    os.environ["PREFECT_HOME"] = os.path.join(_SESSION_HOME, "prefect")
+    for var in ("OLTUNES_TUNER_URL", "OLTUNES_MLFLOW_TRACKING_URI", "PREFECT_API_URL"):
+        os.environ.pop(var, None)
+    get_settings.cache_clear()
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 
 @pytest.fixture
