@@ -10,7 +10,7 @@ import typer
 def simulate(
     scenario: str = typer.Option("light", "--scenario", "-s", help="shipped scenario name or a YAML file"),
     policies: str = typer.Option(
-        "oltunes,round-robin,least-loaded,random,static-profile,gavel-like,oracle",
+        "oltunes,oltunes-profiled,round-robin,least-loaded,random,static-profile,gavel-like,oracle",
         "--policies",
         "-p",
         help="comma-separated policy names",
