@@ -14,7 +14,6 @@ parts; the worker skips its finished shards. Rows are therefore neither lost nor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 from oltunes.errors import DataError
 from oltunes.launchers.base import WorkerResult
 from oltunes.types import Candidate, Decision, EnergySource, JobSpec, Measurement
+from oltunes.zoo.manifest import sha256_file
 
 PLAN_FILE = "_plan.json"
 DECISION_FILE = "_decision.json"
@@ -37,28 +37,23 @@ class Part:
     items: int
 
 
-def _fingerprint(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None) -> list[Part]:
     """Split `items` into parts of at most `items_per_worker` and write their inputs (idempotent).
 
     A re-run with the same dataset and split finds the same plan and the same files; a different dataset or
     split on an output directory that already holds a plan is refused, naming the parameter to change.
     """
-    from oltunes.worker.dataset import read_dataset, write_dataset  # the worker owns the dataset format
     from oltunes.atomic import atomic_write_json
+    from oltunes.worker.dataset import (  # the worker owns the dataset format
+        read_dataset,
+        write_dataset,
+    )
 
     output = Path(output)
     n_parts = max(1, math.ceil(items / items_per_worker))
     plan = {
         "dataset": str(dataset) if dataset else None,
-        "dataset_sha256": _fingerprint(dataset) if dataset else None,
+        "dataset_sha256": sha256_file(dataset) if dataset else None,
         "items": items,
         "items_per_worker": items_per_worker,
         "parts": n_parts,

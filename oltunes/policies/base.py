@@ -114,3 +114,24 @@ class Policy(Registered, root=True):
 
     def pools_with_slot(self, cluster: SimCluster) -> list[str]:
         return [p.name for p in cluster.pools if cluster.least_loaded_device(p.name) is not None]
+
+
+class FixedConfigPolicy(Policy):
+    """Baselines without variant or batch selection: the family's most accurate variant at a fixed batch size.
+
+    Subclasses only say *where*: :meth:`place` returns ``(pool, device)`` or ``None`` to wait for capacity.
+    """
+
+    def __init__(self, ctx: PolicyContext, batch_size: int = 4) -> None:
+        super().__init__(ctx)
+        self.batch = min(ctx.batch_sizes, key=lambda b: abs(b - batch_size))
+
+    def place(self, job: JobSpec, cluster: SimCluster) -> tuple[str, int] | None:
+        raise NotImplementedError
+
+    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
+        variant = self.default_variant(job)
+        where = None if variant is None else self.place(job, cluster)
+        if where is None:
+            return None
+        return self.decision(job, cluster, where[0], where[1], variant, self.batch)

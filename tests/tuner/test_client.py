@@ -16,18 +16,17 @@ from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient, safe_default
 from oltunes.tuner.factory import TunerLike, get_tuner
 from oltunes.tuner.service import create_app, serve_in_thread
-from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool, Variant
+from oltunes.types import (
+    Candidate,
+    ClusterState,
+    JobSpec,
+    Measurement,
+    Placement,
+    Pool,
+)
+from tests.tuner.variants import make_variants
 
 TOKEN = "client-test-token"
-
-
-def make_variants() -> list[Variant]:
-    return [
-        Variant(family=f, name=f"{f}-{s}-{p}", size=s, precision=p, accuracy=acc - loss, params=params)
-        for f in ("cnn", "vit")
-        for s, params, acc in (("s", 1_000_000, 0.90), ("m", 5_000_000, 0.94), ("l", 20_000_000, 0.97))
-        for p, loss in (("fp32", 0.0), ("fp16", 0.002), ("int8", 0.01))
-    ]
 
 
 def make_cluster() -> ClusterState:

@@ -13,19 +13,19 @@ from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
 from oltunes.tuner.service import check_bind, create_app, is_loopback, serve_in_thread
-from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Pool, Variant
+from oltunes.types import (
+    Candidate,
+    ClusterState,
+    Decision,
+    JobSpec,
+    Measurement,
+    Pool,
+    Variant,
+)
+from tests.tuner.variants import make_variants
 
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def make_variants() -> list[Variant]:
-    return [
-        Variant(family=f, name=f"{f}-{s}-{p}", size=s, precision=p, accuracy=acc - loss, params=params)
-        for f in ("cnn", "vit")
-        for s, params, acc in (("s", 1_000_000, 0.90), ("m", 5_000_000, 0.94), ("l", 20_000_000, 0.97))
-        for p, loss in (("fp32", 0.0), ("fp16", 0.002), ("int8", 0.01))
-    ]
 
 
 def make_cluster() -> ClusterState:
