@@ -8,7 +8,8 @@ comparison use only: it is never copied into the repository). Mapping:
   (the pool is named after the accelerator);
 * ``Model`` -> a Variant: family = the architecture by name prefix (``resnet50_v1`` -> resnet, ``t5-base`` -> t5,
   ``prajjwal1/bert-mini`` -> bert, ``gpt2-large`` -> gpt2), size = the full name, accuracy = ``Accuracy`` / 100,
-  params = the architecture's published parameter count (``PARAMS_M``, sources listed there; the file has none);
+  params = the architecture's published parameter count (``oltunes.sim.variant_params``, sources listed
+  there; the file has none);
 * target: ``90th_pct`` latency of one batch (ms). The file has no p99; ``Max`` over its 1,000 trials is dominated
   by one-off stalls (e.g. 496 ms vs a 10 ms p50), so the 90th percentile is the closest robust tail figure.
 
@@ -43,6 +44,7 @@ from benchmarks.common import median, parser, print_table, write_json
 from oltunes.config import get_settings
 from oltunes.learner import FTML, FMRegressor, JobContext, encode
 from oltunes.learner.fm import ONLINE_SETTINGS
+from oltunes.sim.variant_params import published_params
 from oltunes.types import Candidate, Variant
 
 ACCEL = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "p100", "onnxruntime_gpu_ampere": "a100"}
@@ -52,26 +54,6 @@ TARGET_COLUMN = "90th_pct"
 # Family = architecture, by name prefix (order matters only for prefixes of one another; none here).
 FAMILIES = ("albert", "bert", "roberta", "t5", "gpt2", "densenet", "efficientnet", "mobilenet", "resnest", "resnet",
             "yolov5")
-
-# Published parameter counts (millions) of the profiled architectures: variant metadata the benchmark passes
-# in as ``Variant.params`` (the file has none), so that the learner can carry what it learns about one size of
-# a family to the others (``log_params``). Sources: ALBERT (Lan et al. 2020, Table 1); BERT (Devlin et al.
-# 2019); BERT-tiny..medium (Turc et al. 2019, google-research/bert README); RoBERTa (Liu et al. 2019);
-# T5 (Raffel et al. 2020); GPT-2 (Radford et al. 2019, HF model cards); DenseNet, ResNet (torchvision model
-# docs); EfficientNet (Tan & Le 2019, Table 2); MobileNet v1 width multipliers (Howard et al. 2017, Table 6);
-# ResNeSt (Zhang et al. 2020; 14/26 from the GluonCV model zoo, approximate); YOLOv5 (ultralytics README).
-PARAMS_M = {
-    "albert-base-v2": 12, "albert-large-v2": 18, "albert-xlarge-v2": 60, "albert-xxlarge-v2": 235,
-    "bert-base-uncased": 110, "bert-large-uncased": 340, "prajjwal1/bert-tiny": 4.4, "prajjwal1/bert-mini": 11.3,
-    "prajjwal1/bert-small": 29.1, "prajjwal1/bert-medium": 41.7, "roberta-base": 125, "roberta-large": 355,
-    "t5-small": 60, "t5-base": 220, "t5-large": 770, "gpt2": 124, "gpt2-medium": 355, "gpt2-large": 774,
-    "gpt2-xl": 1558, "densenet121": 8.0, "densenet161": 28.7, "densenet169": 14.1, "densenet201": 20.0,
-    "efficientnet-b0": 5.3, "efficientnet-b1": 7.8, "efficientnet-b3": 12, "efficientnet-b5": 30,
-    "efficientnet-b7": 66, "mobilenet0.25": 0.47, "mobilenet0.5": 1.3, "mobilenet0.75": 2.6, "mobilenet1.0": 4.2,
-    "resnest14": 10.6, "resnest26": 17.1, "resnest50": 27.5, "resnest269": 110.9, "resnet18_v1": 11.7,
-    "resnet34_v1": 21.8, "resnet50_v1": 25.6, "resnet101_v1": 44.5, "resnet152_v1": 60.2, "yolov5n": 1.9,
-    "yolov5s": 7.2, "yolov5m": 21.2, "yolov5l": 46.5, "yolov5x": 86.7,
-}
 
 
 def family_of(model: str) -> str:
@@ -100,7 +82,7 @@ def load_rows(path: Path) -> list[tuple[Candidate, float]]:
             if v is None:
                 v = variants[model] = Variant(family=family_of(model), name=model, size=model,
                                               accuracy=min(1.0, float(r["Accuracy"]) / 100.0),
-                                              params=int(PARAMS_M.get(model, 0) * 1e6))
+                                              params=published_params(model))
             rows.append((Candidate(pool=acc, accelerator=acc, variant=v, batch_size=int(r["batchsize"])), lat))
     return rows
 

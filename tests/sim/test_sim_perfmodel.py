@@ -135,3 +135,11 @@ def test_factor_table_matches_its_sources(shared_data):
     s = pd.Series(r1 + r2, index=q["gpu_type"].to_numpy())
     assert cal.FACTORS["p100"].packing == pytest.approx(s.loc["p100"].median(), abs=0.002)
     assert cal.FACTORS["v100"].packing == pytest.approx(s.loc["v100"].median(), abs=0.002)
+
+
+def test_variants_carry_published_params(pm):
+    # Every proteus variant has a size (metadata a cold tuner may know), and sizes order within a family.
+    vs = {v.name: v for v in pm.variants()}
+    assert all(v.params > 0 for v in vs.values()), [n for n, v in vs.items() if not v.params]
+    assert vs["resnet18_v1"].params < vs["resnet50_v1"].params < vs["resnet152_v1"].params
+    assert vs["prajjwal1-bert-tiny"].params < vs["bert-base-uncased"].params < vs["bert-large-uncased"].params

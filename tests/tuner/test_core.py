@@ -364,3 +364,20 @@ def test_infeasible_running_job_stays_unless_moving_clearly_helps():
     bad = Placement(job_id="inf", pool="cpu-pool", device=0, candidate=worst, slo_ms=0.01)
     moved = tuner.recommend(job, make_cluster(), current=bad)
     assert moved.candidate != worst
+
+
+@pytest.mark.parametrize("acc", ["cpu", "t4", "a100"])
+def test_cold_prior_ranks_bigger_simulator_variant_slower(shared_data, acc):
+    # The simulator's variants carry published params, so the cold tuner (heuristic prior, no observation)
+    # predicts a bigger member of a family slower than a smaller one on the same accelerator.
+    from oltunes.sim.perfmodel import PerformanceModel
+
+    vs = {v.name: v for v in PerformanceModel(shared_data).variants()}
+    assert all(v.params > 0 for v in vs.values())
+    tuner = Tuner(list(vs.values()), seed=0, explore_rate=0.0)
+    for family, small, big in (("resnet", "resnet18_v1", "resnet152_v1"), ("bert", "prajjwal1-bert-tiny",
+                                                                             "bert-large-uncased")):
+        assert vs[small].family == vs[big].family == family
+        cands = [Candidate(pool="p", accelerator=acc, variant=vs[n], batch_size=4) for n in (small, big)]
+        p_small, p_big = tuner.predict(JobSpec(family=vs[small].family, slo_ms=100), cands)
+        assert p_big.latency_p99_ms > p_small.latency_p99_ms, (family, acc)
