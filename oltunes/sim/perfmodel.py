@@ -4,8 +4,7 @@ Calibrated at load time on real measurements read from ``shared_data`` (never co
 ``proteus/aggregate_profiled.csv`` (ONNX Runtime latency per batch on CPU / Pascal / Ampere, 46 variants with
 accuracy), ``proteus/variants/<family>.csv`` (family membership) and ``lucid/colocate_info.csv`` +
 ``lucid/single_data.csv`` (co-location slowdown per pair class). Every other factor is in
-:mod:`oltunes.sim.calibration` with its source; the variants' published parameter counts (metadata, not
-measurements) are in :mod:`oltunes.sim.variant_params`.
+:mod:`oltunes.sim.calibration` with its source.
 
 Two faces:
 
@@ -43,7 +42,6 @@ from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.inventory import CATALOG
 from oltunes.sim import calibration as cal
-from oltunes.sim.variant_params import published_params
 from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Prediction, Variant
 
 ANCHORS = ("cpu", "pascal", "ampere")
@@ -136,7 +134,6 @@ class PerformanceModel:
                 size=m,
                 precision="fp32",
                 accuracy=float(df.loc[df["Model"] == m, "Accuracy"].iloc[0]) / 100.0,
-                params=published_params(m),  # architecture metadata, like the zoo's variants carry
             )
             for m in models
         ]
@@ -222,8 +219,7 @@ class PerformanceModel:
 
     # ------------------------------------------------------------------ lookups
     def variants(self) -> list[Variant]:
-        """Every variant the model knows (proteus families; accuracy = published accuracy / 100; params = the
-        published parameter count from :mod:`oltunes.sim.variant_params`, 0 if a new variant is not listed)."""
+        """Every variant the model knows (proteus families; accuracy = published accuracy / 100)."""
         return list(self._variants)
 
     def variant(self, name: str) -> Variant:

@@ -46,4 +46,4 @@ _BY_NAME = {**PARAMS_M, **{k.replace("/", "-"): v for k, v in PARAMS_M.items()}}
 
 def published_params(model: str) -> int:
     """Published parameter count of a proteus model (either name spelling); 0 when unknown (= "not stated")."""
-    return int(round(_BY_NAME.get(model, 0) * 1e6))
+    return round(_BY_NAME.get(model, 0) * 1e6)

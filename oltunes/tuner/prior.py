@@ -127,7 +127,7 @@ class HeuristicPrior(Prior, name="heuristic"):
     3.2
     """
 
-    margin = 1.5
+    margin = 0.7
 
     def base(self, accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
         return self.heuristic(accelerator, variant, batch_size)

@@ -137,9 +137,13 @@ def test_factor_table_matches_its_sources(shared_data):
     assert cal.FACTORS["v100"].packing == pytest.approx(s.loc["v100"].median(), abs=0.002)
 
 
-def test_variants_carry_published_params(pm):
-    # Every proteus variant has a size (metadata a cold tuner may know), and sizes order within a family.
-    vs = {v.name: v for v in pm.variants()}
-    assert all(v.params > 0 for v in vs.values()), [n for n, v in vs.items() if not v.params]
-    assert vs["resnet18_v1"].params < vs["resnet50_v1"].params < vs["resnet152_v1"].params
-    assert vs["prajjwal1-bert-tiny"].params < vs["bert-base-uncased"].params < vs["bert-large-uncased"].params
+def test_every_simulator_variant_has_a_published_param_count(pm):
+    # The metadata table must cover every proteus variant (either name spelling) and order sizes within a family.
+    from oltunes.sim.variant_params import published_params
+
+    sizes = {v.name: published_params(v.name) for v in pm.variants()}
+    assert all(n > 0 for n in sizes.values()), [name for name, n in sizes.items() if not n]
+    assert all(published_params(v.size) == sizes[v.name] for v in pm.variants())  # raw proteus "Model" name
+    assert sizes["resnet18_v1"] < sizes["resnet50_v1"] < sizes["resnet152_v1"]
+    assert sizes["prajjwal1-bert-tiny"] < sizes["bert-base-uncased"] < sizes["bert-large-uncased"]
+    assert published_params("not-a-model") == 0

@@ -368,16 +368,24 @@ def test_infeasible_running_job_stays_unless_moving_clearly_helps():
 
 @pytest.mark.parametrize("acc", ["cpu", "t4", "a100"])
 def test_cold_prior_ranks_bigger_simulator_variant_slower(shared_data, acc):
-    # The simulator's variants carry published params, so the cold tuner (heuristic prior, no observation)
-    # predicts a bigger member of a family slower than a smaller one on the same accelerator.
+    # Given the published parameter counts of the simulator's variants, the cold tuner (heuristic prior, no
+    # observation) predicts a bigger member of a family slower than a smaller one on the same accelerator; with
+    # no size (params=0) it cannot tell them apart.
     from oltunes.sim.perfmodel import PerformanceModel
+    from oltunes.sim.variant_params import published_params
 
-    vs = {v.name: v for v in PerformanceModel(shared_data).variants()}
+    vs = {v.name: v.model_copy(update={"params": published_params(v.name)})
+          for v in PerformanceModel(shared_data).variants()}
     assert all(v.params > 0 for v in vs.values())
-    tuner = Tuner(list(vs.values()), seed=0, explore_rate=0.0)
-    for family, small, big in (("resnet", "resnet18_v1", "resnet152_v1"), ("bert", "prajjwal1-bert-tiny",
-                                                                             "bert-large-uncased")):
+    for family, small, big in (("resnet", "resnet18_v1", "resnet152_v1"),
+                               ("bert", "prajjwal1-bert-tiny", "bert-large-uncased")):
         assert vs[small].family == vs[big].family == family
-        cands = [Candidate(pool="p", accelerator=acc, variant=vs[n], batch_size=4) for n in (small, big)]
-        p_small, p_big = tuner.predict(JobSpec(family=vs[small].family, slo_ms=100), cands)
+        job = JobSpec(family=family, slo_ms=100)
+        cold = Tuner(list(vs.values()), seed=0, explore_rate=0.0)
+        p_small, p_big = cold.predict(job, [Candidate(pool="p", accelerator=acc, variant=vs[n], batch_size=4)
+                                            for n in (small, big)])
         assert p_big.latency_p99_ms > p_small.latency_p99_ms, (family, acc)
+        blind = Tuner([v.model_copy(update={"params": 0}) for v in vs.values()], seed=0, explore_rate=0.0)
+        b_small, b_big = blind.predict(job, [Candidate(pool="p", accelerator=acc, variant=vs[n].model_copy(
+            update={"params": 0}), batch_size=4) for n in (small, big)])
+        assert b_big.latency_p99_ms == pytest.approx(b_small.latency_p99_ms)
