@@ -23,7 +23,6 @@ from oltunes.config import get_settings
 from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
-from oltunes.tracking import experiment_for
 from oltunes.types import Decision, JobSpec, Measurement, Objective, new_id
 from tasks import tracking as track
 from tasks import tuning
@@ -152,7 +151,7 @@ async def batch_inference(
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming", "simulation"), backend.simulated)
+    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
     replayed = await tuning.warm_start(tuner, history)
     decision = recorded_decision(out) if not backend.simulated else None
     if decision is not None:
@@ -191,7 +190,7 @@ async def batch_inference(
         log.info("job %s: every part was already complete (resumed run); nothing new to measure", jid)
     else:
         run_id = await track.log_measurement(
-            tracker, m, experiment=experiment_for("simulation" if m.simulated else "batch"), slo_ms=p.slo_ms,
+            tracker, m, slo_ms=p.slo_ms,
             policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
             extra_metrics={"job_wall_s": job_wall, "parts": float(len(parts))},
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},

@@ -129,7 +129,7 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     for col in ("step", "config", "offered req/s", "batch p99 ms", "J/item"):
         stable.add_column(col)
     for i, m in enumerate(st.measurements):
-        stable.add_row(str(i), m.candidate.key, f"{m.arrival_rate_rps:.1f}", f"{m.latency_p99_ms:.2f}", f"{m.energy_j_per_item:.4f}")
+        stable.add_row(str(i), m.candidate.key, f"{m.arrival_rate_rps:.1f}", f"{m.latency_p99_ms:.2f}", f"{m.energy_j_per_item:.4f} ({m.energy_source})")
     out.print(stable)
     r = st.requests
     out.print(

@@ -31,7 +31,7 @@ from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, Router, json_payloads, load_arrivals
 from oltunes.telemetry import Monitor
 from oltunes.tracking import conventions as cv
-from oltunes.types import Decision, JobSpec, Measurement, Placement, new_id
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, new_id
 from tasks import serving
 from tasks import tracking as track
 from tasks import tuning
@@ -111,6 +111,13 @@ def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+async def _retune(tuner: Any, job: JobSpec, cluster: ClusterState, current: Decision, slo_ms: float) -> Decision:
+    """Re-consult the tuner for a running service; where it runs now lets the tuner prefer staying put."""
+    here = Placement(job_id=job.job_id, pool=current.pool, device=current.group.device if current.group else 0,
+                     candidate=current.candidate, slo_ms=slo_ms, arrival_rate_rps=job.arrival_rate_rps)  # fmt: skip
+    return await tuning.recommend(tuner, job, cluster, here)
+
+
 async def _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc) -> StreamOutcome:
     """The same control loop against the simulator's performance model (simulated time: no waiting, no traffic).
 
@@ -135,9 +142,7 @@ async def _simulated_service(p, sid, job, cluster, decision, arrivals, trace_pat
         await tuning.observe(tuner, m, tsettings)
         measurements.append(m)
         step += 1
-        here = Placement(job_id=sid, pool=current.pool, device=current.group.device if current.group else 0,
-                         candidate=current.candidate, slo_ms=p.slo_ms, arrival_rate_rps=rate)  # fmt: skip
-        new = await tuning.recommend(tuner, now_job, cluster, here)
+        new = await _retune(tuner, now_job, cluster, current, p.slo_ms)
         if new.candidate.key != current.candidate.key:
             current = new
             decisions.append(new)
@@ -211,7 +216,7 @@ async def streaming_inference(
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming", "simulation"), backend.simulated)
+    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
     await tuning.warm_start(tuner, history)
     decision = await tuning.recommend(tuner, job, cluster)
     log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; first decision %s (%s)",
@@ -281,9 +286,7 @@ async def streaming_inference(
                 if stop_traffic.is_set():
                     break
                 now_job = job.model_copy(update={"arrival_rate_rps": max(m.arrival_rate_rps, 0.1)})
-                here = Placement(job_id=sid, pool=current.pool, device=current.group.device if current.group else 0,
-                                 candidate=current.candidate, slo_ms=p.slo_ms, arrival_rate_rps=now_job.arrival_rate_rps)  # fmt: skip
-                new = await tuning.recommend(tuner, now_job, cluster, here)
+                new = await _retune(tuner, now_job, cluster, current, p.slo_ms)
                 if new.candidate.key != current.candidate.key:
                     rec = await supervisor.switch(new)
                     decisions.append(new)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -116,6 +117,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def read_report(spec: WorkerSpec) -> dict[str, Any]:
+    """The worker's own ``report.json``; empty when it wrote none."""
+    return json.loads(spec.report_path.read_text()) if spec.report_path.is_file() else {}
 
 
 def tail_file(path: Path, lines: int) -> str:

@@ -6,12 +6,11 @@ reads the logs of one container, and refuses clearly on a machine without an eng
 
 from __future__ import annotations
 
-import json
 import time
 
 from oltunes.errors import WorkerError
 from oltunes.launchers import docker_adaptor
-from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port
+from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, read_report
 from oltunes.launchers.local import worker_argv
 
 
@@ -39,8 +38,7 @@ class DockerLauncher(Launcher, name="docker"):
             raise WorkerError(f"container {c.id[:12]} did not finish in {timeout_s} s: {e}") from e
         if rc != 0:
             raise WorkerError(f"container {c.id[:12]} exited with {rc}; logs:\n{self.logs(handle, 20)}")
-        report = json.loads(handle.spec.report_path.read_text()) if handle.spec.report_path.is_file() else {}
-        handle.result = WorkerResult(returncode=rc, report=report)
+        handle.result = WorkerResult(returncode=rc, report=read_report(handle.spec))
         return handle.result
 
     def ready(self, handle: Handle, timeout_s: float = 60.0) -> None:

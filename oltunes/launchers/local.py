@@ -7,7 +7,6 @@ CPU time of the worker come from ``os.wait4`` (rusage), so the energy estimate u
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -17,9 +16,10 @@ import time
 
 import httpx
 
+from oltunes.atomic import atomic_write_text
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, WorkerError
-from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, tail_file
+from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, read_report, tail_file
 from oltunes.telemetry import Monitor
 from oltunes.types import Pool
 
@@ -115,7 +115,7 @@ class LocalLauncher(Launcher, name="local"):
             except OSError as e:
                 self._kill(proc)
                 raise WorkerError(f"cannot pin worker to cores {cores}: {e}") from e
-        (spec.run_dir / "worker.pid").write_text(str(proc.pid))
+        atomic_write_text(spec.run_dir / "worker.pid", str(proc.pid))
         monitor = Monitor(
             pid=proc.pid,
             cores=len(cores),
@@ -164,9 +164,7 @@ class LocalLauncher(Launcher, name="local"):
         monitor: Monitor = handle.state["monitor"]
         if handle.result is None:
             telemetry = monitor.stop(cpu_time_s=handle.state.get("cpu_time_s"))
-            report = {}
-            if handle.spec.mode == "batch" and handle.spec.report_path.is_file():
-                report = json.loads(handle.spec.report_path.read_text())
+            report = read_report(handle.spec) if handle.spec.mode == "batch" else {}
             handle.result = WorkerResult(returncode=handle.state["returncode"], report=report, telemetry=telemetry)
         return handle.result
 

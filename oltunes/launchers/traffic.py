@@ -84,10 +84,9 @@ def load_arrivals(
         reader = TraceFormat.make(fmt)
     else:
         line = _first_line(path)
-        found = [TraceFormat.make(n) for n in TraceFormat.known() if TraceFormat.make(n).matches(line)]
-        if not found:
+        reader = next((r for r in map(TraceFormat.make, TraceFormat.known()) if r.matches(line)), None)
+        if reader is None:
             raise DataError(f"trace {path}: unknown format (first line {line.strip()!r}); known: {', '.join(TraceFormat.known())}")
-        reader = found[0]
     t = np.sort(reader.read(path))
     if t.size == 0:
         raise DataError(f"trace {path} has no requests")

@@ -16,7 +16,7 @@ import numpy as np
 
 from oltunes.registry import Registered
 from oltunes.sim.cluster import SimCluster
-from oltunes.sim.perfmodel import PerformanceModel
+from oltunes.sim.perfmodel import Z99, PerformanceModel
 from oltunes.types import (
     Candidate,
     ColocationGroup,
@@ -110,10 +110,7 @@ class Policy(Registered, root=True):
         """Offline profile: isolated, noiseless p99 batch latency (what a profiling run ahead of time gives)."""
         m = self.ctx.model
         vi = m.variant_index(variant.name)
-        return float(m.latency_row(vi, accelerator)[batch]) * float(np.exp(2.3263 * m.sigma(vi, accelerator)))
-
-    def pools_with_slot(self, cluster: SimCluster) -> list[str]:
-        return [p.name for p in cluster.pools if cluster.least_loaded_device(p.name) is not None]
+        return float(m.latency_row(vi, accelerator)[batch]) * float(np.exp(Z99 * m.sigma(vi, accelerator)))
 
 
 class FixedConfigPolicy(Policy):

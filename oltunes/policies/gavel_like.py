@@ -13,7 +13,7 @@ import numpy as np
 from oltunes.policies.base import Policy
 from oltunes.policies.grid import evaluate
 from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec, Prediction
+from oltunes.types import Decision, JobSpec
 
 
 class GavelLike(Policy, name="gavel-like"):
@@ -44,9 +44,4 @@ class GavelLike(Policy, name="gavel-like"):
         if best is None:
             return None
         _, pool, dev, b, g = best
-        pred = Prediction(
-            latency_p99_ms=float(g.p99_batch_ms[0, b, 0]),
-            energy_j_per_item=float(g.energy_j_per_item[0, b, 0]),
-            throughput_items_per_s=float(g.capacity_rps[0, b, 0]),
-        )
-        return self.decision(job, cluster, pool, dev, variant, int(g.batches[b]), 1, predicted=pred)
+        return self.decision(job, cluster, pool, dev, variant, int(g.batches[b]), 1, predicted=g.prediction((0, b, 0)))

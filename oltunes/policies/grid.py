@@ -12,10 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from oltunes.sim import calibration as cal
-from oltunes.sim.perfmodel import PerformanceModel
-from oltunes.types import JobSpec, Variant
-
-_Z99 = 2.3263
+from oltunes.sim.perfmodel import Z99, PerformanceModel
+from oltunes.types import JobSpec, Prediction, Variant
 
 
 @dataclass
@@ -37,6 +35,14 @@ class Grid:
         acc = np.array([v.accuracy for v in self.variants])[:, None, None]
         key = np.where(feasible, cost - 1e-9 * acc + 1e-12 * self.concurrencies[None, None, :], np.inf)
         return tuple(int(x) for x in np.unravel_index(int(np.argmin(key)), key.shape))  # type: ignore[return-value]
+
+    def prediction(self, i: tuple[int, int, int]) -> Prediction:
+        """The cell's batch p99, busy energy per item and capacity, as the Decision's prediction."""
+        return Prediction(
+            latency_p99_ms=float(self.p99_batch_ms[i]),
+            energy_j_per_item=float(self.energy_j_per_item[i]),
+            throughput_items_per_s=float(self.capacity_rps[i]),
+        )
 
 
 def evaluate(
@@ -68,7 +74,7 @@ def evaluate(
     if co:
         share = np.maximum(1.0, (own + sum(load for _, load in co)) / cal.FACTORS[accelerator].packing)
         s50, mean = s50 * share, mean * share
-    p99b = s50 * np.exp(_Z99 * sig)
+    p99b = s50 * np.exp(Z99 * sig)
     cap = c[None, None, :] * b[None, :, None] * 1000.0 / mean
     if job.kind == "streaming":
         rho = job.arrival_rate_rps / cap

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import Policy, PolicyContext
-from oltunes.policies.grid import Grid, evaluate
+from oltunes.policies.grid import evaluate
 from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec, Prediction
+from oltunes.types import Decision, JobSpec
 
 
 class Oracle(Policy, name="oracle"):
@@ -107,7 +107,7 @@ class Oracle(Policy, name="oracle"):
             return None
         _, pool, dev, g, (v, b, c) = pick
         return self.decision(job, cluster, pool, dev, g.variants[v], int(g.batches[b]), int(g.concurrencies[c]),
-                             predicted=_pred(g, (v, b, c)), note="" if best else "no feasible configuration")
+                             predicted=g.prediction((v, b, c)), note="" if best else "no feasible configuration")
 
 
 _BIN_S = 0.02
@@ -134,11 +134,3 @@ def _burst_p99(events: np.ndarray, capacity_rps, p99_batch_ms, mean_batch_ms=0.0
     p99_wait = np.take_along_axis(wait_ms, np.take_along_axis(order, k[:, None], axis=1), axis=1)[:, 0]
     extra = np.asarray(p99_batch_ms, dtype=float) + np.asarray(mean_batch_ms, dtype=float) * np.minimum(1.0, rho)
     return p99_wait.reshape(np.shape(capacity_rps)) + extra
-
-
-def _pred(g: Grid, i: tuple[int, int, int]) -> Prediction:
-    return Prediction(
-        latency_p99_ms=float(g.p99_batch_ms[i]),
-        energy_j_per_item=float(g.energy_j_per_item[i]),
-        throughput_items_per_s=float(g.capacity_rps[i]),
-    )

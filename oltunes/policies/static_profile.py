@@ -11,7 +11,7 @@ import numpy as np
 from oltunes.policies.base import Policy, PolicyContext
 from oltunes.policies.grid import evaluate
 from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec, Prediction
+from oltunes.types import Decision, JobSpec
 
 
 class StaticProfile(Policy, name="static-profile"):
@@ -27,11 +27,13 @@ class StaticProfile(Policy, name="static-profile"):
         if not variants:
             return None
         best = None
+        grids = []  # (pool, empty device, grid): the fallback below reuses them
         for p in cluster.pools:
             dev = cluster.empty_device(p.name)
             if dev is None:
                 continue
             g = evaluate(self.ctx.model, job, p.accelerator.name, variants, self.ctx.batch_sizes, (1,))
+            grids.append((p.name, dev, g))
             ok = g.p99_batch_ms <= self.headroom * job.slo_ms
             if job.kind == "streaming":
                 ok &= g.rho <= self.max_load
@@ -43,21 +45,13 @@ class StaticProfile(Policy, name="static-profile"):
             if best is None or key < best[0]:
                 best = (key, p.name, dev, g, i)
         if best is None:  # nothing meets the SLO in the profile: the largest profiled capacity on an empty device
-            for p in cluster.pools:
-                dev = cluster.empty_device(p.name)
-                if dev is None:
-                    continue
-                g = evaluate(self.ctx.model, job, p.accelerator.name, variants, self.ctx.batch_sizes, (1,))
+            for pool, dev, g in grids:
                 i = tuple(int(x) for x in np.unravel_index(int(np.argmax(g.capacity_rps)), g.capacity_rps.shape))
                 key = -float(g.capacity_rps[i])
                 if best is None or key < best[0]:
-                    best = (key, p.name, dev, g, i)
+                    best = (key, pool, dev, g, i)
         if best is None:
             return None
-        _, pool, dev, g, (v, b, c) = best
-        pred = Prediction(
-            latency_p99_ms=float(g.p99_batch_ms[v, b, c]),
-            energy_j_per_item=float(g.energy_j_per_item[v, b, c]),
-            throughput_items_per_s=float(g.capacity_rps[v, b, c]),
-        )
-        return self.decision(job, cluster, pool, dev, g.variants[v], int(g.batches[b]), 1, predicted=pred)
+        _, pool, dev, g, i = best
+        return self.decision(job, cluster, pool, dev, g.variants[i[0]], int(g.batches[i[1]]), 1,
+                             predicted=g.prediction(i))

@@ -35,10 +35,6 @@ class SimCluster:
         except KeyError:
             raise ConfigError(f"unknown pool {name!r}; known: {', '.join(self._pool)}") from None
 
-    @property
-    def n_devices(self) -> int:
-        return sum(p.count for p in self.pools)
-
     def occupancy(self, pool: str) -> np.ndarray:
         """Jobs per device of a pool (read-only view)."""
         a = self._occ[pool].view()
@@ -94,9 +90,6 @@ class SimCluster:
                 )
             )
         return tuple(out)
-
-    def active_devices(self) -> int:
-        return int(sum((o > 0).sum() for o in self._occ.values()))
 
     def fragmentation(self) -> float:
         """Share of free slots stranded on partly used devices (FGD-style: usable only by co-location)."""

@@ -31,8 +31,6 @@ from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, Decision, JobSpec, Measurement, Placement
 
-_Z99 = 2.3263
-
 
 @dataclass
 class JobRun:
@@ -161,11 +159,12 @@ class Simulator:
     def _configure(self, r: JobRun, d: Decision, device: int, now: float, spec: JobSpec | None = None) -> None:
         """Apply a validated decision (``spec``: the job as the policy saw it, e.g. with the observed rate)."""
         c = d.candidate
+        vi = self.model.variant_index(c.variant.name)
         same = (
             r.placement is not None
             and r.placement.pool == c.pool
             and r.placement.device == device
-            and r.vi == self.model.variant_index(c.variant.name)
+            and r.vi == vi
             and r.batch == c.batch_size
             and r.conc == c.concurrency
         )
@@ -181,7 +180,7 @@ class Simulator:
         )
         if same:
             return
-        r.vi = self.model.variant_index(c.variant.name)
+        r.vi = vi
         r.accel = c.accelerator
         r.batch = min(c.batch_size, cal.MAX_BATCH)
         r.conc = c.concurrency

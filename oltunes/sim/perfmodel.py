@@ -46,7 +46,7 @@ from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Predicti
 
 ANCHORS = ("cpu", "pascal", "ampere")
 _ACCEL_COLUMN = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal", "onnxruntime_gpu_ampere": "ampere"}
-_Z90, _Z99 = 1.2816, 2.3263
+_Z90, Z99 = 1.2816, 2.3263  # standard-normal quantiles (p90, p99)
 
 
 def _variant_name(model: str) -> str:
@@ -279,9 +279,6 @@ class PerformanceModel:
     def sigma(self, variant: int, accelerator: str) -> float:
         return float(self._t.sigma[self.factor(accelerator).anchor][variant])
 
-    def pair_class(self, variant: int) -> int:
-        return int(self._class[variant])
-
     def busy_power_w(self, variant: int, accelerator: str, batch: int) -> float:
         """Board power while a batch of this variant runs (utilisation-dependent draw)."""
         acc = self.accelerator(accelerator)
@@ -344,7 +341,7 @@ class PerformanceModel:
         mean = s50 * math.exp(sigma**2 / 2)
         power = self.busy_power_w(vi, candidate.accelerator, b)
         return Prediction(
-            latency_p99_ms=s50 * math.exp(_Z99 * sigma),
+            latency_p99_ms=s50 * math.exp(Z99 * sigma),
             energy_j_per_item=power * mean / 1000.0 / b,
             throughput_items_per_s=candidate.concurrency * b * 1000.0 / mean,
         )

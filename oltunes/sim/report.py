@@ -109,15 +109,17 @@ def table_rows(report: dict[str, Any], short: bool = False) -> tuple[list[str], 
     return cols, rows
 
 
-def markdown(report: dict[str, Any]) -> str:
-    cols, rows = table_rows(report)
-    out = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def _save(fig, path: Path) -> Path:
-    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+def _finish(plt, fig, ax, path: Path, xlabel: str, ylabel: str, title: str, legend: bool = True) -> Path:
+    """Label, save atomically and close one plot."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=8)
+    try:
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
 
 
 def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir: Path, title: str = "") -> list[Path]:
@@ -130,39 +132,30 @@ def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    reqs = {name: M.request_arrays(res) for name, (res, _) in results.items()}  # shared by the first two plots
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, (res, _) in results.items():
-        lat = M.request_arrays(res)["latency"]
+    for name in results:
+        lat = reqs[name]["latency"]
         lat = np.sort(lat[~np.isnan(lat)]) * 1000.0
         if len(lat):
             ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
     ax.set_xscale("log")
-    ax.set_xlabel("request latency (ms, served requests)")
-    ax.set_ylabel("CDF")
-    ax.set_title(f"{title} latency CDF")
-    ax.legend(fontsize=8)
-    paths.append(_save(fig, out_dir / "latency_cdf.png"))
-    plt.close(fig)
+    paths.append(_finish(plt, fig, ax, out_dir / "latency_cdf.png", "request latency (ms, served requests)", "CDF",
+                         f"{title} latency CDF"))
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, (res, _) in results.items():
-        t, v = M.violations_over_time(res)
+        t, v = M.violations_over_time(res, reqs[name])
         ax.plot(t, v, label=name)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("SLO violation rate (by arrival)")
-    ax.set_title(f"{title} SLO violations over time")
-    ax.legend(fontsize=8)
-    paths.append(_save(fig, out_dir / "slo_violations_over_time.png"))
-    plt.close(fig)
+    paths.append(_finish(plt, fig, ax, out_dir / "slo_violations_over_time.png", "time (s)",
+                         "SLO violation rate (by arrival)", f"{title} SLO violations over time"))
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, (_, m) in results.items():
         ax.scatter(m["accuracy_loss_pts"], m["energy_j_per_req"], label=name)
         ax.annotate(name, (m["accuracy_loss_pts"], m["energy_j_per_req"]), fontsize=7)
-    ax.set_xlabel("accuracy loss vs the family's best variant (points)")
-    ax.set_ylabel("energy per request (J)")
-    ax.set_title(f"{title} energy vs accuracy")
-    paths.append(_save(fig, out_dir / "energy_vs_accuracy.png"))
-    plt.close(fig)
+    paths.append(_finish(plt, fig, ax, out_dir / "energy_vs_accuracy.png",
+                         "accuracy loss vs the family's best variant (points)", "energy per request (J)",
+                         f"{title} energy vs accuracy", legend=False))
     return paths

@@ -8,7 +8,6 @@ tagged ``energy_source=estimated`` — never presented as a measurement.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,11 +34,11 @@ def rapl_zones(root: Path = POWERCAP) -> list[RaplZone]:
         if d.name.count(":") != 1:
             continue
         try:
-            max_uj = int((d / "max_energy_range_uj").read_text().strip())
-            RaplZone(d, max_uj).read_uj()
+            zone = RaplZone(d, int((d / "max_energy_range_uj").read_text().strip()))
+            zone.read_uj()
         except (OSError, ValueError):  # unreadable (permissions) or malformed: not usable
             continue
-        zones.append(RaplZone(d, max_uj))
+        zones.append(zone)
     return zones
 
 
@@ -89,10 +88,8 @@ class CpuUtilSampler:
 
     pid: int
     last_cpu_s: float = 0.0
-    t0: float = 0.0
 
     def start(self) -> None:
-        self.t0 = time.monotonic()
         self.last_cpu_s = process_cpu_time(self.pid) or 0.0
 
     def sample(self) -> None:

@@ -96,6 +96,11 @@ class Tracker:
         runs = self._client().search_runs([eid], filter_string=f"tags.`{tag}` = '{value}'", max_results=1)
         return runs[0] if runs else None
 
+    def _forget_client(self) -> None:
+        """Rebuild the client and re-resolve experiment ids next time (a new server may be up)."""
+        self._client_obj = None
+        self._experiments.clear()
+
     def reachable(self) -> bool:
         try:
             self._client().search_experiments(max_results=1)
@@ -242,8 +247,7 @@ class Tracker:
             return self._apply(key, rec)
         except _unreachable_errors() as e:
             log.warning("MLflow at %s unreachable (%s); buffered record %s on disk", self.uri, e, key)
-            self._client_obj = None  # rebuild the client next time (a new server may be up)
-            self._experiments.clear()
+            self._forget_client()
             self.buffer.put(key, rec)
             return None
 
@@ -255,8 +259,7 @@ class Tracker:
                 self._apply(rec["key"], rec)
             except _unreachable_errors() as e:
                 log.info("MLflow still unreachable (%s); %d record(s) stay buffered", e, len(self.buffer))
-                self._client_obj = None
-                self._experiments.clear()
+                self._forget_client()
                 break
             self.buffer.remove(path)
             done += 1
@@ -281,7 +284,7 @@ class Tracker:
         try:
             found = self._logged_measurements(kinds, include_simulated)
         except _unreachable_errors() as e:
-            self._client_obj = None
+            self._forget_client()
             raise TrackingUnavailable(f"MLflow at {self.uri} is unreachable ({e}); history cannot be read now") from e
         if include_buffered:
             for _, rec in self.buffer.items():
@@ -351,7 +354,7 @@ class Tracker:
             return str(mv.version)
         except _unreachable_errors() as e:
             log.warning("could not register %s in the MLflow model registry (%s)", name, e)
-            self._client_obj = None
+            self._forget_client()
             return None
 
 

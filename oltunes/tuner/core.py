@@ -119,6 +119,11 @@ def _at(mask: np.ndarray, idx: tuple[int, ...]) -> bool:
     return bool(mask[tuple(i if n > 1 else 0 for i, n in zip(idx, mask.shape))])
 
 
+def _load_level(busy: Any) -> Any:
+    """Index into ``_LOAD_LEVELS`` of the level a newcomer with this busy share is checked at."""
+    return np.minimum(np.searchsorted(_LOAD_LEVELS, busy), len(_LOAD_LEVELS) - 1)
+
+
 def _stream_rate(ctx: JobContext, partial_batches: bool) -> float:
     """The request rate that shapes dynamic batching in the prior (0: full batches; always 0 for batch jobs)."""
     return ctx.arrival_rate_rps if partial_batches and ctx.kind == "streaming" else 0.0
@@ -259,10 +264,9 @@ class Tuner:
         self._rng = np.random.default_rng(seed)
         self._cache: dict[Any, Any] = {}
         self._cache_key: tuple[int, int] = (-1, -1)
-        self._margin_memo: tuple[int, dict[tuple[str, str], np.ndarray]] = (-1, {})
         self._member_memo: dict[tuple, tuple[np.ndarray, dict[str, Any]]] = {}
-        self._visit_memo: tuple[int, dict[tuple, np.ndarray]] = (-1, {})
-        self._load_memo: tuple[int, dict[str, tuple[Placement, float]]] = (-1, {})
+        self._obs_memo_key: tuple[int, int] = (-1, -1)
+        self._obs_memo: dict[str, dict[Any, Any]] = {}
 
     # ------------------------------------------------------------------------------------------------ catalogue
     @staticmethod
@@ -309,6 +313,14 @@ class Tuner:
             val = self._cache[key] = build()
         return val
 
+    def _per_observation(self, name: str) -> dict[Any, Any]:
+        """A memo that lives until the next observation or catalogue change (margins, visit counts and loads
+        change with either; the grids are shaped by the family's variants)."""
+        version = (self.n_observed, self._variants_version)
+        if version != self._obs_memo_key:
+            self._obs_memo_key, self._obs_memo = version, {}
+        return self._obs_memo.setdefault(name, {})
+
     def _accelerator(self, name: str) -> Accelerator:
         acc = self._accelerators.get(name)
         if acc is None:  # unknown type seen only in a measurement: a mid-range GPU for the prior
@@ -335,9 +347,7 @@ class Tuner:
         which is pulled towards the prior's own margin for that family, each in proportion to how few
         residuals back it. Memoised until the next observation.
         """
-        if self._margin_memo[0] != self.n_observed:
-            self._margin_memo = (self.n_observed, {})
-        memo = self._margin_memo[1]
+        memo = self._per_observation("margins")
         key = (accelerator, family)
         m = memo.get(key)
         if m is None:
@@ -441,9 +451,8 @@ class Tuner:
         if p.arrival_rate_rps <= 0:
             return 1.0
         # The same Placement object as last time (a cluster state between two observations): same answer.
-        if self._load_memo[0] != self.n_observed:
-            self._load_memo = (self.n_observed, {})
-        hit = self._load_memo[1].get(p.job_id)
+        memo = self._per_observation("loads")
+        hit = memo.get(p.job_id)
         if hit is not None and hit[0] is p:
             return hit[1]
         seen = self.loads.get(p.job_id)
@@ -455,7 +464,7 @@ class Tuner:
                 ("thr_alone", c.accelerator, c.variant.name, c.batch_size, c.concurrency, p.arrival_rate_rps),
                 lambda: math.exp(self._prior_log(c.model_copy(update={"co_runners": ()}), job_context(p))[_THR]))
         load = min(1.0, max(0.05, round(load * 20.0) / 20.0))
-        self._load_memo[1][p.job_id] = (p, load)  # holds p, so its id cannot be reused while memoised
+        memo[p.job_id] = (p, load)  # holds p, so its id cannot be reused while memoised
         return load
 
     def burst(self, job_id: str) -> float | None:
@@ -675,7 +684,7 @@ class Tuner:
         if co_mask.all():
             co_ok = np.ones((1, 1, 1, 1), dtype=bool)
         elif streaming and rate > 0:  # the newcomer's own busy share decides how much it slows the members
-            level = np.minimum(np.searchsorted(_LOAD_LEVELS, rate / thr), len(_LOAD_LEVELS) - 1)  # P, V, B, C
+            level = _load_level(rate / thr)  # P, V, B, C
             co_ok = np.take_along_axis(co_mask[:, :, None, None, :], level[..., None], axis=-1)[..., 0]
         else:
             co_ok = co_mask[:, :, None, None, -1]
@@ -702,21 +711,19 @@ class Tuner:
         n_cand = 0 if no_capacity else int(cap_ok.sum()) * B
         n_feas = int(np.count_nonzero(feasible))
         source = "model"
-        stayed = False
+        stay = self._stay_index(current, options, variants)
         if n_feas:
             idx = self._choose(feasible, obj, obj_name, options, energy, thr, cost_h)
-            stay = self._stay_index(current, options, variants)
             if stay is not None and stay != idx and feasible[stay] and obj[stay] <= obj[idx] * (1 + self.stay_tolerance):
                 idx = stay
             stayed = stay is not None and idx == stay
             p_explore = self.explore_rate * _EXPLORE_N0 / (_EXPLORE_N0 + self.n_observed)
             if not stayed and p_explore > 0 and self._rng.random() < p_explore:
-                eidx = self._explore(feasible, obj, marg, options, variants, obj_name)
+                eidx = self._explore(feasible, obj, marg, visits, obj_name)
                 if eidx != idx:
                     idx, source = eidx, "explore"
         else:
             idx, graded = self._least_violating(masks, req_lat, job, pess_thr, obj, variants, options)
-            stay = self._stay_index(current, options, variants)
             # Moving costs a model load and a cold start: an infeasible job stays unless moving is clearly less bad.
             if stay is not None and stay != idx and graded[stay] <= graded[idx] + INFEASIBLE_STAY:
                 idx = stay
@@ -736,8 +743,7 @@ class Tuner:
         if opt.shared:
             alone = self._predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[0, _LAT]
             j = slowdowns["sizes"].index(variant.size)
-            lv = (min(int(np.searchsorted(_LOAD_LEVELS, rate / thr[idx])), len(_LOAD_LEVELS) - 1)
-                  if streaming and rate > 0 else len(_LOAD_LEVELS) - 1)
+            lv = int(_load_level(rate / thr[idx])) if streaming and rate > 0 else len(_LOAD_LEVELS) - 1
             sd = {jid: float(slowdowns["slow"][i, j, lv]) for jid, i in slowdowns["by_option"].get(p, [])}
             sd[job.job_id] = float(math.exp(logp[_LAT][idx] - alone))
             group = ColocationGroup(pool=opt.pool.name, device=opt.device,
@@ -748,7 +754,7 @@ class Tuner:
                                     predicted_slowdown={job.job_id: 1.0})
         runner_ups = self._runner_ups(idx, feasible, masks, obj, obj_name, options, variants, lat, energy, thr,
                                       pess_lat, req_lat, job)
-        note = self._note(idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source)
+        note = self._note(idx, n_feas, n_cand, masks, opt, req_lat, job, no_capacity, source)
         if stayed and n_feas:
             note += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
         elif stayed:
@@ -775,9 +781,7 @@ class Tuner:
     def _visit_grid(self, accelerators: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
         """Measurements per (accelerator, variant) as a (P, V) array (memoised per family and option types
         until the next observation)."""
-        if self._visit_memo[0] != self.n_observed:
-            self._visit_memo = (self.n_observed, {})
-        memo = self._visit_memo[1]
+        memo = self._per_observation("visits")
         key = (tuple(accelerators), variants[0].family)
         grid = memo.get(key)
         if grid is None:
@@ -785,12 +789,11 @@ class Tuner:
                                          for a in accelerators], dtype=float)
         return grid
 
-    def _explore(self, feasible, obj, marg, options, variants, obj_name):
+    def _explore(self, feasible, obj, marg, visits, obj_name):
         o = np.where(feasible, obj, np.inf)
         within = feasible & (o <= o.min() * (1.0 + self.explore_slack))
         # Optimism: discount the objective by its margin, scaled down as a (accelerator, variant) pair is measured.
         t = _EN if obj_name == "energy" else _THR
-        visits = self._visit_grid([op.pool.accelerator.name for op in options], variants)
         bonus = marg[:, t][:, None] / np.sqrt(1.0 + visits)  # P, V
         optimistic = np.where(within, o * np.exp(-bonus[:, :, None, None]), np.inf)
         return tuple(int(i) for i in np.unravel_index(int(np.argmin(optimistic)), feasible.shape))
@@ -828,7 +831,7 @@ class Tuner:
             f"/dev{options[p].device}" + ("+shared" if options[p].shared else ""))
 
     def _why(self, idx, masks, req_lat, job, variants) -> str:
-        p, v, b, c = idx
+        v = idx[1]
         if not _at(masks["cap"], idx):
             return "does not fit free memory/slots"
         if not _at(masks["acc"], idx):
@@ -871,7 +874,7 @@ class Tuner:
                                        reason=self._why(j, masks, req_lat, job, variants)))
         return out
 
-    def _note(self, idx, n_feas, n_cand, masks, opt, variant, req_lat, pess_thr, job, no_capacity, source) -> str:
+    def _note(self, idx, n_feas, n_cand, masks, opt, req_lat, job, no_capacity, source) -> str:
         where = f"{opt.pool.name} device {opt.device}" + (
             f" shared with {', '.join(m.job_id for m in opt.members)}" if opt.shared else " (empty)")
         if n_feas:

@@ -54,15 +54,14 @@ def plan_groups(pool: Pool, placements: Sequence[Placement], latency: LatencyFn,
         for k in range(i + 1, len(jobs)):
             ok, sd = group_check(pool.name, [jobs[i], jobs[k]], latency, alone, load_of)
             if ok:
-                pairs.append((max(sd.values()), sum(sd.values()), i, k))
+                pairs.append((max(sd.values()), sum(sd.values()), i, k, sd))  # (i, k) unique: sd never compared
     pairs.sort()
     used: set[int] = set()
     groups: list[tuple[list[int], dict[str, float]]] = []
-    for _, _, i, k in pairs:
+    for _, _, i, k, sd in pairs:
         if i in used or k in used or pool.slots_per_device < 2:
             continue
         members = [i, k]
-        _, sd = group_check(pool.name, [jobs[i], jobs[k]], latency, alone, load_of)
         used.update(members)
         for j in range(len(jobs)):
             if j in used or len(members) >= pool.slots_per_device:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import queue
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oltunes.atomic import atomic_write, atomic_write_json, check_writable_dir
 from oltunes.errors import ConfigError, DataError
 from oltunes.worker.dataset import Dataset, read_dataset
-from oltunes.atomic import atomic_write, atomic_write_json, check_writable_dir
-from oltunes.worker.session import Device, ModelSession, predictions
+from oltunes.worker.session import Device, ModelSession, SessionPool
 from oltunes.worker.stats import latency_summary
 
 JOB_FILE = "_job.json"
@@ -237,18 +236,10 @@ def run_batch(
     latencies: list[float] = []
     items = correct = done = skipped = 0
     pool = ThreadPoolExecutor(cfg.concurrency) if cfg.concurrency > 1 else None
-    idle: queue.SimpleQueue[ModelSession] = queue.SimpleQueue()
-    for s in sessions:
-        idle.put(s)
+    idle = SessionPool(sessions)  # each lane borrows a session while it runs a batch
 
     def infer(start: int, stop: int) -> tuple[np.ndarray, float]:
-        session = idle.get()  # each lane owns a session while it runs a batch
-        try:
-            t = time.perf_counter()
-            scores = session.run(x[start:stop])
-            return predictions(scores), (time.perf_counter() - t) * 1e3
-        finally:
-            idle.put(session)
+        return idle.predict(x[start:stop])
 
     try:
         for shard in range(n_shards):
@@ -277,7 +268,7 @@ def run_batch(
             pool.shutdown(wait=True)
 
     wall = time.perf_counter() - t0
-    complete = all((cfg.output / shard_name(i)).is_file() for i in range(n_shards))
+    complete = skipped + done == n_shards  # every shard was verified complete or written by this run
     result = BatchReport(
         model=str(cfg.model),
         input=str(cfg.input),

@@ -14,7 +14,6 @@ refused with 413. On shutdown (SIGTERM/SIGINT) the server stops accepting, then 
 from __future__ import annotations
 
 import asyncio
-import queue
 import signal
 import sys
 import time
@@ -29,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.errors import ConfigError, DataError, OLTunesError
-from oltunes.worker.session import Device, ModelSession, predictions
+from oltunes.worker.session import Device, ModelSession, SessionPool
 from oltunes.worker.stats import latency_summary
 
 WINDOW_SAMPLES = 100_000  # latency samples kept per metrics window (oldest dropped beyond this)
@@ -120,7 +119,6 @@ class DynamicBatcher:
     """Collects queued requests into batches and runs them on `sessions` (one lane per session)."""
 
     def __init__(self, sessions: list[ModelSession], max_batch: int, max_delay_ms: float, metrics: Metrics) -> None:
-        self.sessions = sessions
         self.max_batch = max_batch
         self.max_delay = max_delay_ms / 1e3
         self.metrics = metrics
@@ -129,9 +127,7 @@ class DynamicBatcher:
         self.in_flight = 0
         self._arrived = asyncio.Event()
         self._lanes = asyncio.Semaphore(len(sessions))
-        self._idle: queue.SimpleQueue[ModelSession] = queue.SimpleQueue()
-        for s in sessions:
-            self._idle.put(s)
+        self._pool = SessionPool(sessions)
         self._executor = ThreadPoolExecutor(len(sessions), thread_name_prefix="oltunes-infer")
         self._closing = False
         self._flush = False  # draining: dispatch at once instead of waiting for the queue delay
@@ -192,21 +188,12 @@ class DynamicBatcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _infer(self, x: np.ndarray) -> tuple[np.ndarray, float]:
-        session = self._idle.get()
-        try:
-            t = time.perf_counter()
-            out = predictions(session.run(x))
-            return out, (time.perf_counter() - t) * 1e3
-        finally:
-            self._idle.put(session)
-
     async def _run(self, batch: list[_Pending]) -> None:
         self.in_flight += 1
         try:
             x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
             try:
-                preds, ms = await asyncio.get_running_loop().run_in_executor(self._executor, self._infer, x)
+                preds, ms = await asyncio.get_running_loop().run_in_executor(self._executor, self._pool.predict, x)
             except Exception as e:  # a model failure fails this batch's requests, not the server
                 for p in batch:
                     if not p.future.done():

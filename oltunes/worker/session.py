@@ -6,6 +6,8 @@ silently falls back to CPU when the CUDA provider is listed as available but fai
 
 from __future__ import annotations
 
+import queue
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -179,3 +181,22 @@ class ModelSession:
 def predictions(scores: np.ndarray) -> np.ndarray:
     """Class ids from class scores ``(n, classes)``; 1-D outputs are returned as they are."""
     return scores.argmax(axis=1) if scores.ndim == 2 else scores.reshape(scores.shape[0], -1)[:, 0]
+
+
+class SessionPool:
+    """Sessions shared by threads: each call borrows an idle session for one batch (batch and serve mode)."""
+
+    def __init__(self, sessions: list[ModelSession]) -> None:
+        self._idle: queue.SimpleQueue[ModelSession] = queue.SimpleQueue()
+        for s in sessions:
+            self._idle.put(s)
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, float]:
+        """Predictions for the prepared batch `x` and the session call's latency in milliseconds."""
+        session = self._idle.get()
+        try:
+            t = time.perf_counter()
+            out = predictions(session.run(x))
+            return out, (time.perf_counter() - t) * 1e3
+        finally:
+            self._idle.put(session)

@@ -34,6 +34,7 @@ from oltunes.zoo.manifest import (
     config_hash,
     load_entries,
     locked,
+    model_fields,
     save_entries,
     sha256_file,
     zoo_dir_or_default,
@@ -83,18 +84,11 @@ def _entry(
         precision=precision,
         accuracy=measure_accuracy(session, split.test),
         params=params,
-        bytes=path.stat().st_size,
-        path=str(path),
         source="zoo",
         config_hash=chash,
-        sha256=sha256_file(path),
-        input_name=session.input_name,
-        input_shape=session.input_shape,
-        input_dtype=str(session.input_dtype),
-        output_name=session.output_name,
         eval_set=str(eval_path),
         eval_items=len(split.test),
-        built_at=time.time(),
+        **model_fields(path, session),
     )
 
 
@@ -147,10 +141,11 @@ def _run_training(jobs: list[tuple[str, str, int, Path]]) -> list[tuple[int, flo
         return [_train_export(*job) for job in jobs]
     groups: list[list[tuple[str, str, int, Path]]] = [[] for _ in range(workers)]
     load = [0.0] * workers
-    for job in sorted(jobs, key=_cost, reverse=True):  # longest job first onto the least loaded child
+    costs = {job[:2]: _cost(job) for job in jobs}  # builds a torch module: once per job
+    for job in sorted(jobs, key=lambda j: costs[j[:2]], reverse=True):  # longest first onto the least loaded child
         i = load.index(min(load))
         groups[i].append(job)
-        load[i] += _cost(job)
+        load[i] += costs[job[:2]]
     results: dict[tuple[str, str], tuple[int, float]] = {}
     with ThreadPoolExecutor(workers) as pool:
         for part in pool.map(_train_in_child, groups):

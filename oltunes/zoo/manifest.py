@@ -10,18 +10,22 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
+from oltunes.atomic import atomic_write_json
 from oltunes.config import get_settings
 from oltunes.errors import ModelError
 from oltunes.types import Variant
-from oltunes.atomic import atomic_write_json
 from oltunes.zoo.spec import PRECISIONS, SIZES
+
+if TYPE_CHECKING:
+    from oltunes.worker.session import ModelSession
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -52,6 +56,20 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def model_fields(path: Path, session: ModelSession) -> dict[str, Any]:
+    """The entry fields read from a model file and its loaded session (shipped and user variants alike)."""
+    return {
+        "bytes": path.stat().st_size,
+        "path": str(path),
+        "sha256": sha256_file(path),
+        "input_name": session.input_name,
+        "input_shape": session.input_shape,
+        "input_dtype": str(session.input_dtype),
+        "output_name": session.output_name,
+        "built_at": time.time(),
+    }
 
 
 def config_hash(config: dict) -> str:

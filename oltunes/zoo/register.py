@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 from pydantic import ValidationError
 
+from oltunes.atomic import atomic_write
 from oltunes.errors import ConfigError, DataError, ModelError
 from oltunes.types import Variant
 from oltunes.worker.dataset import read_dataset
 from oltunes.worker.session import ModelSession
 from oltunes.zoo.evaluate import measure_accuracy
-from oltunes.zoo.manifest import ZooEntry, load_entries, locked, save_entries, sha256_file, zoo_dir_or_default
+from oltunes.zoo.manifest import (
+    ZooEntry,
+    load_entries,
+    locked,
+    model_fields,
+    save_entries,
+    zoo_dir_or_default,
+)
 
 
 def register_variant(
@@ -56,12 +63,9 @@ def register_variant(
         user = zoo_dir / "user"
         model_dst = user / f"{name}.onnx"
         eval_dst = user / f"{name}.eval{eval_path.suffix.lower()}"
-        user.mkdir(parents=True, exist_ok=True)
         for src, dst in ((onnx_path, model_dst), (eval_path, eval_dst)):
             if src.resolve() != dst.resolve():
-                tmp = dst.with_name(f".{dst.name}.tmp")
-                shutil.copyfile(src, tmp)
-                tmp.replace(dst)
+                atomic_write(dst, lambda tmp, src=src: shutil.copyfile(src, tmp))
         entries[name] = ZooEntry(
             family=family,
             name=name,
@@ -69,17 +73,10 @@ def register_variant(
             precision=precision,
             accuracy=accuracy,
             params=params,
-            bytes=model_dst.stat().st_size,
-            path=str(model_dst),
             source="user",
-            sha256=sha256_file(model_dst),
-            input_name=session.input_name,
-            input_shape=session.input_shape,
-            input_dtype=str(session.input_dtype),
-            output_name=session.output_name,
             eval_set=str(eval_dst),
             eval_items=len(data),
-            built_at=time.time(),
+            **model_fields(model_dst, session),
         )
         save_entries(zoo_dir, list(entries.values()))
     return entries[name].variant()

@@ -158,6 +158,17 @@ def test_unknown_family_is_a_config_error(tuner):
         tuner.recommend(JobSpec(family="gpt", slo_ms=10), make_cluster())
 
 
+def test_variants_added_between_recommendations_are_considered():
+    # The per-observation memos (margins, visit counts) are shaped by the family's variants: adding variants
+    # without an observation in between must not reuse them (it used to fail to broadcast).
+    t = Tuner(make_variants()[:2], seed=0, explore_rate=0.0)
+    job = JobSpec(family="cnn", slo_ms=500, accuracy_floor=0.75, items=1000)
+    assert not t.recommend(job, make_cluster()).explanation.n_feasible  # only "s" variants: below the floor
+    t.add_variants(make_variants()[2:])
+    d = t.recommend(job, make_cluster())
+    assert d.feasible and d.candidate.variant.accuracy >= 0.75
+
+
 def _device_of(d, cluster) -> int:
     if d.group is not None:
         return d.group.device

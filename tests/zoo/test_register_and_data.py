@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,6 +16,7 @@ from oltunes.errors import ConfigError, DataError, ModelError
 from oltunes.worker import read_dataset, run_batch
 from oltunes.zoo import build_zoo, list_entries, list_variants, make_dataset, register_variant
 from oltunes.zoo.data import digits_split
+from oltunes.zoo.manifest import sha256_file
 
 
 def linear_model(path, w: np.ndarray) -> None:
@@ -46,6 +48,9 @@ def test_register_a_user_model_measures_its_accuracy(tmp_path):
     (entry,) = list_entries(zoo)
     assert entry.source == "user" and entry.input_shape == (None, 4) and entry.input_name == "features"
     assert entry.path.startswith(str(zoo)) and entry.eval_set.startswith(str(zoo))  # copied in: self-contained
+    assert Path(entry.path).read_bytes() == (tmp_path / "mine.onnx").read_bytes()
+    assert entry.sha256 == sha256_file(Path(entry.path)) and entry.bytes == Path(entry.path).stat().st_size
+    assert not list((zoo / "user").glob(".*.tmp"))  # copies went through temp files that were renamed
 
     # the registered model is servable by the worker like any other
     rep = run_batch(entry.path, tmp_path / "eval.npz", tmp_path / "out", batch_size=50)
