@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never a partial file.
+"""File helpers: atomic writes (a reader sees the old file or the whole new one, never a partial file), and
+content hashes (what resumable outputs and caches compare).
 
 Every module that persists something (worker shards and reports, zoo manifest, tuner state and outbox,
 simulation reports, benchmark JSON) writes through here, so there is one place that gets it right.
@@ -6,6 +7,7 @@ simulation reports, benchmark JSON) writes through here, so there is one place t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -60,3 +62,11 @@ def check_writable_dir(path: Path) -> Path:
     except OSError as e:
         raise DataError(f"output directory {path} is not writable: {e.strerror or e}") from e
     return path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

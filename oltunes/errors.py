@@ -1,5 +1,7 @@
 """One root exception; subclasses say which part failed and what to do about it."""
 
+from pydantic import ValidationError
+
 
 class OLTunesError(Exception):
     """Root of every error OLTunes raises on purpose."""
@@ -27,3 +29,11 @@ class TunerUnavailable(OLTunesError):
 
 class MissingDependency(OLTunesError):
     """Optional hardware or software (GPU, NVML, Docker engine) is not present on this machine."""
+
+
+def invalid(e: ValidationError, context: str) -> ConfigError:
+    """A pydantic error as one ConfigError that names every bad field: ``<context>: field 'a.b': msg; ...``."""
+    reasons = "; ".join(
+        f"field {'.'.join(map(str, err['loc'])) or '(top level)'!r}: {err['msg']}" for err in e.errors()
+    )
+    return ConfigError(f"{context}: {reasons}")

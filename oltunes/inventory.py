@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from oltunes.errors import ConfigError
+from oltunes.errors import ConfigError, invalid
 from oltunes.types import Accelerator, Pool
 
 # Board power is the vendor's published TDP/TBP; idle power and on-demand price are typical public
@@ -73,9 +73,7 @@ def pools_from_data(data: Any, source: str = "inventory") -> list[Pool]:
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"{source}: field {loc!r}: {first['msg']}") from e
+        raise invalid(e, source) from e
     pools: list[Pool] = []
     for i, spec in enumerate(inv.pools):
         where = f"{source}: pools[{i}]"
@@ -91,8 +89,7 @@ def pools_from_data(data: Any, source: str = "inventory") -> list[Pool]:
                 )
             )
         except ValidationError as e:
-            first = e.errors()[0]
-            raise ConfigError(f"{where}.{'.'.join(map(str, first['loc']))}: {first['msg']}") from e
+            raise invalid(e, where) from e
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: pool names must be unique, got {names}")

@@ -11,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from oltunes.errors import ConfigError, OLTunesError
+from oltunes.errors import ConfigError, OLTunesError, invalid
 from oltunes.types import ClusterState, JobSpec, Variant
 
 tuner_app = typer.Typer(no_args_is_help=True, help="The tuning service (FM-FTML tuner) and its client.")
@@ -59,8 +59,7 @@ def load_variants(path: Path) -> list[Variant]:
     try:
         return TypeAdapter(list[Variant]).validate_python(rows)
     except ValidationError as e:
-        first = e.errors()[0]
-        raise ConfigError(f"--variants: {path}: field {'.'.join(map(str, first['loc']))!r}: {first['msg']}") from e
+        raise invalid(e, f"--variants: {path}") from e
 
 
 def _build_tuner(state: Path, variants_path: Path | None):
@@ -77,7 +76,9 @@ def _build_tuner(state: Path, variants_path: Path | None):
             ) from e
     if variants_path is not None:
         return Tuner(load_variants(variants_path))
-    from oltunes.zoo import list_variants  # the built zoo is the default catalogue (imports torch: only here)
+    from oltunes.zoo import (
+        list_variants,  # the built zoo is the default catalogue (imports torch: only here)
+    )
 
     zoo = list_variants()
     if not zoo:
@@ -144,9 +145,7 @@ def recommend_cmd(
         tuner = get_tuner(variants=load_variants(variants) if variants else None)
         decision = tuner.recommend(job_spec, state)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(map(str, first["loc"]))
-        err.print(f"[red]error:[/red] {escape(f'field {loc!r}: ' + first['msg'])}")
+        err.print(f"[red]error:[/red] {escape(str(invalid(e, '--job')))}")
         raise typer.Exit(2) from None
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}")

@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from oltunes.atomic import sha256_file
 from oltunes.errors import DataError
 from oltunes.launchers.base import WorkerResult
 from oltunes.types import Candidate, Decision, EnergySource, JobSpec, Measurement
-from oltunes.zoo.manifest import sha256_file
 
 PLAN_FILE = "_plan.json"
 DECISION_FILE = "_decision.json"

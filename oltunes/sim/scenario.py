@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from oltunes.errors import ConfigError
+from oltunes.errors import ConfigError, invalid
 from oltunes.inventory import pools_from_data
 from oltunes.types import Pool
 
@@ -90,12 +90,6 @@ class Scenario(_Strict):
         return pools_from_data({"pools": self.pools}, source=source or f"scenario {self.name}")
 
 
-def _field_error(e: ValidationError, source: str) -> ConfigError:
-    first = e.errors()[0]
-    loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    return ConfigError(f"{source}: field {loc!r}: {first['msg']}")
-
-
 def scenario_from_data(data: Any, source: str = "scenario") -> Scenario:
     """Validate a mapping into a Scenario (pools included); errors name the field."""
     if not isinstance(data, dict):
@@ -103,7 +97,7 @@ def scenario_from_data(data: Any, source: str = "scenario") -> Scenario:
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
-        raise _field_error(e, source) from e
+        raise invalid(e, source) from e
     if not sc.workload.streaming and not sc.workload.batch:
         raise ConfigError(f"{source}: field 'workload': needs at least one streaming or batch entry")
     sc.pool_list(source)  # validate the inventory part now, not mid-run

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oltunes.errors import ConfigError, DataError
+from oltunes.errors import DataError, invalid
 from oltunes.registry import Registered
 from oltunes.types import Accelerator, Variant
 
@@ -171,8 +171,7 @@ class ProfilePrior(Prior, name="profile"):
             try:
                 parsed.append(r if isinstance(r, ProfileRow) else ProfileRow.model_validate(r))
             except ValidationError as e:
-                first = e.errors()[0]
-                raise ConfigError(f"profile row {i}: field {'.'.join(map(str, first['loc']))!r}: {first['msg']}") from e
+                raise invalid(e, f"profile row {i}") from e
         self.rows = parsed
         self._table: dict[tuple[str, str], dict[int, ProfileRow]] = {}
         for r in parsed:

@@ -26,8 +26,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oltunes.atomic import atomic_write, atomic_write_json, check_writable_dir
-from oltunes.errors import ConfigError, DataError
+from oltunes.atomic import (
+    atomic_write,
+    atomic_write_json,
+    check_writable_dir,
+    sha256_file,
+)
+from oltunes.errors import ConfigError, DataError, invalid
 from oltunes.worker.dataset import Dataset, read_dataset
 from oltunes.worker.session import Device, ModelSession, SessionPool
 from oltunes.worker.stats import latency_summary
@@ -96,12 +101,8 @@ class BatchReport(BaseModel):
 
 def _fingerprint(cfg: BatchConfig, data: Dataset) -> dict:
     """What a shard directory must match to be resumed: same model bytes, same ids in the same order, same sharding."""
-    h = hashlib.sha256()
-    with open(cfg.model, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
     return {
-        "model_sha256": h.hexdigest(),
+        "model_sha256": sha256_file(cfg.model),
         "input_ids_sha256": hashlib.sha256(np.ascontiguousarray(data.ids).tobytes()).hexdigest(),
         "items": len(data),
         "shard_size": cfg.shard_size,
@@ -156,8 +157,7 @@ def config_from(**kwargs) -> BatchConfig:
     try:
         return BatchConfig(**kwargs)
     except ValidationError as e:
-        reasons = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"invalid batch job: {reasons}") from e
+        raise invalid(e, "invalid batch job") from e
 
 
 def run_batch(

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from oltunes.errors import ConfigError, DataError, OLTunesError
+from oltunes.errors import DataError, OLTunesError, invalid
 from oltunes.worker.session import Device, ModelSession, SessionPool
 from oltunes.worker.stats import latency_summary
 
@@ -53,8 +53,7 @@ def serve_config(**kwargs: Any) -> ServeConfig:
     try:
         return ServeConfig(**kwargs)
     except ValidationError as e:
-        reasons = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"invalid serve settings: {reasons}") from e
+        raise invalid(e, "invalid serve settings") from e
 
 
 class InferRequest(BaseModel):

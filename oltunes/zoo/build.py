@@ -20,6 +20,7 @@ import numpy as np
 import onnxruntime
 import torch
 
+from oltunes.atomic import sha256_file
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError, ModelError
 from oltunes.types import Variant
@@ -36,7 +37,6 @@ from oltunes.zoo.manifest import (
     locked,
     model_fields,
     save_entries,
-    sha256_file,
     zoo_dir_or_default,
 )
 from oltunes.zoo.spec import PRECISIONS, SIZES

@@ -44,7 +44,9 @@ def digits_split(seed: int = 0) -> Split:
 
 
 def _families() -> list[str]:
-    from oltunes.zoo.families import Family  # torch: only when a family name must be checked
+    from oltunes.zoo.families import (
+        Family,  # torch: only when a family name must be checked
+    )
 
     return Family.known()
 

@@ -23,8 +23,8 @@ import numpy as np
 import onnx
 import torch
 
-from oltunes.registry import Registered
 from oltunes.atomic import atomic_write
+from oltunes.registry import Registered
 
 INPUT_NAME = "x"
 OUTPUT_NAME = "logits"
@@ -121,7 +121,12 @@ class Int8(Converter, name="int8"):
     op_types = ["Conv", "MatMul", "Gemm"]
 
     def convert(self, fp32: Path, out: Path, calibration: np.ndarray) -> Path:
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         reader = type("Reader", (_Calibration, CalibrationDataReader), {})(calibration)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from oltunes.atomic import atomic_write_json
+from oltunes.atomic import atomic_write_json, sha256_file
 from oltunes.config import get_settings
 from oltunes.errors import ModelError
 from oltunes.types import Variant
@@ -48,14 +48,6 @@ class ZooEntry(Variant):
     def variant(self) -> Variant:
         """The plain shared type (other areas pass `Variant` around, never the bookkeeping)."""
         return Variant(**{k: getattr(self, k) for k in Variant.model_fields})
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def model_fields(path: Path, session: ModelSession) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import onnx
 from pydantic import ValidationError
 
 from oltunes.atomic import atomic_write
-from oltunes.errors import ConfigError, DataError, ModelError
+from oltunes.errors import ConfigError, DataError, ModelError, invalid
 from oltunes.types import Variant
 from oltunes.worker.dataset import read_dataset
 from oltunes.worker.session import ModelSession
@@ -45,8 +45,7 @@ def register_variant(
     try:  # validate the labels before any file is copied
         Variant(family=family, name=name, size=size, precision=precision, accuracy=0.0)
     except ValidationError as e:
-        reasons = "; ".join(f"{err['loc'][0]}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"register_variant: {reasons}") from e
+        raise invalid(e, "register_variant") from e
     data = read_dataset(eval_path)
     if data.labels is None:
         raise DataError(f"evaluation set {eval_path} has no 'label'; accuracy cannot be measured without labels")

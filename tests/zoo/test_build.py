@@ -10,11 +10,20 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from oltunes.atomic import sha256_file
 from oltunes.errors import ConfigError, ModelError
 from oltunes.types import Variant
 from oltunes.worker.dataset import read_dataset
-from oltunes.zoo import PRECISIONS, SIZES, Family, build_zoo, get_variant, list_entries, list_variants
-from oltunes.zoo.manifest import MANIFEST, sha256_file
+from oltunes.zoo import (
+    PRECISIONS,
+    SIZES,
+    Family,
+    build_zoo,
+    get_variant,
+    list_entries,
+    list_variants,
+)
+from oltunes.zoo.manifest import MANIFEST
 
 
 def test_every_family_size_precision_is_in_the_manifest(built_zoo):

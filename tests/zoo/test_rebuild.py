@@ -47,8 +47,8 @@ def test_force_rebuilds_the_selection_and_keeps_the_rest(small_zoo):
 
 
 def test_training_in_process_matches_the_worker_processes(built_zoo, tmp_path):
+    from oltunes.atomic import sha256_file
     from oltunes.zoo.build import _train_export
-    from oltunes.zoo.manifest import sha256_file
 
     _train_export("cnn", "s", 0, tmp_path / "cnn-s-fp32.onnx")
     assert sha256_file(tmp_path / "cnn-s-fp32.onnx") == sha256_file(built_zoo / "models" / "cnn-s-fp32.onnx")

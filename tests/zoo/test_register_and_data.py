@@ -11,12 +11,18 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
+from oltunes.atomic import sha256_file
 from oltunes.cli import app
 from oltunes.errors import ConfigError, DataError, ModelError
 from oltunes.worker import read_dataset, run_batch
-from oltunes.zoo import build_zoo, list_entries, list_variants, make_dataset, register_variant
+from oltunes.zoo import (
+    build_zoo,
+    list_entries,
+    list_variants,
+    make_dataset,
+    register_variant,
+)
 from oltunes.zoo.data import digits_split
-from oltunes.zoo.manifest import sha256_file
 
 
 def linear_model(path, w: np.ndarray) -> None:
