@@ -31,6 +31,8 @@ API_PREFIX = "/v1"
 
 # One request may carry a whole outbox; the cap bounds the time the tuner lock is held by one request.
 MAX_OBSERVE_BATCH = 1000
+# Bodies over this are refused (413) before they are read; a full observe batch is ~1-2 MB.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class _Envelope(BaseModel):

@@ -406,6 +406,10 @@ class Tuner:
                 "log_energy": math.log(m.energy_j_per_item) - prior[_EN] if m.energy_j_per_item > 0 else None,
                 "log_throughput": math.log(m.throughput_items_per_s) - prior[_THR] if capacity else None,
             }
+            # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
+            bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
+            if bad:
+                raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
             before = self.model.learn_predict_one(x, y)
             for i, t in enumerate(TARGETS):
                 if y[t] is not None:
@@ -423,6 +427,11 @@ class Tuner:
             if len(self._seen) > _MAX_SEEN:
                 del self._seen[next(iter(self._seen))]
             return True
+
+    def has_seen(self, measurement_id: str) -> bool:
+        """Whether ``observe`` would skip this id (already learnt, exactly-once)."""
+        with self._lock:
+            return measurement_id in self._seen
 
     def _observe_burst(self, m: Measurement) -> None:
         """Learn a streaming job's queueing beyond the batch model from its request-level p99.
