@@ -15,6 +15,7 @@ from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient, safe_default
 from oltunes.tuner.factory import TunerLike, get_tuner
+from oltunes.tuner.local import LocalTuner
 from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
@@ -191,7 +192,7 @@ def test_rejected_request_raises_with_reason(tmp_path, oltunes_home):
 
 def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_home):
     local = get_tuner(Settings(), variants=make_variants())
-    assert isinstance(local, Tuner) and isinstance(local, TunerLike)
+    assert isinstance(local, LocalTuner) and isinstance(local.tuner, Tuner) and isinstance(local, TunerLike)
     with pytest.raises(ConfigError, match="variants"):
         get_tuner(Settings())
     local.observe(make_measurement(0))
