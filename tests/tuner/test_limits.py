@@ -131,3 +131,28 @@ def test_two_processes_observing_into_one_state_lose_nothing(tmp_path):
     final = Tuner.load(Settings(home=home).tuner_state_path)
     assert final.n_observed == 31
     assert all(final.has_seen(f"m-{i}") for i in [*range(15), *range(100, 115), 1000])
+
+
+@pytest.mark.parametrize("bad", ["../../x", "a/../../b", "/etc"])
+def test_ids_that_become_paths_are_refused_at_the_flow_and_zoo_edges(bad, tmp_path, oltunes_home):
+    import subprocess
+    import sys
+
+    from flows.batch_inference import BatchParams
+    from flows.common import validate
+    from flows.streaming_inference import StreamParams
+    from oltunes.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="job_id"):
+        validate(BatchParams, family="cnn", slo_ms=10, accuracy_floor=0, objective="energy", job_id=bad,
+                 launcher="local", items_per_worker=1, shard_size=1, part_timeout_s=1, policy="oltunes")
+    with pytest.raises(ConfigError, match="service_id"):
+        validate(StreamParams, family="cnn", slo_ms=10, accuracy_floor=0, speedup=1, duration_s=1,
+                 control_interval_s=1, max_in_flight=1, max_delay_ms=0, service_id=bad, launcher="local",
+                 policy="oltunes")
+    r = subprocess.run([sys.executable, "-c", "from oltunes.cli import app; app()", "zoo", "register",
+                        "--model", str(tmp_path / "m.onnx"), "--eval", str(tmp_path / "e.npz"), "--family", "cnn",
+                        "--size", "s", "--name", bad, "--zoo-dir", str(tmp_path / "zoo" / "a")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "'name'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []  # nothing written anywhere
