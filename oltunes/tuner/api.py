@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Variant
+from oltunes.types import MAX_LIST, ClusterState, Decision, JobSpec, Measurement, Variant
 
 API_PREFIX = "/v1"
 
@@ -89,7 +89,7 @@ class HealthResponse(_Envelope):
 class VariantsRequest(_Envelope):
     """Variants to add to the tuner's catalogue (a known name replaces that variant)."""
 
-    variants: list[Variant] = Field(min_length=1)
+    variants: list[Variant] = Field(min_length=1, max_length=MAX_LIST)
 
 
 class VariantsResponse(_Envelope):
