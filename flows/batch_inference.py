@@ -23,7 +23,7 @@ from oltunes.config import get_settings
 from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
-from oltunes.types import Decision, JobSpec, Measurement, Objective, new_id
+from oltunes.types import Decision, Id, JobSpec, Measurement, Objective, new_id
 from tasks import tracking as track
 from tasks import tuning
 from tasks.workers import plan_job_parts, run_worker
@@ -34,14 +34,14 @@ class BatchParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    family: str = Field(min_length=1)
+    family: Id
     dataset: Path | None = None
     output: Path | None = None
     slo_ms: float = Field(gt=0, description="p99 latency bound of one batch")
     accuracy_floor: float = Field(ge=0, le=1)
     objective: Objective
     items: int | None = Field(default=None, ge=1, description="simulated launcher: items to simulate")
-    job_id: str | None = None
+    job_id: Id | None = None  # becomes a folder name: the strict id pattern, no path separators
     launcher: str
     inventory: str | None = None
     items_per_worker: int = Field(ge=1)

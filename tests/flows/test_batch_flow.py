@@ -89,7 +89,7 @@ def test_batch_flow_runs_logs_feeds_back_and_resumes(settings_env, dataset, tmp_
 
     # the learner saw it once
     t = tuner_state()
-    assert t.n_observed == before + 1 and m.measurement_id in t._seen
+    assert t.n_observed == before + 1 and t.has_seen(m.measurement_id)
     # the explanation artifact
     md = artifact_markdown("batch-decision-job-e2e")
     assert res.decision.candidate.key in md and "predicted" in md and "measured" in md
@@ -204,4 +204,4 @@ def test_simulated_launcher_drives_a_gpu_cluster_with_parallel_parts(settings_en
     assert run.data.params["accelerator"] != "cpu" or res.decision.pool.startswith("cpu")
     # simulated measurements stay out of the real tuner's state
     real = tuner_state() if get_settings().tuner_state_path.exists() else None
-    assert real is None or m.measurement_id not in real._seen
+    assert real is None or not real.has_seen(m.measurement_id)
