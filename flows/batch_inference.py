@@ -26,7 +26,7 @@ from oltunes.launchers.batch_job import job_outputs, measurement_from_results, r
 from oltunes.types import Decision, Id, JobSpec, Measurement, Objective, new_id
 from tasks import tracking as track
 from tasks import tuning
-from tasks.workers import plan_job_parts, run_worker
+from tasks.workers import check_dataset, plan_job_parts, run_worker
 
 
 class BatchParams(BaseModel):
@@ -66,16 +66,6 @@ class BatchOutcome(BaseModel):
     output: str | None
     parts: int
     job_wall_s: float
-
-
-def _count_items(dataset: Path) -> int:
-    from oltunes.worker.dataset import read_dataset
-
-    if dataset.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_metadata(dataset).num_rows
-    return len(read_dataset(dataset))
 
 
 @flow(name="batch-inference", flow_run_name="batch-{family}", validate_parameters=True)
@@ -137,8 +127,9 @@ async def batch_inference(
     if p.dataset is None and backend.needs_dataset:
         raise DataError(f"parameter 'dataset': required with launcher {p.launcher!r}")
     variants = backend.variants(settings)
-    check_family(p.family, variants, p.launcher)
-    n_items = p.items if p.dataset is None else _count_items(p.dataset)
+    family_variants = check_family(p.family, variants, p.launcher)
+    # Bad data is refused here, before any decision, output file or worker (and it is never retried).
+    n_items = p.items if p.dataset is None else await check_dataset(p.dataset, family_variants)
     if not n_items:
         raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")
     jid = p.job_id or new_id()

@@ -25,6 +25,13 @@ class WorkerError(OLTunesError):
     """The inference worker failed to start, crashed, or reported an error."""
 
 
+class InputRejected(OLTunesError, ValueError):
+    """A worker refused its input or configuration (its exit code 2): it would fail the same way again, so it is
+    never retried (unlike `WorkerError`, a crash or a hang, which resumes from the worker's shards)."""
+
+    exit_code = 2  # what the worker CLI exits with on any OLTunesError (and click on a usage error)
+
+
 class TunerUnavailable(OLTunesError):
     """The tuning service cannot be reached (the client falls back to a safe default)."""
 
