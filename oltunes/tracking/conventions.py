@@ -43,13 +43,15 @@ TAG_DECISION_ID = "decision_id"  # random ids are tags, not params: they would c
 TAG_MEASUREMENT_ID = "measurement_id"
 TAG_KEY = "oltunes.idempotency_key"  # one run per key (a batch job's measurement_id)
 TAG_SERVICE = "oltunes.service_id"  # one run per streaming service
-TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # + measurement_id -> the Measurement as JSON (batch runs)
+TAG_MEASUREMENT = "oltunes.measurement"  # a batch run's Measurement as JSON
+TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # older runs: + measurement_id (read, no longer written)
 STEPS_DIR = "oltunes/steps"  # streaming runs: <first>-<last>.jsonl, one Measurement JSON per line
 LAST_STEP = "oltunes.last_step"  # metric: the last step whose chunk landed (replay skips chunks up to it)
 
 
-def measurement_tag(measurement_id: str) -> str:
-    return f"{TAG_MEASUREMENT_PREFIX}{measurement_id}"
+def measurements_in_tags(tags: dict[str, str]) -> list[Measurement]:
+    """The Measurements a run's tags hold (the current tag, and the per-id tags older runs carry)."""
+    return [parse_measurement(v) for k, v in tags.items() if k == TAG_MEASUREMENT or k.startswith(TAG_MEASUREMENT_PREFIX)]
 
 
 def experiment_for(kind: str) -> str:
@@ -108,7 +110,7 @@ def measurement_tags(m: Measurement, policy: str = "", decision: Decision | None
         TAG_KIND: m.kind,
         TAG_ENERGY_SOURCE: m.energy_source,
         TAG_SIMULATED: str(m.simulated).lower(),
-        measurement_tag(m.measurement_id): m.model_dump_json(),
+        TAG_MEASUREMENT: m.model_dump_json(),
     }
     if policy:
         tags[TAG_POLICY] = policy

@@ -39,7 +39,7 @@ def experiments_for(kinds: Iterable[str], include_simulated: bool) -> list[str]:
 
 
 def _run_measurements(client: Any, run: Any) -> list[Measurement]:
-    out = [cv.parse_measurement(v) for k, v in run.data.tags.items() if k.startswith(cv.TAG_MEASUREMENT_PREFIX)]
+    out = cv.measurements_in_tags(run.data.tags)
     if cv.TAG_SERVICE in run.data.tags:
         rid = run.info.run_id
         with tempfile.TemporaryDirectory() as tmp:
@@ -82,9 +82,7 @@ def read_runs(tracker: Any, experiments: Iterable[str], since: dict[str, int] | 
 def buffered_measurements(tracker: Any) -> list[Measurement]:
     out = []
     for _, rec in tracker.buffer.items():
-        for k, v in rec.get("tags", {}).items():
-            if k.startswith(cv.TAG_MEASUREMENT_PREFIX):
-                out.append(cv.parse_measurement(v))
+        out += cv.measurements_in_tags(rec.get("tags", {}))
         out += [cv.parse_measurement(s["record"]) for s in rec.get("steps", [])]
     return out
 

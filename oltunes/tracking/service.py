@@ -91,7 +91,7 @@ class ServiceRun:
             "step": int(step),
             "ts": int(time.time() * 1000),
             "metrics": {**cv.measurement_metrics(m, slo_ms), **{k: float(v) for k, v in extra_metrics.items()}},
-            "record": mtags[cv.measurement_tag(m.measurement_id)],
+            "record": mtags[cv.TAG_MEASUREMENT],
             # Run-level tags that may change over the service's life keep their latest value.
             "tags": {k: mtags[k] for k in (cv.TAG_ENERGY_SOURCE, cv.TAG_SIMULATED, cv.TAG_JOB)}
             | ({cv.TAG_POLICY: policy} if policy else {}),

@@ -12,6 +12,7 @@ buffer's dead-letter folder with the reason and the records behind it go on land
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -157,17 +158,24 @@ class Tracker:
             else:  # half-written by a crash: complete it (every write below is idempotent)
                 rid = existing.info.run_id
                 log.info("completing half-written run %s (key %s)", rid, key)
-            ts = int(rec.get("end_ms") or now_ms())
-            c.log_batch(
-                rid,
-                metrics=[Metric(k, v, ts, 0) for k, v in rec["metrics"].items()],
-                params=[Param(k, v) for k, v in rec["params"].items()],
-                tags=[RunTag(k, v) for k, v in rec["tags"].items()],
-            )
-            if rec.get("datasets"):
-                c.log_inputs(rid, datasets=[cv.to_dataset_input(d) for d in rec["datasets"]])
-            # A replayed run ends when it lands: warm start reads runs by end time (see `history`).
-            c.set_terminated(rid, status=rec.get("status", "FINISHED"), end_time=now_ms() if replay else rec.get("end_ms"))
+        try:
+            with mlflow_errors(self.uri):
+                ts = int(rec.get("end_ms") or now_ms())
+                c.log_batch(
+                    rid,
+                    metrics=[Metric(k, v, ts, 0) for k, v in rec["metrics"].items()],
+                    params=[Param(k, v) for k, v in rec["params"].items()],
+                    tags=[RunTag(k, v) for k, v in rec["tags"].items()],
+                )
+                if rec.get("datasets"):
+                    c.log_inputs(rid, datasets=[cv.to_dataset_input(d) for d in rec["datasets"]])
+                # A replayed run ends when it lands: warm start reads runs by end time (see `history`).
+                end = now_ms() if replay else rec.get("end_ms")
+                c.set_terminated(rid, status=rec.get("status", "FINISHED"), end_time=end)
+        except RecordRejected:
+            with contextlib.suppress(TrackingUnavailable, RecordRejected), mlflow_errors(self.uri):
+                c.delete_run(rid)  # no half-made run of a record that can never be completed
+            raise
         return rid
 
     # -- measurements ----------------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ def test_streaming_service_logs_steps_in_one_run_and_replay_skips_landed_steps(t
     assert [(h.step, h.value) for h in sorted(hist, key=lambda h: h.step)] == [(0, 10.0), (1, 11.0), (2, 12.0)]
     assert [h.value for h in sorted(c.get_metric_history(rid, cv.SLO_MET), key=lambda h: h.step)] == [1, 1, 0]
     assert runs[0].data.params["trace"] == "x" and runs[0].info.status == "FINISHED"
-    assert not any(k.startswith(cv.TAG_MEASUREMENT_PREFIX) for k in runs[0].data.tags)  # records are artifacts
+    assert not any(k.startswith(cv.TAG_MEASUREMENT) for k in runs[0].data.tags)  # records are artifacts
     assert sorted(f.path for f in c.list_artifacts(rid, cv.STEPS_DIR)) == [cv.steps_chunk(0, 1), cv.steps_chunk(2, 2)]
     got = {m.measurement_id for m in tracker.history(kinds=("streaming",))}
     assert {m.measurement_id for m in steps} <= got
