@@ -37,8 +37,10 @@ class ServiceRun:
         run_name: str = "",
         params: Mapping[str, Any] = {},
         tags: Mapping[str, str] = {},
+        datasets: list[dict[str, Any]] = (),
         steps_per_batch: int = 10,
         flush_s: float = 60.0,
+        system_metrics_s: float | None = 10.0,
     ):
         self.tracker = tracker
         self.service_id = service_id
@@ -47,6 +49,7 @@ class ServiceRun:
         self.params = dict(cv.decision_params(candidate)) if candidate is not None else {}
         self.params.update({k: str(v) for k, v in params.items()})
         self.tags = dict(tags)
+        self.datasets = [dict(d) for d in datasets]
         self.steps_per_batch = max(1, int(steps_per_batch))
         self.flush_s = flush_s
         self._pending: list[dict[str, Any]] = []
@@ -54,11 +57,23 @@ class ServiceRun:
         self._last_flush = time.monotonic()
         self.start_ms = int(time.time() * 1000)
         self.run_id: str | None = self._send(f"{service_id}/start", self._rec("start"))
+        self._monitor = self._system_metrics(system_metrics_s)
+
+    def _system_metrics(self, every_s: float | None) -> Any:
+        """MLflow's system metrics (CPU, memory, disk, network; GPU where NVML exists) of this host, on the run."""
+        if every_s is None or self.run_id is None:
+            return None
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(self.run_id, sampling_interval=every_s, tracking_uri=self.tracker.uri)
+        monitor.start()
+        return monitor
 
     def _rec(self, op: str) -> dict[str, Any]:
         return {
             "op": op, "experiment": self.experiment, "service_id": self.service_id, "run_name": self.run_name,
             "params": self.params, "tags": self.tags, "start_ms": self.start_ms, "run_id": getattr(self, "run_id", None),
+            "datasets": self.datasets,
         }  # fmt: skip
 
     def _send(self, key: str, rec: dict[str, Any]) -> str | None:
@@ -115,6 +130,9 @@ class ServiceRun:
     def end(self, status: str = "FINISHED") -> str | None:
         """Flush the queued steps and end the run with `status` (FINISHED, FAILED or KILLED)."""
         self.flush()
+        if self._monitor is not None:
+            self._monitor.finish()
+            self._monitor = None
         rec = self._rec("end")
         rec["status"] = status
         return self._send(f"{self.service_id}/end", rec)
@@ -139,6 +157,8 @@ def _resolve(tracker: Any, rec: dict[str, Any]) -> str:
         # the step metrics and each step's measurement record.
         if rec.get("params"):
             c.log_batch(rid, params=[Param(k, v) for k, v in rec["params"].items()])
+        if rec.get("datasets"):
+            c.log_inputs(rid, datasets=[cv.to_dataset_input(d) for d in rec["datasets"]])
     return rid
 
 
