@@ -140,10 +140,10 @@ async def batch_inference(
         objective=p.objective, items=n_items, deadline_s=p.deadline_s,
     )  # fmt: skip
 
+    started_at = time.time()  # the job's MLflow run spans from here to its measurement
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
-    replayed = await tuning.warm_start(tuner, history)
+    replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = recorded_decision(out) if not backend.simulated else None
     if decision is not None:
         # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
@@ -185,10 +185,11 @@ async def batch_inference(
             policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
             extra_metrics={"job_wall_s": job_wall, "parts": float(len(parts))},
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+            dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
         observed = await tuning.observe(tuner, m, tsettings)
         if not m.simulated:
-            await track.register_variant(tracker, decision.variant, m.accuracy, run_id)
+            await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
     rows = len(job_outputs(out)) if not backend.simulated else 0
     log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)

@@ -216,8 +216,7 @@ async def streaming_inference(
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
-    await tuning.warm_start(tuner, history)
+    await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = await tuning.recommend(tuner, job, cluster)
     log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; first decision %s (%s)",
              sid, len(arrivals), p.duration_s, rate, trace_path.name, decision.candidate.key, decision.source)  # fmt: skip
@@ -236,6 +235,7 @@ async def streaming_inference(
         params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": p.slo_ms, "launcher": p.launcher,
                 "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
         tags={cv.TAG_JOB: sid, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
+        datasets=[cv.dataset_record(trace_path, len(arrivals))],
     )  # fmt: skip
     if backend.simulated:
         return await _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc)
