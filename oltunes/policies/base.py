@@ -1,8 +1,9 @@
 """The placement-policy interface: one decision method, registered by name (``Policy.make("round-robin", ...)``).
 
 Every policy gets the same context at construction (the variants, the batch sizes and concurrencies the scenario
-allows, a seed, and the performance model — which only ``oracle`` and the offline profile of ``static-profile`` /
-``gavel-like`` may read) and answers :meth:`Policy.decide` with a ``Decision`` (or ``None`` = wait for capacity).
+allows, a seed, the public profile table ``model`` — what a user can know, read by ``static-profile``,
+``gavel-like`` and ``oltunes-profiled`` — and the simulator's ``truth``, which differs from the table by a seeded
+per-(variant, accelerator) factor and drifts with the scenario's events: only ``oracle`` may read it) and answers :meth:`Policy.decide` with a ``Decision`` (or ``None`` = wait for capacity).
 The engine enforces capacity; policies must also respect the job's accuracy floor (checked by the invariant test).
 """
 
@@ -34,7 +35,7 @@ from oltunes.types import (
 class PolicyContext:
     """What every policy is built with."""
 
-    model: PerformanceModel
+    model: PerformanceModel  # the public profile table
     variants: tuple[Variant, ...]
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     concurrencies: tuple[int, ...] = (1, 2, 3, 4)
@@ -42,6 +43,11 @@ class PolicyContext:
     # job id -> future request arrivals (s): the oracle's clairvoyance; no other policy may read it
     arrivals: Mapping[str, object] = field(default_factory=dict)
     horizon_s: float = 30.0  # how far ahead the oracle looks (the re-tune interval)
+    truth: PerformanceModel | None = None  # the simulator's physics; only the oracle may read it (None = the table)
+
+    @property
+    def true_model(self) -> PerformanceModel:
+        return self.truth if self.truth is not None else self.model
 
 
 class Policy(Registered, root=True):

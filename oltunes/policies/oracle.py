@@ -1,4 +1,9 @@
-"""`oracle`: knows the noiseless performance model (interference, load, every accelerator) — the physical limit.
+"""`oracle`: knows the simulator's true performance model — the physical limit.
+
+It is the only policy with full knowledge: it reads ``PolicyContext.truth`` (the public profile table perturbed per
+(variant, accelerator) and slowed by the scenario's drift events as they happen), the real interference, the loads,
+every accelerator, and the next re-tune interval's request arrivals. Every other policy reads at most the public,
+unperturbed table.
 
 For each pool it considers an empty device and the fullest device that still has a slot (packing), evaluates every
 (variant >= floor, batch, concurrency) with the true model given the device's real co-runners and their loads, and
@@ -26,12 +31,12 @@ class Oracle(Policy, name="oracle"):
         self.max_load = max_load
 
     def _co(self, cluster: SimCluster, pool: str, dev: int, job_id: str) -> list[tuple[int, float]]:
-        m = self.ctx.model
+        m = self.ctx.true_model
         return [(m.variant_index(r.variant), r.load) for r in cluster.co_runners(pool, dev, exclude=job_id)]
 
     def _harms(self, cluster: SimCluster, pool: str, dev: int, job: JobSpec, my_variant: int, my_load: float) -> bool:
         """Would adding this job push a co-runner's estimated p99 past its SLO?"""
-        m = self.ctx.model
+        m = self.ctx.true_model
         acc = cluster.pool(pool).accelerator.name
         for jid in cluster.members(pool, dev):
             pl = cluster.placements[jid]
@@ -66,7 +71,7 @@ class Oracle(Policy, name="oracle"):
         variants = self.eligible(job)
         if not variants:
             return None
-        m = self.ctx.model
+        m = self.ctx.true_model
         best = fallback = None
         counts = self._upcoming(job, cluster.now)  # (2, n) events or None
         for p in cluster.pools:

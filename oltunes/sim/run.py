@@ -21,6 +21,10 @@ class Prepared:
     model: PerformanceModel
     jobs: list[SimJob]
 
+    def truth(self) -> PerformanceModel:
+        """A fresh copy of the simulator's truth for one run (seeded by the scenario: every policy faces the same)."""
+        return self.model.perturbed(self.scenario.truth_sigma, self.scenario.seed)
+
     @property
     def n_requests(self) -> int:
         return sum(j.n_requests for j in self.jobs)
@@ -32,23 +36,34 @@ def prepare(sc: Scenario, settings: Settings | None = None) -> Prepared:
     return Prepared(sc, model, build_workload(sc, model, s.shared_data))
 
 
+def context(p: Prepared, truth: PerformanceModel) -> PolicyContext:
+    """What every policy of a run is built with: the public table, and the truth (for the oracle only)."""
+    sc = p.scenario
+    return PolicyContext(
+        model=p.model,
+        truth=truth,
+        variants=tuple(p.model.variants()),
+        batch_sizes=tuple(sc.batch_sizes),
+        concurrencies=tuple(sc.concurrencies),
+        seed=sc.seed,
+        arrivals={j.spec.job_id: j.arrivals for j in p.jobs if j.arrivals is not None},
+        horizon_s=sc.retune_interval_s,
+    )
+
+
 def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], None] | None = None,
                **policy_kwargs) -> RunResult:
-    """One policy on a fresh cluster (same jobs, same seed: policies see the same workload and device drift)."""
+    """One policy on a fresh cluster (same jobs, same seed: policies see the same workload and device drift).
+
+    The physics is ``p.truth()``: the public table perturbed per (variant, accelerator) with the scenario's
+    ``truth_sigma`` (fresh per run, since drift events change it); policies read the public table, the oracle the truth.
+    """
     sc = p.scenario
+    truth = p.truth()
     if isinstance(policy, str):
-        ctx = PolicyContext(
-            model=p.model,
-            variants=tuple(p.model.variants()),
-            batch_sizes=tuple(sc.batch_sizes),
-            concurrencies=tuple(sc.concurrencies),
-            seed=sc.seed,
-            arrivals={j.spec.job_id: j.arrivals for j in p.jobs if j.arrivals is not None},
-            horizon_s=sc.retune_interval_s,
-        )
-        policy = Policy.make(policy, ctx=ctx, **policy_kwargs)
+        policy = Policy.make(policy, ctx=context(p, truth), **policy_kwargs)
     sim = Simulator(
-        p.model,
+        truth,
         SimCluster(sc.pool_list()),
         p.jobs,
         duration_s=sc.duration_s,

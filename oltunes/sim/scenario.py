@@ -74,6 +74,10 @@ class Scenario(_Strict):
     control_interval_s: float = Field(default=5.0, gt=0, description="measurement / load-update period")
     retune_interval_s: float = Field(default=30.0, gt=0, description="adaptive policies re-decide this often")
     drop_after_slo: float = Field(default=5.0, gt=1, description="a request waiting longer than this x SLO is shed")
+    truth_sigma: float = Field(
+        default=0.5, ge=0, le=2, allow_inf_nan=False,
+        description="log-sigma of the seeded per-(variant, accelerator) factor between the public profile table and "
+                    "the simulator's truth (0 = the table is exact)")
     pools: list[dict[str, Any]] = Field(min_length=1)
     batch_sizes: list[int] = Field(default=[1, 2, 4, 8, 16], min_length=1)
     concurrencies: list[int] = Field(default=[1, 2, 3, 4], min_length=1)
