@@ -71,6 +71,7 @@ def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], No
         control_interval_s=sc.control_interval_s,
         retune_interval_s=sc.retune_interval_s,
         drop_after_slo=sc.drop_after_slo,
+        events=sc.events,
     )
     return sim.run(policy, progress)
 
