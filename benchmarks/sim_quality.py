@@ -28,7 +28,7 @@ from statistics import median
 
 from benchmarks.common import parser, print_table, write_json
 from oltunes.sim.report import events, regret_per_quarter
-from oltunes.sim.run import prepare, run_scenario
+from oltunes.simulation import prepare, run_scenario
 from oltunes.sim.scenario import load_scenario, shipped
 
 BASELINES = ("round-robin", "least-loaded", "random", "static-profile", "gavel-like")

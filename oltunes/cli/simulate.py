@@ -27,7 +27,7 @@ def simulate(
     from oltunes.errors import OLTunesError
     from oltunes.policies import Policy
     from oltunes.sim import report as R
-    from oltunes.sim.run import prepare, run_scenario
+    from oltunes.simulation import prepare, run_scenario
     from oltunes.sim.scenario import load_scenario
 
     console = Console(width=max(Console().width, 130))

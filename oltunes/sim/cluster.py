@@ -1,7 +1,8 @@
 """The simulated cluster: pools of devices (inventory format), slot occupancy and placements, with fast lookups.
 
-Policies see this object (they may call :meth:`SimCluster.state` for the shared ``ClusterState`` type); the engine
-is the only one that changes it, through :meth:`place` and :meth:`remove`, which enforce capacity.
+Policies see only :meth:`SimCluster.state` (the shared ``ClusterState``) and a monitor's reading of each job's load;
+the engine is the only one that changes the cluster, through :meth:`place` and :meth:`remove`, which enforce
+capacity.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ class SimCluster:
         self.placements: dict[str, Placement] = {}
         self.loads: dict[str, float] = {}  # job id -> busy fraction of its device it kept last interval
         self.now: float = 0.0  # simulated time of the current decision (set by the engine)
-        # while the engine re-tunes a running job: where it ran (its slot is already freed), else None
-        self.retuning: Placement | None = None
 
     def _view(self) -> None:
         """The pools as policies see them: lost devices gone, a pool with none left gone."""

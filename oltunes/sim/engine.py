@@ -23,17 +23,29 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from oltunes.errors import ConfigError
-from oltunes.policies.base import Policy
 from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
-from oltunes.types import Candidate, Decision, JobSpec, Measurement, Placement
+from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
+
+
+class Policy(Protocol):
+    """What the engine needs of a placement policy (``oltunes.policies.Policy`` has this shape)."""
+
+    name: str
+    adaptive: bool  # re-decided every re-tune interval
+    learns: bool  # observes a Measurement per job per control interval
+
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None: ...
+
+    def observe(self, m: Measurement) -> None: ...
 
 
 @dataclass
@@ -419,7 +431,7 @@ class Simulator:
                         self._retune(policy, r, res, t0)
                 still = []
                 for r in self._waiting:
-                    d = policy.decide(r.job.spec, cl)
+                    d = policy.decide(r.job.spec, cl.state())
                     dev = self._valid(r, d, res)
                     if dev is None:
                         still.append(r)
@@ -459,11 +471,7 @@ class Simulator:
             hi = bisect_left(r.arr, now)
             rate = (hi - lo) / self.retune_s
             spec = spec.model_copy(update={"arrival_rate_rps": rate})
-        self.cluster.retuning = old_pl
-        try:
-            d = policy.decide(spec, self.cluster)
-        finally:
-            self.cluster.retuning = None
+        d = policy.decide(spec, self.cluster.state(), current=old_pl)
         dev = self._valid(r, d, res)
         if dev is None:
             d, dev = r.decision, old_pl.device  # keep the old placement

@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import math
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -49,7 +50,8 @@ from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.inventory import CATALOG
 from oltunes.sim import calibration as cal
-from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Prediction, Variant
+from oltunes.profiles import Grid
+from oltunes.types import Accelerator, Candidate, CoRunner, JobSpec, Measurement, Prediction, Variant
 
 ANCHORS = ("cpu", "pascal", "ampere")
 _ACCEL_COLUMN = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal", "onnxruntime_gpu_ampere": "ampere"}
@@ -373,6 +375,19 @@ class PerformanceModel:
         share = self.sharing_factor(cand.accelerator, own + sum(r.load for r in cand.co_runners), bool(co))
         sigma = math.hypot(self.sigma(vi, cand.accelerator), extra)
         return base * slow * kappa * share, sigma, vi
+
+    # ------------------------------------------------------------------ the oltunes.profiles.Profile interface
+    def accelerators(self) -> list[str]:
+        """Every accelerator type with a speed factor (the rows of the profile table)."""
+        return list(cal.FACTORS)
+
+    def grid(self, job: JobSpec, accelerator: str, variants: Sequence[Variant], batches: Sequence[int],
+             concurrencies: Sequence[int], co_runners: Sequence[CoRunner] = ()) -> Grid:
+        """Every (variant, batch, concurrency) at once on a device shared with ``co_runners`` (sim.grid)."""
+        from oltunes.sim.grid import evaluate  # it builds on this module's constants
+
+        co = [(self._index[r.variant], r.load) for r in co_runners if r.variant in self._index]
+        return evaluate(self, job, accelerator, variants, batches, concurrencies, co)
 
     def load(self, job: JobSpec, cand: Candidate) -> float:
         """Busy fraction of its device a streaming job would keep at its expected rate (isolated, noiseless)."""

@@ -8,7 +8,7 @@ import pytest
 from oltunes.errors import ConfigError
 from oltunes.sim import report as R
 from oltunes.sim.metrics import event_impact, regret_per_quarter, request_arrays
-from oltunes.sim.run import prepare, run_policy, run_scenario
+from oltunes.simulation import prepare, run_policy, run_scenario
 from oltunes.sim.scenario import load_scenario, scenario_from_data
 
 BASE = {

@@ -8,11 +8,10 @@ import pytest
 
 from oltunes.errors import ConfigError
 from oltunes.policies import Policy
-from oltunes.sim.cluster import SimCluster
 from oltunes.sim.perfmodel import PerformanceModel
-from oltunes.sim.run import context, prepare
+from oltunes.simulation import context, prepare
 from oltunes.sim.scenario import load_scenario
-from oltunes.types import JobSpec
+from oltunes.types import ClusterState, JobSpec
 
 ACCELS = ("cpu", "p100", "t4", "v100", "a100", "h100")
 
@@ -65,7 +64,7 @@ def test_baselines_predict_from_the_table_and_only_the_oracle_from_the_truth(sha
     p = prepare(load_scenario("tiny"))
     table, truth = p.model, p.truth()
     ctx = context(p, truth)
-    cluster = SimCluster(p.scenario.pool_list())
+    cluster = ClusterState(pools=p.scenario.pool_list())
     job = JobSpec(job_id="j", kind="batch", family="resnet", slo_ms=5000, items=100,
                   accuracy_floor=table.best_accuracy("resnet") - 0.04)
 

@@ -1,4 +1,9 @@
-"""Run a scenario under several policies: the one entry point the CLI, the benchmarks and the tests share."""
+"""Run a scenario under several policies: the one entry point the CLI, the benchmarks and the tests share.
+
+The composition root: it joins the simulator (``oltunes.sim``: truth, cluster, engine) and the placement policies
+(``oltunes.policies``), which never import each other — policies see only ``ClusterState`` and the
+``oltunes.profiles.Profile`` interface, the engine only the shape of a policy (``decide`` / ``observe``).
+"""
 
 from __future__ import annotations
 
@@ -36,12 +41,16 @@ def prepare(sc: Scenario, settings: Settings | None = None) -> Prepared:
     return Prepared(sc, model, build_workload(sc, model, s.shared_data))
 
 
-def context(p: Prepared, truth: PerformanceModel) -> PolicyContext:
-    """What every policy of a run is built with: the public table, and the truth (for the oracle only)."""
+def context(p: Prepared, truth: PerformanceModel, cluster: SimCluster | None = None) -> PolicyContext:
+    """What every policy of a run is built with: the public table, the truth (for the oracle only), and the
+    cluster's clock and load monitor."""
     sc = p.scenario
+    cluster = cluster or SimCluster(sc.pool_list())
     return PolicyContext(
-        model=p.model,
+        profile=p.model,
         truth=truth,
+        clock=lambda: cluster.now,
+        monitor=cluster.loads.get,
         variants=tuple(p.model.variants()),
         batch_sizes=tuple(sc.batch_sizes),
         concurrencies=tuple(sc.concurrencies),
@@ -60,11 +69,12 @@ def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], No
     """
     sc = p.scenario
     truth = p.truth()
+    cluster = SimCluster(sc.pool_list())
     if isinstance(policy, str):
-        policy = Policy.make(policy, ctx=context(p, truth), **policy_kwargs)
+        policy = Policy.make(policy, ctx=context(p, truth, cluster), **policy_kwargs)
     sim = Simulator(
         truth,
-        SimCluster(sc.pool_list()),
+        cluster,
         p.jobs,
         duration_s=sc.duration_s,
         seed=sc.seed,
