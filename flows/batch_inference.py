@@ -121,7 +121,7 @@ async def batch_inference(
     part_timeout_s
         A worker running longer is stopped and its part retried.
     policy
-        Tag naming the deciding policy in MLflow.
+        The deciding placement policy by name (``Policy.known()``; default the tuner), also tagged in MLflow.
     """
     log = get_run_logger()
     p = validate(
@@ -150,7 +150,7 @@ async def batch_inference(
     )  # fmt: skip
 
     tracker = make_tracker()
-    tuner, tsettings = make_tuner(backend, variants)
+    tuner, tsettings = make_tuner(backend, variants, p.policy)
     history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
     replayed = await tuning.warm_start(tuner, history)
     decision = recorded_decision(out) if not backend.simulated else None

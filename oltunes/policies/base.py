@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from oltunes.errors import ConfigError
 from oltunes.policies.occupancy import Occupancy
 from oltunes.profiles import Profile
 from oltunes.registry import Registered
@@ -49,7 +50,7 @@ def _time_zero() -> float:
 class PolicyContext:
     """What every policy is built with."""
 
-    profile: Profile  # the public profile table
+    profile: Profile | None  # the public profile table (None: there is none, e.g. a real cluster's local pools)
     variants: tuple[Variant, ...]
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     concurrencies: tuple[int, ...] = (1, 2, 3, 4)
@@ -61,6 +62,7 @@ class PolicyContext:
     clock: Callable[[], float] = _time_zero  # the current time (the simulator injects its own)
     # busy share of its device a placed job kept lately, as a cluster monitor reports it (None = no reading)
     monitor: Callable[[str], float | None] = _no_reading
+    tuner: Any = None  # a configured tuner (saved state or the tuning service) for ``oltunes`` to decide with
 
     @property
     def true_profile(self) -> Profile:
@@ -72,8 +74,13 @@ class Policy(Registered, root=True):
 
     adaptive: ClassVar[bool] = False  # re-decided at every re-tune interval (else: placed once, kept)
     learns: ClassVar[bool] = False  # wants a Measurement per job per control interval
+    needs_profile: ClassVar[bool] = False  # reads a profile table (refused without one)
 
     def __init__(self, ctx: PolicyContext) -> None:
+        if self.needs_profile and ctx.profile is None:
+            raise ConfigError(f"policy {self.name!r} needs a profile table; none is known for this cluster "
+                              f"(the simulated launcher has one); policies without: "
+                              f"{', '.join(n for n in self.known() if not self.lookup(n).needs_profile)}")
         self.ctx = ctx
         self.rng = np.random.default_rng(ctx.seed)
 

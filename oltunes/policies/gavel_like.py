@@ -15,6 +15,7 @@ from oltunes.types import ClusterState, Decision, JobSpec, Placement
 
 
 class GavelLike(Policy, name="gavel-like"):
+    needs_profile = True
     adaptive = True
 
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:

@@ -34,6 +34,9 @@ class OLTunesPolicy(Policy, name="oltunes"):
         except ImportError as e:
             raise MissingDependency(f"policy 'oltunes' needs the tuner package: {e}") from e
 
+        if self.prior_kind == "heuristic" and ctx.tuner is not None and not tuner_kwargs:
+            self.tuner = ctx.tuner  # the configured one: its saved state, or the tuning service
+            return
         if "prior" not in tuner_kwargs and self.prior_kind == "profile":
             tuner_kwargs["prior"] = Prior.make("profile", rows=self.profile_rows())
         self.tuner = Tuner(
@@ -61,7 +64,7 @@ class OLTunesPolicy(Policy, name="oltunes"):
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         if current is None and all(state.free_slots(p.name) <= 0 for p in state.pools):
             return None
-        return self.tuner.recommend(job, state, current=current)
+        return self.tuner.recommend(job, state, **({} if current is None else {"current": current}))
 
     def observe(self, m: Measurement) -> None:
         self.tuner.observe(m)
@@ -70,4 +73,5 @@ class OLTunesPolicy(Policy, name="oltunes"):
 class OLTunesProfiled(OLTunesPolicy, name="oltunes-profiled"):
     """``oltunes`` with the offline profile table as its cold-start prior (module docstring)."""
 
+    needs_profile = True
     prior_kind = "profile"

@@ -22,6 +22,7 @@ from oltunes.types import ClusterState, CoRunner, Decision, JobSpec, Placement
 
 
 class Oracle(Policy, name="oracle"):
+    needs_profile = True
     adaptive = True
 
     def __init__(self, ctx: PolicyContext, margin: float = 0.8, max_load: float = 0.85) -> None:

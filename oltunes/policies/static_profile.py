@@ -15,6 +15,8 @@ from oltunes.types import ClusterState, Decision, JobSpec, Placement
 class StaticProfile(Policy, name="static-profile"):
     """Minimise the accelerator's hourly cost, then energy, subject to profiled p99 <= headroom x SLO."""
 
+    needs_profile = True
+
     def __init__(self, ctx: PolicyContext, headroom: float = 0.5, max_load: float = 0.8) -> None:
         super().__init__(ctx)
         self.headroom = headroom  # profiled batch p99 must leave room for queueing
