@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from river import linear_model, optim, preprocessing
 
+from benchmarks import heldout_accelerator
 from benchmarks.common import median, parser, print_table, write_json
 from oltunes.config import get_settings
 from oltunes.learner import FTML, FMRegressor, JobContext, encode
@@ -275,18 +276,40 @@ def offline_reference(rows: list[tuple[Candidate, float]], seed: int, n_train: i
     return 100 * float(np.mean(np.abs(np.exp(pred - y[n_train:]) - 1)))
 
 
+def held_out_accelerator(rows: list[tuple[Candidate, float]], seeds: int, share: float) -> dict:
+    """The held-out-accelerator split (benchmarks/heldout_accelerator.py): print its table, return its summary."""
+    per_seed = [heldout_accelerator.evaluate(rows, s, share) for s in range(seeds)]
+    out = heldout_accelerator.summarise(per_seed)
+    sp = out["_split"]
+    print_table(f"held-out accelerator: train CPU + Pascal + {share:.0%} of Ampere ({sp['train']} rows, "
+                f"{sp['train_ampere']} Ampere), test {sp['test']} Ampere rows; {TARGET_COLUMN} latency, "
+                f"median of {seeds} seeds (targets: tuner MAPE <= 20%, median APE <= 10%)",
+                ["predictor", "MAPE %", "median APE %", "rows scored"],
+                [[n, r["mape"], r["median_ape"], f"{r['coverage']:.0%}"] for n, r in out.items()
+                 if not n.startswith("_")])
+    print("goals: " + " ".join(f"{k}:{'Y' if v else 'n'}" for k, v in out["_goals"].items()))
+    return {**out, "per_seed": per_seed, "ampere_share": share}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--n-train", type=int, default=200)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--curve", type=int, nargs="*", default=[100, 200, 300, 400],
                    help="also report held-out (and FM progressive) MAPE after these many observations")
+    p.add_argument("--split", choices=("random", "accelerator", "both"), default="both",
+                   help="random: the stream/held-out split above; accelerator: the held-out-accelerator split")
+    p.add_argument("--ampere-share", type=float, default=0.1, help="share of the Ampere rows trained on")
     args = p.parse_args(argv)
     path = get_settings().shared_data / "proteus" / "aggregate_profiled.csv"
     if not path.is_file():
         print(f"public data not found: {path} (it sits beside the repo as ../shared/data)", file=sys.stderr)
         return 2
     rows = load_rows(path)
+    accel = held_out_accelerator(rows, args.seeds, args.ampere_share) if args.split != "random" else None
+    if args.split == "accelerator":
+        write_json(args.json, {"heldout_accelerator": accel, "seeds": args.seeds, "target": TARGET_COLUMN})
+        return 0
     per_seed = [evaluate(rows, s, args.n_train) for s in range(args.seeds)]
     summary = {name: {k: median([r[name][k] for r in per_seed]) for k in per_seed[0][name]} for name in LEARNERS}
     for name in FM_OPTIMIZERS:
@@ -324,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"worker measurements: {wnote}")
     write_json(args.json, {
+        "heldout_accelerator": accel,
         "worker": worker,
         "mape_holdout_by_n_train": curve,
         "n_train": args.n_train, "n_rows": len(rows), "n_holdout": len(rows) - args.n_train, "seeds": args.seeds,

@@ -15,7 +15,7 @@ import time
 
 from benchmarks.common import parser, print_table, write_json
 from oltunes.sim.metrics import compute
-from oltunes.sim.run import prepare, run_policy
+from oltunes.simulation import prepare, run_policy
 from oltunes.sim.scenario import scenario_from_data
 
 MIX = (("cpu", 0.15), ("t4", 0.25), ("l4", 0.15), ("v100", 0.15), ("a100", 0.2), ("h100", 0.1))

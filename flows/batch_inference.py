@@ -111,7 +111,7 @@ async def batch_inference(
     part_timeout_s
         A worker running longer is stopped and its part retried.
     policy
-        Tag naming the deciding policy in MLflow.
+        The deciding placement policy by name (``Policy.known()``; default the tuner), also tagged in MLflow.
     """
     log = get_run_logger()
     p = validate(
@@ -142,7 +142,7 @@ async def batch_inference(
 
     started_at = time.time()  # the job's MLflow run spans from here to its measurement
     tracker = make_tracker()
-    tuner, tsettings = make_tuner(backend, variants)
+    tuner, tsettings = make_tuner(backend, variants, p.policy)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = recorded_decision(out) if not backend.simulated else None
     if decision is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -13,7 +13,10 @@ from oltunes.errors import ConfigError, TunerUnavailable
 from oltunes.inventory import load_inventory
 from oltunes.launchers import Launcher
 from oltunes.tracking import Tracker
-from oltunes.types import ClusterState, Variant
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
+
+if TYPE_CHECKING:
+    from oltunes.policies import Policy
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,50 @@ def tuner_settings(launcher: type[Launcher], settings: Settings | None = None) -
     return s.model_copy(update={"home": s.home / "simulated"}) if launcher.simulated else s
 
 
-def make_tuner(launcher: type[Launcher], variants: list[Variant]) -> tuple[Any, Settings]:
+class PolicyTuner:
+    """The tuner interface the flow tasks call (``recommend`` / ``observe``), answered by a placement policy
+    picked by name; the learning state (``replay``, ``save``, ...) is the policy's tuner's, when it has one."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def recommend(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
+        d = self.policy.decide(job, cluster, current=current)
+        if d is None:
+            raise ConfigError(f"policy {self.policy.name!r}: no capacity for job {job.job_id} on this cluster")
+        return d
+
+    def observe(self, m: Measurement) -> bool:
+        tuner = getattr(self.policy, "tuner", None)
+        if tuner is not None:
+            return bool(tuner.observe(m))
+        self.policy.observe(m)
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        tuner = self.__dict__["policy"].__dict__.get("tuner")
+        if tuner is None:
+            raise AttributeError(name)
+        return getattr(tuner, name)
+
+
+def make_tuner(launcher: type[Launcher], variants: list[Variant], policy: str = "oltunes") -> tuple[Any, Settings]:
+    """The deciding object of a flow: the ``policy`` by name (``Policy.make``), given the configured tuner (its
+    saved state, or the tuning service) and, for the simulated launcher, the public profile table."""
+    from oltunes.policies import Policy, PolicyContext
+
+    Policy.lookup(policy)  # an unknown name fails here, listing the known ones
+    tuner, s = _configured_tuner(launcher, variants)
+    profile = None
+    if launcher.simulated:
+        from oltunes.sim.perfmodel import load_performance_model
+
+        profile = load_performance_model(s)
+    ctx = PolicyContext(profile=profile, variants=tuple(variants), tuner=tuner)
+    return PolicyTuner(Policy.make(policy, ctx=ctx)), s
+
+
+def _configured_tuner(launcher: type[Launcher], variants: list[Variant]) -> tuple[Any, Settings]:
     from oltunes.tuner.factory import get_tuner
 
     s = tuner_settings(launcher)

@@ -215,7 +215,7 @@ async def streaming_inference(
     job = JobSpec(job_id=sid, kind="streaming", family=p.family, slo_ms=p.slo_ms, accuracy_floor=p.accuracy_floor, arrival_rate_rps=rate)
 
     tracker = make_tracker()
-    tuner, tsettings = make_tuner(backend, variants)
+    tuner, tsettings = make_tuner(backend, variants, p.policy)
     await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = await tuning.recommend(tuner, job, cluster)
     log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; first decision %s (%s)",

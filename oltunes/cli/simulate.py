@@ -27,7 +27,7 @@ def simulate(
     from oltunes.errors import OLTunesError
     from oltunes.policies import Policy
     from oltunes.sim import report as R
-    from oltunes.sim.run import prepare, run_scenario
+    from oltunes.simulation import prepare, run_scenario
     from oltunes.sim.scenario import load_scenario
 
     console = Console(width=max(Console().width, 130))
@@ -57,6 +57,21 @@ def simulate(
                           f"attainment after it {lr['oracle_attainment_after_warmup']:.3f} of the oracle's, regret "
                           f"(violations vs oracle, cumulative) at quarters: "
                           f"{', '.join(f'{x:.3f}' for x in lr['regret_quarters'])}")
+        if rep["regret_per_quarter"]:
+            rq = Table(title="regret vs the oracle per quarter of the run (violated requests, share of the quarter's)")
+            for c in ("policy", "q1", "q2", "q3", "q4"):
+                rq.add_column(c)
+            for name, qs in rep["regret_per_quarter"].items():
+                rq.add_row(name, *(f"{x:.3f}" for x in qs))
+            console.print(rq)
+        if rep["events"]:
+            cols, rows = R.event_rows(rep)
+            et = Table(title="drift events: SLO violations before/after (2 re-tune intervals) and recovery time")
+            for c in cols:
+                et.add_column(c)
+            for r in rows:
+                et.add_row(*r)
+            console.print(et)
         if json_path:
             console.print(f"report: {R.write_json(rep, json_path)}")
         written = R.write_plots(results, plots, sc.name) if plots else []

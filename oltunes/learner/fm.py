@@ -71,6 +71,12 @@ class _FMBase(base.Base):
         self.standardize = standardize
         self._index: dict[str, int] | None = None  # lazy state
 
+    def _unit_test_skips(self) -> set[str]:
+        # Latent vectors are drawn from the seeded generator when a feature is first seen, so the order features
+        # arrive in changes which feature gets which draw: a reshuffled sample yields a different, equally valid
+        # model. River's own FM declares the same skip for the same reason.
+        return {"check_shuffle_features_no_impact"}
+
     # -- state ---------------------------------------------------------------------------------------------
     @property
     def _n_targets(self) -> int:

@@ -8,7 +8,6 @@ FTRL-Proximal (which weighs every past gradient equally) or plain SGD (which has
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,13 @@ class FTML(optim.base.Optimizer):
     * ``step_rows(table, rows, g)`` — a lean path for dense parameter tables (one row per feature): only
       ``rows`` are updated, state lives in arrays shaped like the table, *t* per row. This is what
       :class:`oltunes.learner.fm.FMRegressor` uses; it is numerically the dict path on the same keys.
+      One instance may serve several tables (say an FM's weights and latents): each table's state is kept
+      apart, by its row shape or by an explicit ``key``; a table whose row shape changes under the same key
+      is refused rather than silently starting from zero state.
+
+    The state is plain data: the instance pickles after any path, and :meth:`state_dict` (JSON) keeps the
+    learning-rate schedule (a river scheduler: ``Constant``, ``InverseScaling``) and the step count, so a
+    schedule resumes where it stopped.
 
     Parameters
     ----------
@@ -84,7 +90,8 @@ class FTML(optim.base.Optimizer):
         # Lazy state (river convention: __init__ only stores arguments).
         self._keyed: dict[Any, list[Any]] | None = None  # key -> [t, v, d, z]
         self._vec: list[Any] | None = None  # [v, d, z] for the whole-array path
-        self._rows: dict[str, np.ndarray] | None = None  # "t", "v", "d", "z" shaped like the table
+        # table key -> {"t", "v", "d", "z"} shaped like that table
+        self._rows: dict[str, dict[str, np.ndarray]] | None = None
 
     # -- the rule, shared by all three paths (works on scalars and arrays alike) -------------------------
     def _update(self, theta, g, t, v, d_prev, z, lr):
@@ -97,10 +104,12 @@ class FTML(optim.base.Optimizer):
 
     def _step_with_dict(self, w: DictLike, g: DictLike) -> DictLike:
         if self._keyed is None:
-            self._keyed = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+            self._keyed = {}  # a plain dict (a defaultdict of a lambda would not pickle)
         lr = self.learning_rate
         for i, gi in g.items():
-            st = self._keyed[i]
+            st = self._keyed.get(i)
+            if st is None:
+                st = self._keyed[i] = [0, 0.0, 0.0, 0.0]
             st[0] += 1
             w[i], st[1], st[2], st[3] = self._update(w[i], gi, st[0], st[1], st[2], st[3], lr)
         return w
@@ -115,14 +124,16 @@ class FTML(optim.base.Optimizer):
         w[...] = new
         return w
 
-    def step_rows(self, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> np.ndarray:
+    def step_rows(self, table: np.ndarray, rows: np.ndarray, g: np.ndarray, key: str | None = None) -> np.ndarray:
         """Update ``table[rows]`` in place given their gradients ``g`` (rows must be unique).
 
-        State arrays grow with the table (new rows start at zero state, i.e. t = 0).
+        State arrays grow with the table (new rows start at zero state, i.e. t = 0). ``key`` names the table's
+        state (default: its row shape, so tables of different shapes never share state).
         """
-        st = self._rows
+        key = key if key is not None else _shape_key(table.shape[1:])
+        st = (self._rows or {}).get(key)
         if st is None or st["v"].shape[0] < table.shape[0] or st["v"].shape[1:] != table.shape[1:]:
-            st = self._grow(table.shape)
+            st = self._grow(key, table.shape)  # refuses a row shape that is not the key's
         t = st["t"][rows] + 1
         st["t"][rows] = t
         if table.ndim > 1:
@@ -134,34 +145,68 @@ class FTML(optim.base.Optimizer):
         self.n_iterations += 1
         return table
 
-    def _grow(self, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-        old = self._rows
+    def _grow(self, key: str, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+        if self._rows is None:
+            self._rows = {}
+        old = self._rows.get(key)
+        if old is not None and old["v"].shape[1:] != shape[1:]:
+            raise ValueError(f"FTML: the state {key!r} belongs to a table with rows shaped {old['v'].shape[1:]}, "
+                             f"not {shape[1:]}; give each parameter table its own key (or its own FTML)")
         new = {"t": np.zeros(shape[0], dtype=np.int64), **{k: np.zeros(shape) for k in ("v", "d", "z")}}
-        if old is not None and old["v"].shape[1:] == shape[1:]:
+        if old is not None:
             n = old["t"].shape[0]
             for k in new:
                 new[k][:n] = old[k]
-        self._rows = new
+        self._rows[key] = new
         return new
 
     # -- JSON state (no pickle) ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Plain-JSON state: the row-path arrays and the iteration count (the keyed/vector paths are for
-        small ad-hoc use and are not persisted)."""
-        rows = None if self._rows is None else {k: v.tolist() for k, v in self._rows.items()}
-        return {"lr": self.learning_rate if isinstance(self.lr, optim.schedulers.Constant) else None,
-                "beta_1": self.beta_1, "beta_2": self.beta_2, "eps": self.eps,
+        """Plain-JSON state: the learning-rate schedule, the iteration count and the row-path arrays per table
+        (the keyed/vector paths are for small ad-hoc use and are not persisted)."""
+        rows = None if self._rows is None else {
+            key: {k: v.tolist() for k, v in st.items()} for key, st in self._rows.items()}
+        return {"lr": _schedule_state(self.lr), "beta_1": self.beta_1, "beta_2": self.beta_2, "eps": self.eps,
                 "n_iterations": self.n_iterations, "rows": rows}
 
     def load_state_dict(self, d: dict[str, Any]) -> FTML:
         self.n_iterations = int(d["n_iterations"])
         rows = d.get("rows")
         if rows is not None:
-            self._rows = {k: np.asarray(v, dtype=np.int64 if k == "t" else float) for k, v in rows.items()}
+            if "t" in rows:  # state files before per-table keys: one table, keyed by its row shape
+                rows = {_shape_key(np.asarray(rows["v"]).shape[1:]): rows}
+            self._rows = {key: {k: np.asarray(v, dtype=np.int64 if k == "t" else float) for k, v in st.items()}
+                          for key, st in rows.items()}
         return self
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> FTML:
-        lr = d["lr"] if d.get("lr") is not None else 0.0025
+        lr = _schedule_from_state(d.get("lr"))
         return cls(lr=lr, beta_1=d["beta_1"], beta_2=d["beta_2"], eps=d["eps"]).load_state_dict(d)
 
+
+def _shape_key(row_shape: tuple[int, ...]) -> str:
+    return "rows" + "x".join(str(n) for n in row_shape)
+
+
+# River schedulers whose parameters are plain numbers, so a state file can name and rebuild them.
+_SCHEDULES = {"Constant": ("learning_rate",), "InverseScaling": ("learning_rate", "power")}
+
+
+def _schedule_state(lr: optim.base.Scheduler) -> dict[str, Any]:
+    name = type(lr).__name__
+    if type(lr) is not getattr(optim.schedulers, name, None) or name not in _SCHEDULES:
+        raise TypeError(f"FTML.state_dict: cannot save the learning-rate schedule {name}; "
+                        f"savable: {', '.join(_SCHEDULES)}")
+    return {"schedule": name, **{p: float(getattr(lr, p)) for p in _SCHEDULES[name]}}
+
+
+def _schedule_from_state(s: Any) -> float | optim.base.Scheduler:
+    if s is None:  # state files before schedules were saved: they held only constant rates, or none
+        return 0.0025
+    if isinstance(s, (int, float)):
+        return float(s)
+    name = s.get("schedule")
+    if name not in _SCHEDULES:
+        raise ValueError(f"FTML state: unknown learning-rate schedule {name!r}; known: {', '.join(_SCHEDULES)}")
+    return getattr(optim.schedulers, name)(**{p: s[p] for p in _SCHEDULES[name]})

@@ -1,40 +1,56 @@
-"""The placement-policy interface: one decision method, registered by name (``Policy.make("round-robin", ...)``).
+"""The placement-policy interface: ``decide(job, ClusterState, current=None)`` + ``observe(m)``, registered by name
+(``Policy.make("round-robin", ctx=...)``).
 
-Every policy gets the same context at construction (the variants, the batch sizes and concurrencies the scenario
-allows, a seed, and the performance model — which only ``oracle`` and the offline profile of ``static-profile`` /
-``gavel-like`` may read) and answers :meth:`Policy.decide` with a ``Decision`` (or ``None`` = wait for capacity).
-The engine enforces capacity; policies must also respect the job's accuracy floor (checked by the invariant test).
+Every policy gets the same context at construction: the variants, the batch sizes and concurrencies allowed, a
+seed, the public profile table ``profile`` (an ``oltunes.profiles.Profile`` — what a user can know, read by
+``static-profile``, ``gavel-like`` and ``oltunes-profiled``), and the ``truth`` (the same interface over the
+simulator's physics: the table perturbed per (variant, accelerator) and by drift events; only ``oracle`` may read
+it, with the upcoming ``arrivals``). A policy answers :meth:`Policy.decide` with a ``Decision`` (or ``None`` = wait
+for capacity); ``current`` is where the job runs now when it is re-decided (its slot already freed in the state).
+Policies must respect capacity and the job's accuracy floor (checked by the invariant test over ``Policy.known()``).
+Policies import neither the simulator nor the tuner's internals: ``ClusterState`` and ``Profile`` are all they see.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from oltunes.errors import ConfigError
+from oltunes.policies.occupancy import Occupancy
+from oltunes.profiles import Profile
 from oltunes.registry import Registered
-from oltunes.sim.cluster import SimCluster
-from oltunes.sim.perfmodel import Z99, PerformanceModel
 from oltunes.types import (
     Candidate,
+    ClusterState,
     ColocationGroup,
     Decision,
     DecisionSource,
     Explanation,
     JobSpec,
     Measurement,
+    Placement,
     Prediction,
     Variant,
 )
+
+
+def _no_reading(job_id: str) -> float | None:
+    return None
+
+
+def _time_zero() -> float:
+    return 0.0
 
 
 @dataclass(frozen=True)
 class PolicyContext:
     """What every policy is built with."""
 
-    model: PerformanceModel
+    profile: Profile | None  # the public profile table (None: there is none, e.g. a real cluster's local pools)
     variants: tuple[Variant, ...]
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     concurrencies: tuple[int, ...] = (1, 2, 3, 4)
@@ -42,6 +58,15 @@ class PolicyContext:
     # job id -> future request arrivals (s): the oracle's clairvoyance; no other policy may read it
     arrivals: Mapping[str, object] = field(default_factory=dict)
     horizon_s: float = 30.0  # how far ahead the oracle looks (the re-tune interval)
+    truth: Profile | None = None  # the simulator's physics; only the oracle may read it (None = the table)
+    clock: Callable[[], float] = _time_zero  # the current time (the simulator injects its own)
+    # busy share of its device a placed job kept lately, as a cluster monitor reports it (None = no reading)
+    monitor: Callable[[str], float | None] = _no_reading
+    tuner: Any = None  # a configured tuner (saved state or the tuning service) for ``oltunes`` to decide with
+
+    @property
+    def true_profile(self) -> Profile:
+        return self.truth if self.truth is not None else self.profile
 
 
 class Policy(Registered, root=True):
@@ -49,12 +74,17 @@ class Policy(Registered, root=True):
 
     adaptive: ClassVar[bool] = False  # re-decided at every re-tune interval (else: placed once, kept)
     learns: ClassVar[bool] = False  # wants a Measurement per job per control interval
+    needs_profile: ClassVar[bool] = False  # reads a profile table (refused without one)
 
     def __init__(self, ctx: PolicyContext) -> None:
+        if self.needs_profile and ctx.profile is None:
+            raise ConfigError(f"policy {self.name!r} needs a profile table; none is known for this cluster "
+                              f"(the simulated launcher has one); policies without: "
+                              f"{', '.join(n for n in self.known() if not self.lookup(n).needs_profile)}")
         self.ctx = ctx
         self.rng = np.random.default_rng(ctx.seed)
 
-    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         """Where and how to run ``job`` now; ``None`` when it should wait for capacity."""
         raise NotImplementedError
 
@@ -62,6 +92,15 @@ class Policy(Registered, root=True):
         """A measurement of a job this policy placed (only called when ``learns``)."""
 
     # ------------------------------------------------------------------ helpers shared by the baselines
+    def view(self, state: ClusterState) -> Occupancy:
+        """Occupancy of ``state``; co-runner loads from the monitor (1.0 = assume busy when it has no reading)."""
+        monitor = self.ctx.monitor
+
+        def load_of(pl: Placement) -> float:
+            x = monitor(pl.job_id)
+            return 1.0 if x is None else x
+        return Occupancy(state, load_of)
+
     def eligible(self, job: JobSpec) -> list[Variant]:
         """The job's family variants meeting its accuracy floor, most accurate first."""
         vs = [v for v in self.ctx.variants if v.family == job.family and v.accuracy >= job.accuracy_floor - 1e-12]
@@ -75,7 +114,7 @@ class Policy(Registered, root=True):
     @staticmethod
     def decision(
         job: JobSpec,
-        cluster: SimCluster,
+        cluster: Occupancy,
         pool: str,
         device: int,
         variant: Variant,
@@ -96,7 +135,8 @@ class Policy(Registered, root=True):
             concurrency=concurrency,
             co_runners=cluster.co_runners(pool, device, exclude=job.job_id),
         )
-        group = ColocationGroup(pool=pool, device=device, members=(job.job_id, *cluster.members(pool, device)))
+        members = tuple(pl.job_id for pl in cluster.members(pool, device) if pl.job_id != job.job_id)
+        group = ColocationGroup(pool=pool, device=device, members=(job.job_id, *members))
         pred = predicted or Prediction(latency_p99_ms=0.0, energy_j_per_item=0.0, throughput_items_per_s=0.0)
         return Decision(
             job_id=job.job_id,
@@ -105,12 +145,6 @@ class Policy(Registered, root=True):
             source=source,
             explanation=Explanation(predicted=pred, n_candidates=1, n_feasible=1, note=note),
         )
-
-    def profile_p99_ms(self, variant: Variant, accelerator: str, batch: int) -> float:
-        """Offline profile: isolated, noiseless p99 batch latency (what a profiling run ahead of time gives)."""
-        m = self.ctx.model
-        vi = m.variant_index(variant.name)
-        return float(m.latency_row(vi, accelerator)[batch]) * float(np.exp(Z99 * m.sigma(vi, accelerator)))
 
 
 class FixedConfigPolicy(Policy):
@@ -123,11 +157,12 @@ class FixedConfigPolicy(Policy):
         super().__init__(ctx)
         self.batch = min(ctx.batch_sizes, key=lambda b: abs(b - batch_size))
 
-    def place(self, job: JobSpec, cluster: SimCluster) -> tuple[str, int] | None:
+    def place(self, job: JobSpec, cluster: Occupancy) -> tuple[str, int] | None:
         raise NotImplementedError
 
-    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         variant = self.default_variant(job)
+        cluster = self.view(state)
         where = None if variant is None else self.place(job, cluster)
         if where is None:
             return None

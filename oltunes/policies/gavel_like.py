@@ -11,23 +11,23 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import Policy
-from oltunes.policies.grid import evaluate
-from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec
+from oltunes.types import ClusterState, Decision, JobSpec, Placement
 
 
 class GavelLike(Policy, name="gavel-like"):
+    needs_profile = True
     adaptive = True
 
-    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         variant = self.default_variant(job)
         if variant is None:
             return None
+        cluster = self.view(state)
         per_type = {}
         for p in cluster.pools:
             acc = p.accelerator.name
             if acc not in per_type:
-                g = evaluate(self.ctx.model, job, acc, [variant], self.ctx.batch_sizes, (1,))
+                g = self.ctx.profile.grid(job, acc, [variant], self.ctx.batch_sizes, (1,))
                 ok = np.flatnonzero(g.p99_batch_ms[0, :, 0] <= job.slo_ms)
                 b = int(ok[-1]) if len(ok) else 0
                 per_type[acc] = (float(g.capacity_rps[0, b, 0]), b, g)

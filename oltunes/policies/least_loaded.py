@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from oltunes.policies.base import FixedConfigPolicy
-from oltunes.sim.cluster import SimCluster
+from oltunes.policies.occupancy import Occupancy
 from oltunes.types import JobSpec
 
 
 class LeastLoaded(FixedConfigPolicy, name="least-loaded"):
     """Spread jobs evenly; the family's default (most accurate) variant at a fixed batch size."""
 
-    def place(self, job: JobSpec, cluster: SimCluster) -> tuple[str, int] | None:
+    def place(self, job: JobSpec, cluster: Occupancy) -> tuple[str, int] | None:
         best, share = None, -1.0
         for p in cluster.pools:
             free = cluster.free_slots(p.name) / (p.count * p.slots_per_device)

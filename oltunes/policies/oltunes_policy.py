@@ -10,19 +10,15 @@ prior, e.g. a profile table the user supplies"):
   no co-runner): what a profiling run of the zoo ahead of time gives. Interference, concurrency, load,
   queueing, drift and noise are still learned online from measurements only.
 
-Both pass the job's current placement as ``current=`` when re-tuning (the engine names it in
-``SimCluster.retuning``), so staying is one of the candidates and is preferred while near-best.
+Both pass the job's current placement on as ``current=`` when re-decided, so staying is one of the candidates and
+is preferred while near-best.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
-from oltunes.sim import calibration as cal
-from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec, Measurement
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement
 
 
 class OLTunesPolicy(Policy, name="oltunes"):
@@ -38,6 +34,9 @@ class OLTunesPolicy(Policy, name="oltunes"):
         except ImportError as e:
             raise MissingDependency(f"policy 'oltunes' needs the tuner package: {e}") from e
 
+        if self.prior_kind == "heuristic" and ctx.tuner is not None and not tuner_kwargs:
+            self.tuner = ctx.tuner  # the configured one: its saved state, or the tuning service
+            return
         if "prior" not in tuner_kwargs and self.prior_kind == "profile":
             tuner_kwargs["prior"] = Prior.make("profile", rows=self.profile_rows())
         self.tuner = Tuner(
@@ -49,27 +48,23 @@ class OLTunesPolicy(Policy, name="oltunes"):
         )
 
     def profile_rows(self) -> list[dict]:
-        """The offline profile table (every variant x accelerator type x batch size), as ProfilePrior rows."""
-        m = self.ctx.model
-        rows = []
-        for v in self.ctx.variants:
-            vi = m.variant_index(v.name)
-            for acc in cal.FACTORS:
-                lat = m.latency_row(vi, acc)
-                sig = m.sigma(vi, acc)
-                for b in self.ctx.batch_sizes:
-                    bb = min(b, cal.MAX_BATCH)
-                    mean = float(lat[bb]) * float(np.exp(sig**2 / 2))
-                    rows.append({"accelerator": acc, "variant": v.name, "batch_size": b,
-                                 "latency_ms": self.profile_p99_ms(v, acc, bb),
-                                 "energy_j_per_item": m.busy_power_w(vi, acc, bb) * mean / 1000.0 / b})
+        """The offline profile table (every variant x accelerator type x batch size), as ProfilePrior rows:
+        isolated, noiseless p99 batch latency and busy energy per item at concurrency 1."""
+        prof, vs, rows = self.ctx.profile, list(self.ctx.variants), []
+        isolated = JobSpec(family="any", slo_ms=1.0)  # a batch job alone on its device: no load, no co-runner
+        for acc in prof.accelerators():
+            g = prof.grid(isolated, acc, vs, self.ctx.batch_sizes, (1,))
+            for i, v in enumerate(vs):
+                for j, b in enumerate(g.batches):
+                    rows.append({"accelerator": acc, "variant": v.name, "batch_size": int(b),
+                                 "latency_ms": float(g.p99_batch_ms[i, j, 0]),
+                                 "energy_j_per_item": float(g.energy_j_per_item[i, j, 0])})
         return rows
 
-    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
-        if cluster.free_slots_total() == 0:
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
+        if current is None and all(state.free_slots(p.name) <= 0 for p in state.pools):
             return None
-        current = cluster.retuning if cluster.retuning is not None and cluster.retuning.job_id == job.job_id else None
-        return self.tuner.recommend(job, cluster.state(), current=current)
+        return self.tuner.recommend(job, state, **({} if current is None else {"current": current}))
 
     def observe(self, m: Measurement) -> None:
         self.tuner.observe(m)
@@ -78,4 +73,5 @@ class OLTunesPolicy(Policy, name="oltunes"):
 class OLTunesProfiled(OLTunesPolicy, name="oltunes-profiled"):
     """``oltunes`` with the offline profile table as its cold-start prior (module docstring)."""
 
+    needs_profile = True
     prior_kind = "profile"

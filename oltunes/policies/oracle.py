@@ -1,4 +1,9 @@
-"""`oracle`: knows the noiseless performance model (interference, load, every accelerator) — the physical limit.
+"""`oracle`: knows the simulator's true performance model — the physical limit.
+
+It is the only policy with full knowledge: it reads ``PolicyContext.truth`` (the public profile table perturbed per
+(variant, accelerator) and slowed by the scenario's drift events as they happen), the real interference, the loads,
+every accelerator, and the next re-tune interval's request arrivals. Every other policy reads at most the public,
+unperturbed table.
 
 For each pool it considers an empty device and the fullest device that still has a slot (packing), evaluates every
 (variant >= floor, batch, concurrency) with the true model given the device's real co-runners and their loads, and
@@ -12,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import Policy, PolicyContext
-from oltunes.policies.grid import evaluate
-from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec
+from oltunes.policies.occupancy import Occupancy
+from oltunes.types import ClusterState, CoRunner, Decision, JobSpec, Placement
 
 
 class Oracle(Policy, name="oracle"):
+    needs_profile = True
     adaptive = True
 
     def __init__(self, ctx: PolicyContext, margin: float = 0.8, max_load: float = 0.85) -> None:
@@ -25,26 +30,21 @@ class Oracle(Policy, name="oracle"):
         self.margin = margin
         self.max_load = max_load
 
-    def _co(self, cluster: SimCluster, pool: str, dev: int, job_id: str) -> list[tuple[int, float]]:
-        m = self.ctx.model
-        return [(m.variant_index(r.variant), r.load) for r in cluster.co_runners(pool, dev, exclude=job_id)]
-
-    def _harms(self, cluster: SimCluster, pool: str, dev: int, job: JobSpec, my_variant: int, my_load: float) -> bool:
+    def _harms(self, cluster: Occupancy, pool: str, dev: int, job: JobSpec, me: CoRunner) -> bool:
         """Would adding this job push a co-runner's estimated p99 past its SLO?"""
-        m = self.ctx.model
+        m = self.ctx.true_profile
         acc = cluster.pool(pool).accelerator.name
-        for jid in cluster.members(pool, dev):
-            pl = cluster.placements[jid]
+        for pl in cluster.members(pool, dev):
             c = pl.candidate
             other = JobSpec.model_construct(
-                job_id=jid,
+                job_id=pl.job_id,
                 kind="streaming" if pl.arrival_rate_rps > 0 else "batch",
                 family=c.variant.family,
                 slo_ms=pl.slo_ms,
                 arrival_rate_rps=pl.arrival_rate_rps,
             )
-            co = self._co(cluster, pool, dev, jid) + [(my_variant, my_load)]
-            g = evaluate(m, other, acc, [c.variant], (c.batch_size,), (c.concurrency,), co)
+            co = (*cluster.co_runners(pool, dev, exclude=pl.job_id), me)
+            g = m.grid(other, acc, [c.variant], (c.batch_size,), (c.concurrency,), co)
             if float(g.p99_request_ms[0, 0, 0]) > self.margin * pl.slo_ms:
                 return True
         return False
@@ -62,20 +62,21 @@ class Oracle(Policy, name="oracle"):
         nz = np.flatnonzero(counts)
         return np.stack([(nz + 1) * _BIN_S, counts[nz]])
 
-    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         variants = self.eligible(job)
         if not variants:
             return None
-        m = self.ctx.model
+        m = self.ctx.true_profile
+        cluster = self.view(state)
         best = fallback = None
-        counts = self._upcoming(job, cluster.now)  # (2, n) events or None
+        counts = self._upcoming(job, self.ctx.clock())  # (2, n) events or None
         for p in cluster.pools:
             acc = p.accelerator.name
             options = {cluster.empty_device(p.name), cluster.most_loaded_device(p.name)} - {None}
             for dev in sorted(options):
                 fresh = cluster.occupancy(p.name)[dev] == 0
-                g = evaluate(m, job, acc, variants, self.ctx.batch_sizes, self.ctx.concurrencies,
-                             self._co(cluster, p.name, dev, job.job_id))
+                g = m.grid(job, acc, variants, self.ctx.batch_sizes, self.ctx.concurrencies,
+                           cluster.co_runners(p.name, dev, exclude=job.job_id))
                 est = g.p99_request_ms
                 if counts is not None:  # burst-aware estimate when the arrivals are known
                     est = _burst_p99(counts, g.capacity_rps, g.p99_batch_ms, g.mean_batch_ms, g.rho)
@@ -92,8 +93,10 @@ class Oracle(Policy, name="oracle"):
                     if i is None:
                         break
                     load = float(g.rho[i]) if job.kind == "streaming" else 1.0
-                    vi = m.variant_index(g.variants[i[0]].name)
-                    if fresh or not self._harms(cluster, p.name, dev, job, vi, load):
+                    v = g.variants[i[0]]
+                    me = CoRunner(job_id=job.job_id, family=v.family, variant=v.name, size=v.size,
+                                  precision=v.precision, batch_size=int(g.batches[i[1]]), load=load)
+                    if fresh or not self._harms(cluster, p.name, dev, job, me):
                         break
                     ok[i] = False
                 if i is not None and (best is None or float(cost[i]) < best[0]):

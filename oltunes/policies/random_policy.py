@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import FixedConfigPolicy
-from oltunes.sim.cluster import SimCluster
+from oltunes.policies.occupancy import Occupancy
 from oltunes.types import JobSpec
 
 
 class RandomPolicy(FixedConfigPolicy, name="random"):
     """Seeded uniform choice over free slots, so bigger pools get proportionally more jobs."""
 
-    def place(self, job: JobSpec, cluster: SimCluster) -> tuple[str, int] | None:
+    def place(self, job: JobSpec, cluster: Occupancy) -> tuple[str, int] | None:
         pools = [p for p in cluster.pools if cluster.free_slots(p.name) > 0]
         if not pools:
             return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oltunes.policies.base import FixedConfigPolicy, PolicyContext
-from oltunes.sim.cluster import SimCluster
+from oltunes.policies.occupancy import Occupancy
 from oltunes.types import JobSpec
 
 
@@ -14,7 +14,7 @@ class RoundRobin(FixedConfigPolicy, name="round-robin"):
         super().__init__(ctx, batch_size)
         self._next = 0
 
-    def place(self, job: JobSpec, cluster: SimCluster) -> tuple[str, int] | None:
+    def place(self, job: JobSpec, cluster: Occupancy) -> tuple[str, int] | None:
         n = len(cluster.pools)
         for k in range(n):
             pool = cluster.pools[(self._next + k) % n].name

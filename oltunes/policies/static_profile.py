@@ -9,30 +9,31 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import Policy, PolicyContext
-from oltunes.policies.grid import evaluate
-from oltunes.sim.cluster import SimCluster
-from oltunes.types import Decision, JobSpec
+from oltunes.types import ClusterState, Decision, JobSpec, Placement
 
 
 class StaticProfile(Policy, name="static-profile"):
     """Minimise the accelerator's hourly cost, then energy, subject to profiled p99 <= headroom x SLO."""
+
+    needs_profile = True
 
     def __init__(self, ctx: PolicyContext, headroom: float = 0.5, max_load: float = 0.8) -> None:
         super().__init__(ctx)
         self.headroom = headroom  # profiled batch p99 must leave room for queueing
         self.max_load = max_load  # never plan above this share of the profiled throughput
 
-    def decide(self, job: JobSpec, cluster: SimCluster) -> Decision | None:
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         variants = self.eligible(job)
         if not variants:
             return None
+        cluster = self.view(state)
         best = None
         grids = []  # (pool, empty device, grid): the fallback below reuses them
         for p in cluster.pools:
             dev = cluster.empty_device(p.name)
             if dev is None:
                 continue
-            g = evaluate(self.ctx.model, job, p.accelerator.name, variants, self.ctx.batch_sizes, (1,))
+            g = self.ctx.profile.grid(job, p.accelerator.name, variants, self.ctx.batch_sizes, (1,))
             grids.append((p.name, dev, g))
             ok = g.p99_batch_ms <= self.headroom * job.slo_ms
             if job.kind == "streaming":

@@ -1,7 +1,8 @@
 """The simulated cluster: pools of devices (inventory format), slot occupancy and placements, with fast lookups.
 
-Policies see this object (they may call :meth:`SimCluster.state` for the shared ``ClusterState`` type); the engine
-is the only one that changes it, through :meth:`place` and :meth:`remove`, which enforce capacity.
+Policies see only :meth:`SimCluster.state` (the shared ``ClusterState``) and a monitor's reading of each job's load;
+the engine is the only one that changes the cluster, through :meth:`place` and :meth:`remove`, which enforce
+capacity.
 """
 
 from __future__ import annotations
@@ -18,15 +19,20 @@ class SimCluster:
     def __init__(self, pools: list[Pool]) -> None:
         if not pools:
             raise ConfigError("cluster: needs at least one pool")
-        self.pools = list(pools)
-        self._pool = {p.name: p for p in pools}
+        self._all = list(pools)
+        self._online = {p.name: p.count for p in pools}  # devices 0..online-1 are up (a lose_devices event)
+        self._view()
         self._occ = {p.name: np.zeros(p.count, dtype=np.int64) for p in pools}
         self._members: dict[tuple[str, int], list[str]] = {}
         self.placements: dict[str, Placement] = {}
         self.loads: dict[str, float] = {}  # job id -> busy fraction of its device it kept last interval
         self.now: float = 0.0  # simulated time of the current decision (set by the engine)
-        # while the engine re-tunes a running job: where it ran (its slot is already freed), else None
-        self.retuning: Placement | None = None
+
+    def _view(self) -> None:
+        """The pools as policies see them: lost devices gone, a pool with none left gone."""
+        self.pools = [p if self._online[p.name] == p.count else p.model_copy(update={"count": self._online[p.name]})
+                      for p in self._all if self._online[p.name] > 0]
+        self._pool = {p.name: p for p in self.pools}
 
     # ------------------------------------------------------------------ queries
     def pool(self, name: str) -> Pool:
@@ -42,25 +48,31 @@ class SimCluster:
         return a
 
     def free_slots(self, pool: str) -> int:
-        p = self._pool[pool]
-        return int(p.count * p.slots_per_device - self._occ[pool].sum())
+        p = self._pool.get(pool)
+        return 0 if p is None else int(p.count * p.slots_per_device - self._occ[pool][: p.count].sum())
 
     def free_slots_total(self) -> int:
         return sum(self.free_slots(p.name) for p in self.pools)
 
+    def _up(self, pool: str) -> np.ndarray:
+        """Occupancy of the pool's devices that are up."""
+        return self._occ[pool][: self._online[pool]]
+
     def empty_device(self, pool: str) -> int | None:
-        idx = np.flatnonzero(self._occ[pool] == 0)
+        idx = np.flatnonzero(self._up(pool) == 0)
         return int(idx[0]) if len(idx) else None
 
     def least_loaded_device(self, pool: str) -> int | None:
         """The device with the fewest jobs that still has a free slot (lowest index on ties)."""
-        occ = self._occ[pool]
+        occ = self._up(pool)
+        if not len(occ):
+            return None
         d = int(np.argmin(occ))
         return d if occ[d] < self._pool[pool].slots_per_device else None
 
     def most_loaded_device(self, pool: str) -> int | None:
         """The fullest device that still has a free slot and is not empty (for packing), else None."""
-        occ = self._occ[pool]
+        occ = self._up(pool)
         ok = np.flatnonzero((occ > 0) & (occ < self._pool[pool].slots_per_device))
         return int(ok[np.argmax(occ[ok])]) if len(ok) else None
 
@@ -94,8 +106,9 @@ class SimCluster:
     def fragmentation(self) -> float:
         """Share of free slots stranded on partly used devices (FGD-style: usable only by co-location)."""
         free = stranded = 0
-        for name, occ in self._occ.items():
-            s = self._pool[name].slots_per_device
+        for p in self.pools:
+            occ = self._up(p.name)
+            s = p.slots_per_device
             f = s - occ
             free += int(f.sum())
             stranded += int(f[occ > 0].sum())
@@ -114,6 +127,17 @@ class SimCluster:
         self._occ[pl.pool][pl.device] += 1
         self._members.setdefault((pl.pool, pl.device), []).append(pl.job_id)
         self.placements[pl.job_id] = pl
+
+    def lose_devices(self, pool: str, count: int) -> list[str]:
+        """The pool's last ``count`` devices that are up go down; returns the jobs that ran there (now unplaced)."""
+        self.pool(pool)
+        online = max(0, self._online[pool] - count)
+        gone = [jid for d in range(online, self._online[pool]) for jid in self.members(pool, d)]
+        for jid in gone:
+            self.remove(jid)
+        self._online[pool] = online
+        self._view()
+        return gone
 
     def remove(self, job_id: str, keep_load: bool = False) -> Placement | None:
         pl = self.placements.pop(job_id, None)

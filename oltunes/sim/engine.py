@@ -11,6 +11,9 @@ shed (counted as dropped, which is a violation); requests still queued when the 
 So every request is either served or dropped: conservation holds by construction and is tested.
 
 Policies see only measurements (noisy, drifting); the same noise and drift make the "physics" the requests feel.
+Drift events (:mod:`oltunes.sim.events`) are applied at the start of the control interval they fall in; the engine
+is their :class:`~oltunes.sim.events.World`: devices go down (their jobs wait to be placed again), an accelerator
+type slows (the truth model changes, running jobs feel it at once), outside tenants take slots for a while.
 """
 
 from __future__ import annotations
@@ -20,16 +23,29 @@ import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from oltunes.errors import ConfigError
-from oltunes.policies.base import Policy
 from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
+from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
-from oltunes.types import Candidate, Decision, JobSpec, Measurement, Placement
+from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
+
+
+class Policy(Protocol):
+    """What the engine needs of a placement policy (``oltunes.policies.Policy`` has this shape)."""
+
+    name: str
+    adaptive: bool  # re-decided every re-tune interval
+    learns: bool  # observes a Measurement per job per control interval
+
+    def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None: ...
+
+    def observe(self, m: Measurement) -> None: ...
 
 
 @dataclass
@@ -129,6 +145,7 @@ class Simulator:
         retune_interval_s: float = 30.0,
         drop_after_slo: float = 5.0,
         drain_s: float | None = None,
+        events: list[Event] = (),
     ) -> None:
         self.model = model
         self.cluster = cluster
@@ -140,6 +157,13 @@ class Simulator:
         self.drop_after = float(drop_after_slo)
         self.drain_s = drain_s
         model.add_accelerators({p.accelerator.name: p.accelerator for p in cluster.pools})
+        self.events = sorted(events, key=lambda e: e.at_s)
+        for e in self.events:  # unknown names fail now, not mid-run
+            if isinstance(e, CoRunnerBurst):
+                model.variant_index(e.variant)
+        self._active: list[JobRun] = []
+        self._waiting: list[JobRun] = []
+        self._bursts: dict[str, tuple[str, int, int, float]] = {}  # job id -> (pool, device, variant, until)
         rng = np.random.default_rng([seed, 7])
         # slow drift per device: random phase and period, plus a fixed per-device factor
         self._drift = {
@@ -184,18 +208,72 @@ class Simulator:
         r.accel = c.accelerator
         r.batch = min(c.batch_size, cal.MAX_BATCH)
         r.conc = c.concurrency
-        row = self.model.latency_row(r.vi, r.accel)
-        r.lat = (row[: r.batch + 1] / 1000.0).tolist()
-        r.power = self.model.busy_power_w(r.vi, r.accel, r.batch)
         r.accuracy = c.variant.accuracy
-        r.sigma = self.model.sigma(r.vi, r.accel)
-        r.kappa = self.model.concurrency_factor(r.accel, r.conc)
+        self._physics(r)
         ready = now + cal.SWITCH_COST_S
         if r.streaming:
             busy_until = max(r.free) if r.free else now
             r.free = [max(ready, busy_until)] * r.conc
         else:
             r.ready_s = ready
+
+    def _physics(self, r: JobRun) -> None:
+        """What the truth model says about the run's configuration (re-read when the truth drifts)."""
+        row = self.model.latency_row(r.vi, r.accel)
+        r.lat = (row[: r.batch + 1] / 1000.0).tolist()
+        r.power = self.model.busy_power_w(r.vi, r.accel, r.batch)
+        r.sigma = self.model.sigma(r.vi, r.accel)
+        r.kappa = self.model.concurrency_factor(r.accel, r.conc)
+
+    # ------------------------------------------------------------------ drift events (the events.World interface)
+    def lose_devices(self, pool: str, count: int, now: float) -> None:
+        gone = set(self.cluster.lose_devices(pool, count))
+        for jid in gone & set(self._bursts):
+            del self._bursts[jid]
+        for r in [r for r in self._active if r.job.spec.job_id in gone]:
+            r.placement = r.decision = None
+            self._active.remove(r)
+            self._waiting.append(r)
+
+    def slow_accelerator(self, accelerator: str, factor: float) -> None:
+        self.model.slow_down(accelerator, factor)
+        for r in self._active:
+            if r.accel == accelerator:
+                self._physics(r)
+
+    def co_runner_burst(self, event: CoRunnerBurst, now: float) -> None:
+        cl = self.cluster
+        try:
+            pool = cl.pool(event.pool)
+        except ConfigError:  # every device of the pool is gone: nobody to disturb
+            return
+        vi = self.model.variant_index(event.variant)
+        variant = self.model.variants()[vi]
+        placed = 0
+        for dev in range(pool.count):
+            if event.devices is not None and placed >= event.devices:
+                break
+            if not cl.has_slot(pool.name, dev):
+                continue
+            jid = f"burst@{now:g}-{pool.name}-{dev}"
+            cand = Candidate.model_construct(pool=pool.name, accelerator=pool.accelerator.name, variant=variant,
+                                             batch_size=1, concurrency=1, co_runners=())
+            cl.place(Placement.model_construct(job_id=jid, pool=pool.name, device=dev, candidate=cand,
+                                               slo_ms=1e12, arrival_rate_rps=0.0))
+            cl.loads[jid] = event.load
+            self._bursts[jid] = (pool.name, dev, vi, now + event.duration_s)
+            placed += 1
+
+    def _events_until(self, t1: float, k: int, now: float) -> int:
+        """Apply the events before ``t1`` from index ``k`` on; returns the next index. Ends expired bursts."""
+        for jid, (_, _, _, until) in list(self._bursts.items()):
+            if until <= now:
+                self.cluster.remove(jid)
+                del self._bursts[jid]
+        while k < len(self.events) and self.events[k].at_s < t1:
+            self.events[k].apply(self, now)
+            k += 1
+        return k
 
     def _valid(self, r: JobRun, d: Decision | None, res: RunResult) -> int | None:
         """Device to place on, or None (invalid decisions are counted; the job then waits)."""
@@ -330,9 +408,8 @@ class Simulator:
             best_accuracy={f: model.best_accuracy(f) for f in {j.spec.family for j in self.jobs}},
         )
         by_submit = sorted(range(len(runs)), key=lambda k: (runs[k].job.submit_s, k))
-        nxt = 0
-        waiting: list[JobRun] = []
-        active: list[JobRun] = []
+        nxt = n_ev = 0
+        self._active, self._waiting = [], []
         next_retune = self.retune_s
         n_ticks = int(math.ceil(self.duration_s / self.dt))
         for tick in range(n_ticks + 1):
@@ -344,16 +421,17 @@ class Simulator:
                 # drain: no new arrivals; queues empty or are shed within the drop window
                 t1 = self.duration_s + (self.drain_s if self.drain_s is not None else self._drain_window())
             else:
+                n_ev = self._events_until(t1, n_ev, t0)
                 while nxt < len(by_submit) and runs[by_submit[nxt]].job.submit_s < t1:
-                    waiting.append(runs[by_submit[nxt]])
+                    self._waiting.append(runs[by_submit[nxt]])
                     nxt += 1
                 if policy.adaptive and t0 >= next_retune:
                     next_retune += self.retune_s
-                    for r in active:
+                    for r in self._active:
                         self._retune(policy, r, res, t0)
                 still = []
-                for r in waiting:
-                    d = policy.decide(r.job.spec, cl)
+                for r in self._waiting:
+                    d = policy.decide(r.job.spec, cl.state())
                     dev = self._valid(r, d, res)
                     if dev is None:
                         still.append(r)
@@ -366,15 +444,15 @@ class Simulator:
                     cl.loads[spec.job_id] = (
                         min(1.0, model.load(spec, r.placement.candidate)) if r.streaming else 1.0
                     )
-                    if not r.streaming:
+                    if not r.streaming and r.started_s is None:
                         r.started_s = max(t0, r.job.submit_s)
-                    active.append(r)
-                waiting = still
-            self._step(policy, res, active, waiting, t0, t1, final)
+                    self._active.append(r)
+                self._waiting = still
+            self._step(policy, res, self._active, self._waiting, t0, t1, final)
             if not final:
-                for r in [r for r in active if not r.streaming and r.remaining <= 0]:
+                for r in [r for r in self._active if not r.streaming and r.remaining <= 0]:
                     cl.remove(r.job.spec.job_id)  # the slot frees at the next tick
-                active = [r for r in active if r.streaming or r.remaining > 0]
+                self._active = [r for r in self._active if r.streaming or r.remaining > 0]
             if progress is not None:
                 progress(min(1.0, (tick + 1) / (n_ticks + 1)))
         res.wall_s = time.perf_counter() - wall0
@@ -393,11 +471,7 @@ class Simulator:
             hi = bisect_left(r.arr, now)
             rate = (hi - lo) / self.retune_s
             spec = spec.model_copy(update={"arrival_rate_rps": rate})
-        self.cluster.retuning = old_pl
-        try:
-            d = policy.decide(spec, self.cluster)
-        finally:
-            self.cluster.retuning = None
+        d = policy.decide(spec, self.cluster.state(), current=old_pl)
         dev = self._valid(r, d, res)
         if dev is None:
             d, dev = r.decision, old_pl.device  # keep the old placement
@@ -413,14 +487,18 @@ class Simulator:
         groups: dict[tuple[str, int], list[JobRun]] = {}
         for r in active:
             groups.setdefault((r.placement.pool, r.placement.device), []).append(r)
+        outside: dict[tuple[str, int], list[tuple[int, float]]] = {}  # co-runner bursts: (variant, load)
+        for jid, (pool, dev, vi, _) in self._bursts.items():
+            outside.setdefault((pool, dev), []).append((vi, cl.loads.get(jid, 0.0)))
         energy = 0.0
         busy_total = 0.0
         for (pool, dev), members in groups.items():
             acc = cl.pool(pool).accelerator
             drift = self.drift(pool, dev, tmid)
             loads = {r.job.spec.job_id: cl.loads.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0) for r in members}
-            total = sum(loads.values())
-            shared = len(members) > 1
+            bg = outside.get((pool, dev), [])
+            total = sum(loads.values()) + sum(load for _, load in bg)
+            shared = len(members) + len(bg) > 1
             share = model.sharing_factor(acc.name, total, shared)
             dyn = 0.0
             dev_busy = 0.0
@@ -432,7 +510,7 @@ class Simulator:
                 r.interval_wait_ms = []
                 r.interval_dropped = 0
                 jid = r.job.spec.job_id
-                co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] if shared else []
+                co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg if shared else []
                 slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
                 factor = drift * slow * r.kappa * share
                 sigma = math.hypot(r.sigma, extra)

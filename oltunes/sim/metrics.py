@@ -13,6 +13,12 @@ Definitions (also in the report):
 * ``queueing_delay_s``: mean wait of a served streaming request before its batch starts.
 * ``jct_s``: mean batch-job completion time (submit -> last item); unfinished jobs count until the run's end.
 * ``fragmentation``: mean share of free slots stranded on partly used devices.
+* ``regret_per_quarter`` (vs the oracle): (policy's violated requests - oracle's) / requests, among the requests
+  arriving in each quarter of the run (not cumulative: a learner's falls from quarter to quarter).
+* per drift event: ``before`` / ``after`` = violation rate of the requests arriving in the window (two re-tune
+  intervals) before / after it; ``recovery_s`` = time from the event to the start of the first re-tune window from which every window
+  up to the next event (or the run's end) is back within 2 points of max(its own ``before``, the oracle's rate in
+  that window); 0 = never hurt, None = never recovered.
 """
 
 from __future__ import annotations
@@ -136,3 +142,42 @@ def regret(learner: RunResult, oracle: RunResult, quantiles=(0.25, 0.5, 0.75, 1.
     _, _, bad_o = violations_per_bin(oracle)
     cum = np.cumsum(bad_l - bad_o) / np.maximum(1, np.cumsum(tot))
     return [float(cum[max(0, int(len(cum) * q) - 1)]) for q in quantiles]
+
+
+def regret_per_quarter(policy: RunResult, oracle: RunResult, parts: int = 4) -> list[float]:
+    """(policy's violated - oracle's) / requests arriving in each of ``parts`` equal slices of the run."""
+    _, tot, bad_p = violations_per_bin(policy)
+    _, _, bad_o = violations_per_bin(oracle)
+    out = []
+    for idx in np.array_split(np.arange(len(tot)), parts):
+        n = int(tot[idx].sum())
+        out.append(float((bad_p[idx].sum() - bad_o[idx].sum()) / n) if n else 0.0)
+    return out
+
+
+RECOVERY_TOLERANCE = 0.02  # violation-rate points a policy may stay above its pre-event level and count recovered
+
+
+def event_impact(res: RunResult, at_s: float, window_s: float, step_s: float, until_s: float,
+                 oracle: RunResult | None = None) -> dict[str, float | None]:
+    """Violations in the ``window_s`` before/after an event at ``at_s``, and the time to recover, judged per
+    ``step_s`` window (the re-tune interval) up to ``until_s`` (module doc)."""
+    t, tot, bad = violations_per_bin(res)
+    k = max(1, int(round(step_s / res.interval_s)))
+
+    def rate(lo: float, hi: float, b=bad) -> float:
+        m = (t >= lo) & (t < hi)
+        return float(b[m].sum() / tot[m].sum()) if tot[m].sum() else 0.0
+
+    before = rate(at_s - window_s, at_s)
+    after = rate(at_s, at_s + window_s)
+    bad_o = violations_per_bin(oracle)[2] if oracle is not None else None
+    starts = [x for x in t if at_s <= x < until_s][::k]
+    ok = []
+    for lo in starts:
+        hi = min(lo + step_s, until_s)
+        level = before if bad_o is None else max(before, rate(lo, hi, bad_o))
+        ok.append(rate(lo, hi) <= level + RECOVERY_TOLERANCE)
+    first = next((i for i in range(len(ok)) if all(ok[i:])), None)
+    return {"before": before, "after": after,
+            "recovery_s": None if first is None else float(starts[first] - at_s)}

@@ -8,7 +8,7 @@ accuracy), ``proteus/variants/<family>.csv`` (family membership) and ``lucid/col
 
 Two faces:
 
-* :meth:`PerformanceModel.truth` — noiseless expected behaviour (only the oracle and the static profile use it);
+* :meth:`PerformanceModel.truth` — noiseless expected behaviour;
 * :meth:`PerformanceModel.measure` — what a run would report: per-batch lognormal noise and slow device drift,
   ``simulated=True``, ``energy_source="simulated"``. The learner only ever sees these.
 
@@ -16,6 +16,11 @@ Data caveats (kept, not smoothed away): the file merges two profiling campaigns;
 preferred, the other fills the pairs it lacks — notably every CNN family on the two GPUs, measured only up to
 batch 8 and nearly linear in batch size (about 30 ms per image for ResNet-50 on the Ampere GPU, slower than small
 CNNs on the CPU). Batch 16 for those is therefore extrapolated and flagged like every batch above 16.
+
+The model loaded from the data is the *public profile table* (what a user can know). The simulator's physics is
+:meth:`PerformanceModel.perturbed`: the same table with a seeded per-(variant, accelerator) log-normal latency factor
+(the scenario's ``truth_sigma``), slowed further by drift events (:meth:`slow_down`) — one physics, the perturbation
+is data. Baselines and ``oltunes-profiled`` read the table; only the oracle reads the truth.
 
 The engine reads the same arrays in bulk (:meth:`latency_row`, :meth:`sigma`, :meth:`busy_power_w`, ...), so the
 physics it simulates and the numbers ``truth`` reports cannot drift apart.
@@ -30,7 +35,10 @@ Example
 
 from __future__ import annotations
 
+import copy
 import math
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -42,7 +50,8 @@ from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.inventory import CATALOG
 from oltunes.sim import calibration as cal
-from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Prediction, Variant
+from oltunes.profiles import Grid
+from oltunes.types import Accelerator, Candidate, CoRunner, JobSpec, Measurement, Prediction, Variant
 
 ANCHORS = ("cpu", "pascal", "ampere")
 _ACCEL_COLUMN = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal", "onnxruntime_gpu_ampere": "ampere"}
@@ -103,6 +112,12 @@ class PerformanceModel:
         self._accels: dict[str, Accelerator] = dict(CATALOG)
         if accelerators:
             self._accels.update(accelerators)
+        # Truth perturbation (data, not a mode): per-(variant, accelerator) latency factors, log-normal with median
+        # 1 and log-sigma ``_perturb_sigma``, drawn from (seed, accelerator name) on first use; sigma 0 = the table.
+        self._perturb_sigma, self._perturb_seed = 0.0, 0
+        self._scale: dict[str, np.ndarray] = {}
+        # time-varying per-accelerator slowdowns (drift events: throttling, a driver change)
+        self._slowdown: dict[str, float] = {}
         self._load()
 
     # ------------------------------------------------------------------ loading
@@ -261,10 +276,45 @@ class PerformanceModel:
                 "(add a row to oltunes/sim/calibration.py FACTORS with its source)"
             ) from None
 
+    # ------------------------------------------------------------------ the truth differs from the public table
+    def perturbed(self, sigma: float, seed: int) -> PerformanceModel:
+        """A copy whose latencies differ from this (public) table by a seeded log-normal factor per (variant,
+        accelerator): the simulator's truth, which only the oracle may read. Tables are shared, not copied."""
+        if not (math.isfinite(sigma) and sigma >= 0):
+            raise ConfigError(f"truth perturbation sigma must be finite and >= 0, got {sigma!r}")
+        twin = copy.copy(self)
+        twin._accels = dict(self._accels)
+        twin._perturb_sigma, twin._perturb_seed = float(sigma), int(seed)
+        twin._scale, twin._slowdown = {}, dict(self._slowdown)
+        return twin
+
+    def truth_factor(self, variant: int, accelerator: str) -> float:
+        """How much slower than the public table this (variant, accelerator) really is (1.0 on the table)."""
+        return float(self._scales(accelerator)[variant]) * self._slowdown.get(accelerator, 1.0)
+
+    def _scales(self, accelerator: str) -> np.ndarray:
+        s = self._scale.get(accelerator)
+        if s is None:
+            n = len(self._variants)
+            if self._perturb_sigma == 0:
+                s = np.ones(n)
+            else:  # seeded by the accelerator's name, so adding a pool never reshuffles the other factors
+                rng = np.random.default_rng([self._perturb_seed, zlib.crc32(accelerator.encode())])
+                s = rng.lognormal(0.0, self._perturb_sigma, n)
+            self._scale[accelerator] = s
+        return s
+
+    def slow_down(self, accelerator: str, factor: float) -> None:
+        """From now on ``accelerator`` runs ``factor`` times slower (a drift event; multiplies earlier ones)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ConfigError(f"slowdown factor must be finite and > 0, got {factor!r}")
+        self.factor(accelerator)
+        self._slowdown[accelerator] = self._slowdown.get(accelerator, 1.0) * float(factor)
+
     def latency_row(self, variant: int, accelerator: str) -> np.ndarray:
         """Noiseless isolated p50 batch latency (ms) for batch 0..MAX_BATCH (index = batch size)."""
         f = self.factor(accelerator)
-        return self._t.lat[f.anchor][variant] / f.speed
+        return self._t.lat[f.anchor][variant] / f.speed * self.truth_factor(variant, accelerator)
 
     def is_measured(self, variant: int, accelerator: str, batch: int) -> bool:
         """True when the latency comes straight from a measured row (anchor accelerator, measured batch)."""
@@ -325,6 +375,19 @@ class PerformanceModel:
         share = self.sharing_factor(cand.accelerator, own + sum(r.load for r in cand.co_runners), bool(co))
         sigma = math.hypot(self.sigma(vi, cand.accelerator), extra)
         return base * slow * kappa * share, sigma, vi
+
+    # ------------------------------------------------------------------ the oltunes.profiles.Profile interface
+    def accelerators(self) -> list[str]:
+        """Every accelerator type with a speed factor (the rows of the profile table)."""
+        return list(cal.FACTORS)
+
+    def grid(self, job: JobSpec, accelerator: str, variants: Sequence[Variant], batches: Sequence[int],
+             concurrencies: Sequence[int], co_runners: Sequence[CoRunner] = ()) -> Grid:
+        """Every (variant, batch, concurrency) at once on a device shared with ``co_runners`` (sim.grid)."""
+        from oltunes.sim.grid import evaluate  # it builds on this module's constants
+
+        co = [(self._index[r.variant], r.load) for r in co_runners if r.variant in self._index]
+        return evaluate(self, job, accelerator, variants, batches, concurrencies, co)
 
     def load(self, job: JobSpec, cand: Candidate) -> float:
         """Busy fraction of its device a streaming job would keep at its expected rate (isolated, noiseless)."""

@@ -8,9 +8,13 @@ JSON::
                              "gpu_util": ..., "energy_j_per_req": ..., "accuracy_loss_pts": ...,
                              "queueing_delay_s": ..., "jct_s": ..., "fragmentation": ..., ...}, ...},
      "learning": {"warmup_s": ..., "oracle_attainment_after_warmup": ..., "regret_quarters": [...]},
+     "regret_per_quarter": {"<policy>": [q1, q2, q3, q4], ...},
+     "events": [{"at_s": ..., "event": "slow_accelerator accelerator=t4 factor=1.6",
+                 "policies": {"<policy>": {"before": ..., "after": ..., "recovery_s": ...}, ...}}, ...],
      "meta": {...}, "timeseries": {"<policy>": {"t_s": [...], "slo_violation_rate": [...], ...}}}
 
-``learning`` (when both ``oltunes`` and ``oracle`` ran): warm-up length and regret, see ``metrics.warmup``.
+``learning`` (when both ``oltunes`` and ``oracle`` ran): warm-up length and cumulative regret, see
+``metrics.warmup``; ``regret_per_quarter`` and ``events`` are defined in :mod:`oltunes.sim.metrics`.
 """
 
 from __future__ import annotations
@@ -69,17 +73,51 @@ def build(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) 
     return {
         "scenario": sc.name,
         "learning": learning,
+        "regret_per_quarter": regret_per_quarter(results),
+        "events": events(sc, results),
         "policies": {name: {k: _clean(v) for k, v in m.items()} for name, (_, m) in results.items()},
         "meta": {
             "seed": sc.seed,
             "duration_s": sc.duration_s,
             "control_interval_s": sc.control_interval_s,
             "retune_interval_s": sc.retune_interval_s,
+            "truth_sigma": sc.truth_sigma,
             "devices": sum(p["count"] for p in sc.pools),
             "definitions": M.__doc__,
         },
         "timeseries": ts,
     }
+
+
+def regret_per_quarter(results: dict[str, tuple[RunResult, dict[str, float]]]) -> dict[str, list[float]]:
+    """Every policy's regret against the oracle per quarter of the run (empty without an oracle run)."""
+    if "oracle" not in results:
+        return {}
+    orc = results["oracle"][0]
+    return {name: M.regret_per_quarter(res, orc) for name, (res, _) in results.items() if name != "oracle"}
+
+
+def events(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) -> list[dict[str, Any]]:
+    """Per drift event, every policy's violations before/after it and its recovery time."""
+    orc = results.get("oracle", (None,))[0]
+    evs = sorted(sc.events, key=lambda e: e.at_s)
+    out = []
+    for i, ev in enumerate(evs):
+        until = next((e.at_s for e in evs[i + 1:] if e.at_s > ev.at_s), sc.duration_s)
+        out.append({"at_s": ev.at_s, "event": ev.summary(), "policies": {
+            name: M.event_impact(res, ev.at_s, 2 * sc.retune_interval_s, sc.retune_interval_s, until, orc)
+            for name, (res, _) in results.items()}})
+    return out
+
+
+def event_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per (event, policy): violations before -> after, recovery time."""
+    rows = []
+    for ev in report["events"]:
+        for name, x in ev["policies"].items():
+            rec = "never" if x["recovery_s"] is None else f'{x["recovery_s"]:g}'
+            rows.append([f'{ev["at_s"]:g} s {ev["event"]}', name, f'{x["before"]:.3f}', f'{x["after"]:.3f}', rec])
+    return ["event", "policy", "viol before", "viol after", "recovery s"], rows
 
 
 def write_json(report: dict[str, Any], path: Path) -> Path:

@@ -14,7 +14,8 @@ A scenario is a YAML file; the shipped ones live in ``oltunes/scenarios/<name>.y
       batch:
         - {trace: philly, jobs: 10, families: [resnet], slo_ms: 2000}
 
-Errors name the offending field (``scenario light.yaml: field 'workload.streaming.0.replicas': ...``).
+Optional ``truth_sigma`` (default 0.5: how far the simulator's truth is from the public profile table) and
+``events`` (drift events, :mod:`oltunes.sim.events`). Errors name the offending field (``scenario light.yaml: field 'workload.streaming.0.replicas': ...``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from oltunes.errors import ConfigError, invalid
 from oltunes.inventory import pools_from_data
+from oltunes.sim.events import Event
 from oltunes.types import Pool
 
 
@@ -74,10 +76,29 @@ class Scenario(_Strict):
     control_interval_s: float = Field(default=5.0, gt=0, description="measurement / load-update period")
     retune_interval_s: float = Field(default=30.0, gt=0, description="adaptive policies re-decide this often")
     drop_after_slo: float = Field(default=5.0, gt=1, description="a request waiting longer than this x SLO is shed")
+    truth_sigma: float = Field(
+        default=0.5, ge=0, le=2, allow_inf_nan=False,
+        description="log-sigma of the seeded per-(variant, accelerator) factor between the public profile table and "
+                    "the simulator's truth (0 = the table is exact)")
     pools: list[dict[str, Any]] = Field(min_length=1)
     batch_sizes: list[int] = Field(default=[1, 2, 4, 8, 16], min_length=1)
     concurrencies: list[int] = Field(default=[1, 2, 3, 4], min_length=1)
     workload: Workload
+    events: list[Event] = Field(default=[], max_length=100, description="drift events (oltunes.sim.events)")
+
+    @model_validator(mode="after")
+    def _events_fit(self) -> Scenario:
+        pools = {str(p.get("name")): _accelerator_name(p.get("accelerator")) for p in self.pools}
+        for i, ev in enumerate(self.events):
+            if ev.at_s >= self.duration_s:
+                raise ValueError(f"events.{i}.at_s: must fall inside the run (< duration_s)")
+            pool = getattr(ev, "pool", None)
+            if pool is not None and pool not in pools:
+                raise ValueError(f"events.{i}.pool: no such pool in 'pools'")
+            acc = getattr(ev, "accelerator", None)
+            if acc is not None and acc not in pools.values():
+                raise ValueError(f"events.{i}.accelerator: no pool of that accelerator type")
+        return self
 
     @field_validator("batch_sizes", "concurrencies")
     @classmethod
@@ -88,6 +109,11 @@ class Scenario(_Strict):
 
     def pool_list(self, source: str | None = None) -> list[Pool]:
         return pools_from_data({"pools": self.pools}, source=source or f"scenario {self.name}")
+
+
+def _accelerator_name(spec: Any) -> str:
+    """A pool's accelerator: a catalog name or an inline mapping with a ``name`` (inventory format)."""
+    return str(spec.get("name")) if isinstance(spec, dict) else str(spec)
 
 
 def scenario_from_data(data: Any, source: str = "scenario") -> Scenario:

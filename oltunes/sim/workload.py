@@ -6,7 +6,8 @@
 * ``alibaba/gpu_v2023/openb_pod_list_default.csv``: pods (``creation_time``, ``scheduled_time``,
   ``deletion_time``, ``num_gpu``, ``gpu_milli``).
 
-A stream shorter than the run is looped; replicas of one stream start at seeded random offsets so they are not in
+Rate-step events (``oltunes.sim.events.RateStep``) reshape a stream's arrivals after their time. A stream shorter
+than the run is looped; replicas of one stream start at seeded random offsets so they are not in
 lock-step; ``rate_scale`` thins the trace (below 1) or superposes shifted copies (above 1). Batch jobs take a seeded window of consecutive submissions,
 compressed into the arrival window; their work (items) is the trace's GPU-seconds times ``items_per_gpu_second``.
 """
@@ -91,7 +92,7 @@ def _loop(base: np.ndarray, duration_s: float, offset: float) -> np.ndarray:
     return tiled[(tiled >= 0) & (tiled < duration_s)]
 
 
-def _scaled(base: np.ndarray, duration_s: float, rate_scale: float, rng: np.random.Generator) -> np.ndarray:
+def scaled(base: np.ndarray, duration_s: float, rate_scale: float, rng: np.random.Generator) -> np.ndarray:
     """Scale a trace's rate without changing its shape over time: whole copies at random offsets for the integer
     part, Bernoulli thinning for the fraction (thinning also shrinks the trace's clumps of simultaneous requests,
     which compressing time would not)."""
@@ -108,6 +109,7 @@ def _floor(model: PerformanceModel, family: str, drop_pts: float) -> float:
 
 
 def _streams(spec: StreamSpec, sc: Scenario, model: PerformanceModel, data_dir: str, rng, idx: int) -> list[SimJob]:
+    events_rng = np.random.default_rng([sc.seed, 101, idx])  # its own stream: events never reshuffle the rest
     if spec.trace == "proteus":
         families = spec.families or model.families()
     else:
@@ -128,8 +130,10 @@ def _streams(spec: StreamSpec, sc: Scenario, model: PerformanceModel, data_dir: 
             raise ConfigError(f"scenario {sc.name}: field 'workload.streaming.{idx}.slo_ms': required for azure")
         for r in range(spec.replicas):
             offset = 0.0 if r == 0 else float(rng.uniform(0, base[-1] if len(base) else 0))
-            arr = _scaled(_loop(base, sc.duration_s + float(base[-1]), offset), sc.duration_s, spec.rate_scale, rng)
-            rate = len(arr) / sc.duration_s
+            arr = scaled(_loop(base, sc.duration_s + float(base[-1]), offset), sc.duration_s, spec.rate_scale, rng)
+            rate = len(arr) / sc.duration_s  # the rate a user declares: before any rate step
+            for ev in sc.events:
+                arr = ev.reshape(fam, arr, sc.duration_s, events_rng)
             job = JobSpec(
                 job_id=f"s{idx}-{fam}-{r}",
                 kind="streaming",

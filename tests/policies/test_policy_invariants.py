@@ -1,4 +1,4 @@
-"""Every registered policy through the same invariants (river's test_estimators pattern)."""
+"""Every registered policy (``Policy.known()``) through the same invariants (river's test_estimators pattern)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import pytest
 
 from oltunes.errors import ConfigError
 from oltunes.policies import Policy, PolicyContext
-from oltunes.sim.cluster import SimCluster
-from oltunes.sim.run import prepare, run_policy
+from oltunes.simulation import prepare, run_policy
 from oltunes.sim.scenario import load_scenario
-from oltunes.types import JobSpec, Placement
+from oltunes.types import Candidate, ClusterState, JobSpec, Placement
 
-EXPECTED = {"oltunes", "oltunes-profiled", "round-robin", "least-loaded", "random", "static-profile", "gavel-like", "oracle"}
+ALL = Policy.known()
 
 
-def test_all_seven_policies_are_registered():
-    assert EXPECTED <= set(Policy.known())
+def test_the_policies_the_report_compares_are_registered():
+    assert {"oltunes", "oltunes-profiled", "round-robin", "least-loaded", "random", "static-profile", "gavel-like",
+            "oracle"} <= set(ALL)
     with pytest.raises(ConfigError, match="round-robin"):
         Policy.lookup("no-such-policy")
 
@@ -28,11 +28,11 @@ def tiny(shared_data):
 @pytest.fixture(scope="module")
 def ctx(tiny):
     sc = tiny.scenario
-    return PolicyContext(model=tiny.model, variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
+    return PolicyContext(profile=tiny.model, truth=tiny.truth(), variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
                          concurrencies=tuple(sc.concurrencies), seed=0)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", ALL)
 def test_policy_respects_capacity_and_accuracy_floor(name, tiny):
     res = run_policy(tiny, name)
     assert res.decisions > 0
@@ -43,40 +43,53 @@ def test_policy_respects_capacity_and_accuracy_floor(name, tiny):
             assert v.family == r.job.spec.family and v.accuracy >= r.job.spec.accuracy_floor - 1e-12
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_policy_waits_when_the_cluster_is_full(name, tiny, ctx):
-    cluster = SimCluster(tiny.scenario.pool_list())
+@pytest.mark.parametrize("name", ALL)
+def _full(tiny) -> ClusterState:
     filler = tiny.model.variant("resnet18_v1")
-    from oltunes.types import Candidate
-
-    k = 0
-    for p in cluster.pools:
+    placements = []
+    for p in tiny.scenario.pool_list():
         for d in range(p.count):
-            for _ in range(p.slots_per_device):
+            for k in range(p.slots_per_device):
                 cand = Candidate(pool=p.name, accelerator=p.accelerator.name, variant=filler, batch_size=1)
-                cluster.place(Placement(job_id=f"f{k}", pool=p.name, device=d, candidate=cand, slo_ms=300))
-                k += 1
+                placements.append(Placement(job_id=f"f-{p.name}-{d}-{k}", pool=p.name, device=d, candidate=cand,
+                                            slo_ms=300))
+    return ClusterState(pools=tiny.scenario.pool_list(), placements=placements)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_policy_waits_when_the_cluster_is_full(name, tiny, ctx):
     policy = Policy.make(name, ctx=ctx)
     job = JobSpec(job_id="new", kind="streaming", family="bert", slo_ms=300, arrival_rate_rps=5,
                   accuracy_floor=tiny.model.best_accuracy("bert") - 0.04)
-    d = policy.decide(job, cluster)
+    d = policy.decide(job, _full(tiny))
     assert d is None, f"{name} placed a job on a full cluster: {d.candidate.key if d else None}"
 
 
-def test_oltunes_retune_passes_the_current_placement_and_stays(tiny, ctx):
-    """The engine names the job's old placement while re-tuning; the tuner then keeps a near-best placement
+@pytest.mark.parametrize("name", ALL)
+def test_a_decision_names_a_real_device_with_a_free_slot(name, tiny, ctx):
+    """On a full cluster but for one empty device, every policy places the job on that device."""
+    state = _full(tiny)
+    freed = state.placements[-1]
+    state.placements = [pl for pl in state.placements if (pl.pool, pl.device) != (freed.pool, freed.device)]
+    job = JobSpec(job_id="new", kind="batch", family="resnet", slo_ms=2000, items=100,
+                  accuracy_floor=tiny.model.best_accuracy("resnet") - 0.04)
+    d = Policy.make(name, ctx=ctx).decide(job, state)
+    assert d is not None, name
+    assert d.pool == freed.pool and (d.group is None or d.group.device == freed.device), name
+    assert d.candidate.accelerator == state.pool(freed.pool).accelerator.name
+
+
+def test_oltunes_keeps_its_current_placement_when_re_decided(tiny, ctx):
+    """Re-deciding a running job passes its placement as ``current``; the tuner keeps a near-best placement
     (same device) instead of moving the job."""
-    cluster = SimCluster(tiny.scenario.pool_list())
+    pools = tiny.scenario.pool_list()
     policy = Policy.make("oltunes", ctx=ctx, explore_rate=0.0)
     job = JobSpec(job_id="s", kind="streaming", family="bert", slo_ms=300, arrival_rate_rps=5,
                   accuracy_floor=tiny.model.best_accuracy("bert") - 0.04)
-    d = policy.decide(job, cluster)
-    dev = d.group.device if d.group else cluster.least_loaded_device(d.pool)
+    d = policy.decide(job, ClusterState(pools=pools))
+    dev = d.group.device if d.group else 0
     pl = Placement(job_id="s", pool=d.pool, device=dev, candidate=d.candidate, slo_ms=300, arrival_rate_rps=5)
-    cluster.place(pl)
-    cluster.remove("s", keep_load=True)
-    cluster.retuning = pl
-    again = policy.decide(job, cluster)
+    again = policy.decide(job, ClusterState(pools=pools), current=pl)
     assert "kept the current placement" in again.explanation.note
     assert again.group is not None and (again.group.pool, again.group.device) == (d.pool, dev)
 
@@ -86,9 +99,7 @@ def test_oltunes_profiled_starts_from_the_offline_profile(ctx):
     policy = Policy.make("oltunes-profiled", ctx=ctx)
     rows = policy.profile_rows()
     r = next(r for r in rows if r["accelerator"] == "a100" and r["batch_size"] == 4)
-    v = ctx.model.variant(r["variant"])
-    from oltunes.types import Candidate
-
+    v = ctx.profile.variant(r["variant"])
     cand = Candidate(pool="x", accelerator="a100", variant=v, batch_size=4)
     pred = policy.tuner.predict(JobSpec(family=v.family, slo_ms=100), [cand])[0]
     assert pred.latency_p99_ms == pytest.approx(r["latency_ms"], rel=1e-6)

@@ -26,6 +26,25 @@ def test_cli_writes_report_and_plots(shared_data, oltunes_home, tmp_path):
         assert KEYS <= set(m)
     for name in ("latency_cdf.png", "slo_violations_over_time.png", "energy_vs_accuracy.png"):
         assert (plots / name).stat().st_size > 1000
+    assert set(rep["regret_per_quarter"]) == {"round-robin"} and len(rep["regret_per_quarter"]["round-robin"]) == 4
+    assert "regret vs the oracle per quarter" in res.output and rep["events"] == []
+
+
+def test_cli_reports_each_drift_event(shared_data, oltunes_home, tmp_path):
+    from oltunes.sim.scenario import load_scenario
+
+    data = load_scenario("tiny").model_dump()
+    data["events"] = [{"at_s": 30, "kind": "slow_accelerator", "accelerator": "t4", "factor": 3.0}]
+    f = tmp_path / "drift.yaml"
+    f.write_text(yaml.safe_dump(data))
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["simulate", "--scenario", str(f), "--policies", "static-profile,oracle",
+                                   "--json", str(out), "--no-mlflow"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "drift events" in res.output and "slow_accelerator" in res.output and "recovery" in res.output
+    (ev,) = json.loads(out.read_text())["events"]
+    assert set(ev["policies"]) == {"static-profile", "oracle"}
+    assert {"before", "after", "recovery_s"} <= set(ev["policies"]["oracle"])
 
 
 def test_cli_bad_scenario_names_the_field(shared_data, oltunes_home, tmp_path):

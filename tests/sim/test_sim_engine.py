@@ -7,7 +7,7 @@ import pytest
 
 from oltunes.policies import Policy
 from oltunes.sim.metrics import compute, regret, request_arrays, warmup
-from oltunes.sim.run import prepare, run_policy
+from oltunes.simulation import prepare, run_policy
 from oltunes.sim.scenario import load_scenario
 
 
@@ -89,7 +89,7 @@ def test_streaming_measurements_carry_request_level_latency(tiny):
     from oltunes.policies import PolicyContext
 
     sc = tiny.scenario
-    ctx = PolicyContext(model=tiny.model, variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
+    ctx = PolicyContext(profile=tiny.model, variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
                         concurrencies=tuple(sc.concurrencies), seed=sc.seed)
     policy = Policy.make("oltunes", ctx=ctx)
     seen = []

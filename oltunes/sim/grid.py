@@ -1,57 +1,29 @@
-"""Vectorised evaluation of every (variant, batch, concurrency) for one device, from the performance model.
+"""The grid evaluation behind ``PerformanceModel.grid`` (the ``oltunes.profiles.Profile`` interface): every
+(variant, batch, concurrency) of one job on one device at once, vectorised; arrays shaped (V, B, C).
 
-Used by the policies that may read the model: ``oracle`` (noiseless truth with the device's real co-runners and
-load) and the offline-profile baselines (``static-profile``, ``gavel-like``: isolated, as a profiling run ahead of
-time would measure). Arrays are shaped (variants, batches, concurrencies).
+The same physics as :meth:`PerformanceModel.truth` (interference by pair class, concurrency overlap, time-slicing
+with gavel packing, lognormal noise quantiles), plus a queueing estimate for streaming jobs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
+from oltunes.profiles import Grid
 from oltunes.sim import calibration as cal
 from oltunes.sim.perfmodel import Z99, PerformanceModel
-from oltunes.types import JobSpec, Prediction, Variant
-
-
-@dataclass
-class Grid:
-    variants: list[Variant]
-    batches: np.ndarray
-    concurrencies: np.ndarray
-    p99_batch_ms: np.ndarray  # p99 latency of one batch
-    p99_request_ms: np.ndarray  # estimated p99 request latency incl. queueing (streaming), = batch p99 for batch
-    capacity_rps: np.ndarray  # items/s the configuration can serve
-    rho: np.ndarray  # offered load / capacity (streaming), 1 for batch jobs
-    energy_j_per_item: np.ndarray  # busy energy per item
-    mean_batch_ms: np.ndarray  # mean latency of one full batch
-
-    def argbest(self, feasible: np.ndarray, cost: np.ndarray) -> tuple[int, int, int] | None:
-        """Index of the lowest-cost feasible cell (ties: more accurate variant, then fewer executors)."""
-        if not feasible.any():
-            return None
-        acc = np.array([v.accuracy for v in self.variants])[:, None, None]
-        key = np.where(feasible, cost - 1e-9 * acc + 1e-12 * self.concurrencies[None, None, :], np.inf)
-        return tuple(int(x) for x in np.unravel_index(int(np.argmin(key)), key.shape))  # type: ignore[return-value]
-
-    def prediction(self, i: tuple[int, int, int]) -> Prediction:
-        """The cell's batch p99, busy energy per item and capacity, as the Decision's prediction."""
-        return Prediction(
-            latency_p99_ms=float(self.p99_batch_ms[i]),
-            energy_j_per_item=float(self.energy_j_per_item[i]),
-            throughput_items_per_s=float(self.capacity_rps[i]),
-        )
+from oltunes.types import JobSpec, Variant
 
 
 def evaluate(
     model: PerformanceModel,
     job: JobSpec,
     accelerator: str,
-    variants: list[Variant],
-    batches: tuple[int, ...],
-    concurrencies: tuple[int, ...],
+    variants: Sequence[Variant],
+    batches: Sequence[int],
+    concurrencies: Sequence[int],
     co: list[tuple[int, float]] | None = None,
 ) -> Grid:
     """Noiseless expected behaviour of each configuration on a device with co-runners ``co`` (variant, load)."""

@@ -1,0 +1,96 @@
+"""Run a scenario under several policies: the one entry point the CLI, the benchmarks and the tests share.
+
+The composition root: it joins the simulator (``oltunes.sim``: truth, cluster, engine) and the placement policies
+(``oltunes.policies``), which never import each other — policies see only ``ClusterState`` and the
+``oltunes.profiles.Profile`` interface, the engine only the shape of a policy (``decide`` / ``observe``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from oltunes.config import Settings, get_settings
+from oltunes.policies import Policy, PolicyContext
+from oltunes.sim.cluster import SimCluster
+from oltunes.sim.engine import RunResult, Simulator
+from oltunes.sim.metrics import compute
+from oltunes.sim.perfmodel import PerformanceModel, load_performance_model
+from oltunes.sim.scenario import Scenario
+from oltunes.sim.workload import SimJob, build_workload
+
+
+@dataclass
+class Prepared:
+    scenario: Scenario
+    model: PerformanceModel
+    jobs: list[SimJob]
+
+    def truth(self) -> PerformanceModel:
+        """A fresh copy of the simulator's truth for one run (seeded by the scenario: every policy faces the same)."""
+        return self.model.perturbed(self.scenario.truth_sigma, self.scenario.seed)
+
+    @property
+    def n_requests(self) -> int:
+        return sum(j.n_requests for j in self.jobs)
+
+
+def prepare(sc: Scenario, settings: Settings | None = None) -> Prepared:
+    s = settings or get_settings()
+    model = load_performance_model(s)
+    return Prepared(sc, model, build_workload(sc, model, s.shared_data))
+
+
+def context(p: Prepared, truth: PerformanceModel, cluster: SimCluster | None = None) -> PolicyContext:
+    """What every policy of a run is built with: the public table, the truth (for the oracle only), and the
+    cluster's clock and load monitor."""
+    sc = p.scenario
+    cluster = cluster or SimCluster(sc.pool_list())
+    return PolicyContext(
+        profile=p.model,
+        truth=truth,
+        clock=lambda: cluster.now,
+        monitor=cluster.loads.get,
+        variants=tuple(p.model.variants()),
+        batch_sizes=tuple(sc.batch_sizes),
+        concurrencies=tuple(sc.concurrencies),
+        seed=sc.seed,
+        arrivals={j.spec.job_id: j.arrivals for j in p.jobs if j.arrivals is not None},
+        horizon_s=sc.retune_interval_s,
+    )
+
+
+def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], None] | None = None,
+               **policy_kwargs) -> RunResult:
+    """One policy on a fresh cluster (same jobs, same seed: policies see the same workload and device drift).
+
+    The physics is ``p.truth()``: the public table perturbed per (variant, accelerator) with the scenario's
+    ``truth_sigma`` (fresh per run, since drift events change it); policies read the public table, the oracle the truth.
+    """
+    sc = p.scenario
+    truth = p.truth()
+    cluster = SimCluster(sc.pool_list())
+    if isinstance(policy, str):
+        policy = Policy.make(policy, ctx=context(p, truth, cluster), **policy_kwargs)
+    sim = Simulator(
+        truth,
+        cluster,
+        p.jobs,
+        duration_s=sc.duration_s,
+        seed=sc.seed,
+        control_interval_s=sc.control_interval_s,
+        retune_interval_s=sc.retune_interval_s,
+        drop_after_slo=sc.drop_after_slo,
+        events=sc.events,
+    )
+    return sim.run(policy, progress)
+
+
+def run_scenario(p: Prepared, policies: list[str], progress: Callable[[str, float], None] | None = None
+                 ) -> dict[str, tuple[RunResult, dict[str, float]]]:
+    out = {}
+    for name in policies:
+        cb = (lambda f, n=name: progress(n, f)) if progress else None
+        res = run_policy(p, name, cb)
+        out[name] = (res, compute(res))
+    return out
