@@ -71,7 +71,7 @@ _MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territor
 _MAX_SEEN = 1_000_000  # measurement ids remembered for exactly-once
 _CONFIG = ("seed", "n_factors", "lr", "explore_rate", "explore_slack", "margin_quantile", "throughput_headroom",
            "near_equal", "stay_tolerance", "burstiness", "novelty", "crowding", "partial_batches", "saturated_util",
-           "learner_replay")
+           "learner_replay", "pooled_correction", "implied_throughput")
 
 
 class Tuner:
@@ -129,6 +129,15 @@ class Tuner:
     crowding
         Only when nothing is feasible: penalty (in units of relative SLO overshoot) per job already on a
         device, so that the least-violating fallback spreads instead of packing.
+    pooled_correction
+        Correct the prior first with a hierarchical shrinkage of measured residuals (``tuner.correction``: all ->
+        accelerator -> family -> variant -> configuration, the prior's weight = ``Prior.evidence``); the FM learns
+        what is left. The heuristic prior is 15-50x too fast for the simulator's ONNX Runtime timings, and the FM
+        alone needs hundreds of observations to learn that; this needs a handful (README, "Tuner learning").
+    implied_throughput
+        Predict capacity as ``1000 b c / p99 batch latency`` (no further margin: p99 is already pessimistic)
+        instead of learning throughput as a separate target, which streaming jobs teach only when saturated: its
+        sparse, noisy residuals gave x4-x5 throughput margins that made every candidate look overloaded.
     stay_tolerance
         When re-tuning a running job (``decide(..., current=...)``), keep its placement while its objective
         is within this fraction of the best.
@@ -154,7 +163,8 @@ class Tuner:
                  margin_quantile: float = 0.95, throughput_headroom: float = 1.2,
                  near_equal: float = 0.02, stay_tolerance: float = 0.1, burstiness: float | None = 2.0,
                  novelty: float = 0.5, crowding: float = 0.25, partial_batches: bool = False,
-                 saturated_util: float = 0.8, learner_replay: bool = False) -> None:
+                 saturated_util: float = 0.8, learner_replay: bool = False, pooled_correction: bool = True,
+                 implied_throughput: bool = True) -> None:
         self._lock = threading.RLock()  # the service may call from several threads
         self.batch_sizes = self._positive_ints(batch_sizes, "batch_sizes")
         self.concurrencies = self._positive_ints(concurrencies, "concurrencies")
@@ -177,12 +187,14 @@ class Tuner:
         self.near_equal, self.stay_tolerance, self.crowding = near_equal, stay_tolerance, crowding
         self.burstiness, self.novelty = burstiness, novelty
         self.partial_batches, self.saturated_util, self.learner_replay = partial_batches, saturated_util, learner_replay
+        self.pooled_correction, self.implied_throughput = pooled_correction, implied_throughput
 
         self.catalogue = Catalogue(variants)
         self.estimator = Estimator(
             self.catalogue, self.prior, batch_sizes=self.batch_sizes, concurrencies=self.concurrencies, seed=seed,
             n_factors=n_factors, lr=lr, margin_quantile=margin_quantile, novelty=novelty, burstiness=burstiness,
-            partial_batches=partial_batches, saturated_util=saturated_util, learner_replay=learner_replay)
+            partial_batches=partial_batches, saturated_util=saturated_util, learner_replay=learner_replay,
+            pooled_correction=pooled_correction, implied_throughput=implied_throughput)
         self.constraints = build_constraints(self.estimator, throughput_headroom)
         self.selector = Selector(near_equal=near_equal, stay_tolerance=stay_tolerance, explore_rate=explore_rate,
                                  explore_slack=explore_slack, crowding=crowding,

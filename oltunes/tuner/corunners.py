@@ -78,9 +78,11 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
         key, lambda: _plan(est, members, job.family, sizes))
     margins = np.array([est.latency_margin(c) for c in cands])
+    corr = np.array([est.correction_of(c) for c in cands]).reshape(len(cands), -1)[:, LAT]
     M = len(members)
-    log_with = est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
-    log_alone = est.model.predict_many(*alone_idx)[:, LAT] + prior_alone
+    log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
+                + corr[:, None, None])
+    log_alone = est.model.predict_many(*alone_idx)[:, LAT] + prior_alone + corr
     good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
     slow = np.exp(log_with - log_alone[:, None, None])
     if not good.all():

@@ -42,6 +42,7 @@ from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
 from oltunes.tuner.candidates import PlacementOption, fill_wait_ms, queue_wait_ms
 from oltunes.tuner.catalogue import Catalogue
+from oltunes.tuner.correction import PooledCorrection
 from oltunes.tuner.memo import Memo
 from oltunes.tuner.prior import Prior
 from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
@@ -117,8 +118,9 @@ class Estimator:
     def __init__(self, catalogue: Catalogue, prior: Prior, *, batch_sizes: tuple[int, ...],
                  concurrencies: tuple[int, ...], seed: int, n_factors: int, lr: float, margin_quantile: float,
                  novelty: float, burstiness: float | None, partial_batches: bool, saturated_util: float,
-                 learner_replay: bool) -> None:
+                 learner_replay: bool, pooled_correction: bool = True, implied_throughput: bool = True) -> None:
         self.catalogue = catalogue
+        self.implied_throughput = implied_throughput
         self.prior = prior
         self.batch_sizes = batch_sizes
         self.concurrencies = concurrencies
@@ -132,6 +134,8 @@ class Estimator:
         self.model = MultiFMRegressor(targets=TARGETS, n_factors=n_factors, weight_optimizer=FTML(lr=lr),
                                       latent_optimizer=FTML(lr=lr), l2_latent=1e-2, seed=seed,
                                       **(ONLINE_SETTINGS if learner_replay else {}))
+        # None: the FM alone corrects the prior (the shape before the pooled correction, kept to compare)
+        self.correction = PooledCorrection(len(TARGETS), root_k=prior.evidence) if pooled_correction else None
         self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
         # streaming job id -> recent "burst sizes" (requests queued beyond the batch model, see learn)
@@ -250,7 +254,20 @@ class Estimator:
         xs = [encode(c, cand) for c, cand in zip(ctxs, candidates)]
         rows, vals = self.model.index(xs)
         raw = self.model.predict_many(rows, vals)
-        return raw + np.array([self.prior_log(c, x) for x, c in zip(ctxs, candidates)])
+        out = raw + np.array([self.prior_log(c, x) + self.correction_of(c) for x, c in zip(ctxs, candidates)])
+        if self.implied_throughput:
+            out[:, THR] = np.log([1000.0 * c.batch_size * c.concurrency for c in candidates]) - out[:, LAT]
+        return out
+
+    def correction_of(self, c: Candidate) -> np.ndarray | float:
+        """The pooled correction (log, per target) of one candidate (0 without one)."""
+        return 0.0 if self.correction is None else self.correction.predict_candidate(c)
+
+    def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
+        if self.correction is None:
+            return 0.0
+        return self.per_observation.get(("correction", tuple(regions), variants[0].family), lambda: self.correction.grid(
+            regions, variants, self.batch_sizes, self.concurrencies))
 
     def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
         m = self.model
@@ -263,38 +280,51 @@ class Estimator:
         con = self.memo.get(("conc",), lambda: m.index([concurrency_features(c) for c in self.concurrencies]))
         return [job, place, var, bat, con]
 
+    def _log_items_per_batch(self) -> np.ndarray:
+        """log(batch x concurrency) over the grid's (B, C) axes."""
+        return np.log(np.outer(self.batch_sizes, self.concurrencies).astype(float))
+
     def estimate(self, job: JobSpec, options: list[PlacementOption], variants: list[Variant],
                  no_capacity: bool = False) -> Estimate:
         """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
         ctx = job_context(job)
         static = self.memo.get(("static", job.family), dict)  # variants x batch x concurrency block
         raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
-        logp = raw + self._prior_grid(options, variants, ctx)  # 3, P, V, B, C
         regions = [o.pool.accelerator.name for o in options]
+        logp = raw + self._prior_grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
         marg = np.array([self.margins(r, job.family) for r in regions])  # P, 3
+        if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
+            logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
         lat, energy, thr = np.exp(logp)
         # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
         # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
         visits = self._visit_grid(regions, variants)  # P, V
         pess_lat = lat * np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
-        rate = job.arrival_rate_rps
         streaming = job.kind == "streaming"
-        req_lat = pess_lat
-        pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if streaming else thr
-        if streaming and rate > 0:  # a request may wait for its batch to fill (bounded by the batcher's delay)
-            req_lat = pess_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
-            queue = 0.0
-            if self.burstiness is not None:  # and for a free lane: queueing grows with utilisation
-                queue = queue_wait_ms(pess_lat, rate, pess_thr, np.array(self.concurrencies, dtype=float),
-                                      self.burstiness)
-            backlog = self.burst(job.job_id)
-            if backlog is not None:  # measured: the job's own bursts drain at this candidate's throughput
-                # (its mean prediction: the backlog is already a high quantile of what was measured)
-                queue = np.maximum(queue, 1000.0 * backlog / thr)
-            req_lat = req_lat + queue
+        # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
+        learned_thr = streaming and not self.implied_throughput
+        pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if learned_thr else thr
+        req_lat = self._request_latency(job, pess_lat, pess_thr, thr)
         return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
-                        concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg, visits=visits, pess_lat=pess_lat,
-                        pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
+                        concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
+                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
+
+    def _request_latency(self, job: JobSpec, batch_lat: np.ndarray, thr: np.ndarray,
+                         mean_thr: np.ndarray) -> np.ndarray:
+        """What a request waits: the batch latency; for streaming + the batch-fill wait (bounded by the
+        batcher's delay) + queueing (Kingman at the utilisation ``rate / thr``, or the job's own measured
+        bursts drained at ``mean_thr``, whichever is larger)."""
+        rate = job.arrival_rate_rps
+        if job.kind != "streaming" or rate <= 0:
+            return batch_lat
+        req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
+        queue = 0.0
+        if self.burstiness is not None:
+            queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float), self.burstiness)
+        backlog = self.burst(job.job_id)
+        if backlog is not None:  # the backlog is already a high quantile of what was measured: mean throughput
+            queue = np.maximum(queue, 1000.0 * backlog / mean_thr)
+        return req + queue
 
     # ------------------------------------------------------------------------------------------------ learn
     def learn(self, m: Measurement) -> None:
@@ -310,11 +340,20 @@ class Estimator:
             "log_energy": math.log(m.energy_j_per_item) - prior[EN] if m.energy_j_per_item > 0 else None,
             "log_throughput": math.log(m.throughput_items_per_s) - prior[THR] if capacity else None,
         }
-        before = self.model.learn_predict_one(x, y)
+        corr_before = corr_after = np.zeros(len(TARGETS))
+        if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
+            corr_before = self.correction.predict_candidate(c)
+            mask = np.array([y[t] is not None for t in TARGETS])
+            self.correction.learn(c.accelerator, c.variant, c.batch_size, c.concurrency,
+                                  np.array([y[t] or 0.0 for t in TARGETS]), mask)
+            corr_after = self.correction.predict_candidate(c)
+        before = self.model.learn_predict_one(x, {t: None if y[t] is None else y[t] - corr_after[i]
+                                                  for i, t in enumerate(TARGETS)})
         for i, t in enumerate(TARGETS):
-            if y[t] is not None:
-                self.residuals[t].update(c.accelerator, y[t] - before[i])
-                self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", y[t] - before[i])
+            if y[t] is not None:  # progressive validation: the error of the prediction made before learning
+                err = y[t] - corr_before[i] - before[i]
+                self.residuals[t].update(c.accelerator, err)
+                self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", err)
         key = f"{c.accelerator}/{c.variant.name}"
         self.visits[key] = self.visits.get(key, 0) + 1
         self._learn_burst(m)
@@ -384,6 +423,7 @@ class Estimator:
             "visits": dict(self.visits),
             "bursts": {k: list(v) for k, v in self.bursts.items()},
             "loads": {k: list(v) for k, v in self.loads.items()},
+            **({"correction": self.correction.state_dict()} if self.correction is not None else {}),
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -393,6 +433,8 @@ class Estimator:
         self.bursts = {str(k): deque((float(x) for x in v), maxlen=_BURST_WINDOW)
                        for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
         self.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
+        if self.correction is not None and "correction" in d:  # absent in states saved before it existed
+            self.correction = PooledCorrection.from_state_dict(d["correction"], len(TARGETS))
         for a in d.get("accelerators", []):
             acc = Accelerator.model_validate(a)
             self.accelerators[acc.name] = acc
