@@ -134,9 +134,9 @@ class _ServerSideTimer:
     def __getattr__(self, name: str):
         return getattr(self.tuner, name)
 
-    def recommend(self, job: JobSpec, cluster: ClusterState):
+    def recommend(self, job: JobSpec, cluster: ClusterState, *, current=None):
         t0 = time.perf_counter()
-        d = self.tuner.recommend(job, cluster)
+        d = self.tuner.recommend(job, cluster, current=current)
         self.times_ms.append((time.perf_counter() - t0) * 1e3)
         return d
 

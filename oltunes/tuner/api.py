@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from oltunes.types import MAX_LIST, ClusterState, Decision, JobSpec, Measurement, Variant
+from oltunes.types import MAX_LIST, ClusterState, Decision, JobSpec, Measurement, Placement, Variant
 
 API_PREFIX = "/v1"
 
@@ -43,11 +43,13 @@ class RecommendRequest(_Envelope):
     """A job and the cluster it should run on.
 
     ``cluster`` may be omitted when the service was started with an inventory (``--inventory``); it then uses
-    those pools with nothing placed on them.
+    those pools with nothing placed on them. ``current`` (re-tuning a running job): where it runs now, so the
+    service prefers staying put exactly as an in-process ``Tuner.decide(..., current=...)`` does.
     """
 
     job: JobSpec
     cluster: ClusterState | None = None
+    current: Placement | None = None
 
 
 class RecommendResponse(_Envelope):

@@ -49,6 +49,7 @@ from oltunes.types import (
     Explanation,
     JobSpec,
     Measurement,
+    Placement,
     Prediction,
     Variant,
 )
@@ -186,9 +187,13 @@ class TunerClient:
 
     # -- the Tuner interface ---------------------------------------------------------------------------------
 
-    def recommend(self, job: JobSpec, cluster: ClusterState) -> Decision:
+    def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
         """The service's decision; `safe_default` (``source="fallback"``) when it is unreachable."""
-        body = RecommendRequest(job=job, cluster=cluster).model_dump_json()
+        return self.recommend(job, cluster, current=current)
+
+    def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision:
+        """The same as :meth:`decide` (the name the first API used)."""
+        body = RecommendRequest(job=job, cluster=cluster, current=current).model_dump_json()
         try:
             r = self._request("POST", "/recommend", content=body)
         except _Unreachable as e:

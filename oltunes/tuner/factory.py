@@ -11,14 +11,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Variant
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
 
 
 @runtime_checkable
 class TunerLike(Protocol):
     """The ask/tell interface shared by `oltunes.tuner.Tuner` and `oltunes.tuner.client.TunerClient`."""
 
-    def recommend(self, job: JobSpec, cluster: ClusterState) -> Decision: ...
+    def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision: ...
+
+    def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision: ...
 
     def observe(self, m: Measurement) -> bool: ...
 

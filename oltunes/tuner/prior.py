@@ -64,6 +64,10 @@ class Prior(Registered, root=True):
     """Base class: ``base()`` gives (latency ms, energy J/item) at concurrency 1 alone on the device."""
 
     margin: ClassVar[float] = 0.7  # |log error| the prior is trusted to within (x2 either way)
+    # How many measurements the prior is worth: its weight against the first measurements in the tuner's pooled
+    # correction (``oltunes.tuner.correction``). A rule of thumb is worth one; a profile table of the very
+    # configurations more (its error is per (variant, accelerator), which the correction's finer levels fix).
+    evidence: ClassVar[float] = 1.0
 
     def base(self, accelerator: Accelerator, variant: Variant, batch_size: int) -> tuple[float, float]:
         raise NotImplementedError
@@ -164,6 +168,7 @@ class ProfilePrior(Prior, name="profile"):
     """
 
     margin = 0.3
+    evidence = 10.0
 
     def __init__(self, rows: Iterable[Mapping[str, Any] | ProfileRow] = ()) -> None:
         parsed: list[ProfileRow] = []

@@ -67,7 +67,7 @@ class ServedTuner(Protocol):
     variants: Sequence[Any]
     n_observed: int
 
-    def recommend(self, job: Any, cluster: ClusterState) -> Decision: ...
+    def recommend(self, job: Any, cluster: ClusterState, *, current: Any = None) -> Decision: ...
 
     def observe(self, m: Measurement) -> bool: ...
 
@@ -134,7 +134,7 @@ class TunerService:
             raise ConfigError("cluster: required (this service was started without --inventory)")
         with self.lock:
             # Not marked dirty: recommend only advances the exploration RNG, which is not worth a save.
-            return self.tuner.recommend(req.job, cluster)
+            return self.tuner.recommend(req.job, cluster, current=req.current)
 
     def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
         """Learn the new measurements and journal them (not yet fsynced: call `sync` before answering)."""

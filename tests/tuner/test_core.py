@@ -138,7 +138,7 @@ def test_streaming_throughput_constraint(tuner):
     ok = tuner.recommend(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=100), make_cluster())
     assert ok.feasible
     p = ok.explanation.predicted
-    m_thr = tuner._margins(ok.candidate.accelerator, "cnn")[2]
+    m_thr = tuner.estimator.margins(ok.candidate.accelerator, "cnn")[2]
     assert p.throughput_items_per_s * math.exp(-m_thr) >= 100 * tuner.throughput_headroom
     # batch-fill wait (bounded by the dynamic batcher's delay) and queueing at the predicted utilisation count
     # against a streaming SLO

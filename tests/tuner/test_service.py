@@ -328,3 +328,26 @@ def test_cli_serve_subprocess_persists_on_sigint_and_restores(tmp_path):
         assert health["n_observed_total"] == 3 and health["n_observed"] == 0
     finally:
         stop(proc)
+
+
+def test_remote_decide_carries_current_and_stays_put_like_in_process(served, tmp_path):
+    """``current`` travels in the HTTP body: the service keeps a running job where it is, as the in-process
+    tuner does (without it, the job would be sent to the pool's first empty device with no group)."""
+    from oltunes.tuner.client import TunerClient
+    from oltunes.types import Placement
+
+    url, _ = served
+    cluster = make_cluster()
+    twin = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    job = JOB.model_copy(update={"accuracy_floor": 0.0})
+    best = twin.decide(job, cluster)
+    current = Placement(job_id=job.job_id, pool=best.candidate.pool, device=1, candidate=best.candidate,
+                        slo_ms=job.slo_ms)
+    expected = twin.decide(job, cluster, current=current)
+    assert "kept the current placement" in expected.explanation.note and expected.group.device == 1
+    client = TunerClient(url, token=TOKEN, timeout_s=10, outbox_dir=tmp_path / "outbox")
+    remote = client.decide(job, cluster, current=current)
+    assert remote.source != "fallback"
+    assert remote.candidate.key == expected.candidate.key
+    assert (remote.group.pool, remote.group.device) == (current.pool, 1)
+    assert "kept the current placement" in remote.explanation.note

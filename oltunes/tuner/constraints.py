@@ -1,0 +1,174 @@
+"""Constraints: each rules candidates out (a boolean mask over the estimate's grid) and says why.
+
+A candidate is feasible when it passes every constraint:
+
+* ``memory`` — fits the device's free memory and slots (``candidates.memory_need_gb``);
+* ``accuracy`` — the variant's accuracy >= the job's floor;
+* ``latency`` — pessimistic p99 (request latency for streaming: + batch-fill wait + queueing) <= SLO;
+* ``throughput`` — streaming: pessimistic throughput >= arrival rate x headroom;
+* ``co-runners`` — on a shared device, every job already there keeps its SLO with the newcomer
+  (``corunners.member_checks``).
+
+Masks are small broadcastable arrays (materialised only where needed). The explanation — why a runner-up lost,
+which constraints the best infeasible candidate breaks, how many candidates each rules out — comes from here.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from oltunes.registry import Registered
+from oltunes.tuner.candidates import memory_need_gb
+from oltunes.tuner.corunners import load_level, member_checks
+from oltunes.tuner.estimate import Estimate, Estimator
+
+__all__ = ["Constraint", "Verdict", "at", "build_constraints"]
+
+
+def at(mask: np.ndarray, idx: tuple[int, ...]) -> bool:
+    """``mask`` (broadcastable to the candidate grid) at grid index ``idx``."""
+    return bool(mask[tuple(i if n > 1 else 0 for i, n in zip(idx, mask.shape))])
+
+
+class Constraint(Registered, root=True):
+    """Base class: ``mask(est)`` (True = allowed), ``why(est, idx)`` for a candidate the mask rules out."""
+
+    label: ClassVar[str] = ""  # how an infeasible note names the broken constraint
+    why_rank: ClassVar[int] = 0  # a runner-up's reason names its lowest-ranked broken constraint
+
+    def __init__(self, estimator: Estimator, throughput_headroom: float = 1.2) -> None:
+        self.estimator = estimator
+        self.throughput_headroom = throughput_headroom
+
+    def mask(self, est: Estimate) -> np.ndarray:
+        raise NotImplementedError
+
+    def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        raise NotImplementedError
+
+    def detail(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        """Extra words for the infeasible note when the chosen candidate breaks this constraint."""
+        return ""
+
+
+class Accuracy(Constraint, name="accuracy"):
+    label = "accuracy floor"
+    why_rank = 1
+
+    def mask(self, est: Estimate) -> np.ndarray:
+        floor = est.job.accuracy_floor
+        return np.array([v.accuracy >= floor for v in est.variants])[None, :, None, None]
+
+    def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return f"below accuracy floor ({est.variants[idx[1]].accuracy:.3f} < {est.job.accuracy_floor:.3f})"
+
+    def detail(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return f" (best accuracy {max(v.accuracy for v in est.variants):.3f} < {est.job.accuracy_floor:.3f})"
+
+
+class Latency(Constraint, name="latency"):
+    label = "p99 latency SLO"
+    why_rank = 2
+
+    def mask(self, est: Estimate) -> np.ndarray:
+        return est.req_lat <= est.job.slo_ms
+
+    def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return f"slower than SLO ({est.req_lat[idx]:.1f} ms with margin > {est.job.slo_ms:g} ms)"
+
+    def detail(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return f" (predicted {est.req_lat[idx]:.1f} ms with margin > SLO {est.job.slo_ms:g} ms)"
+
+
+class Throughput(Constraint, name="throughput"):
+    label = "throughput >= arrival rate"
+    why_rank = 3
+
+    def mask(self, est: Estimate) -> np.ndarray:
+        if est.job.kind != "streaming":
+            return np.ones((1, 1, 1, 1), dtype=bool)
+        return est.pess_thr >= est.job.arrival_rate_rps * self.throughput_headroom
+
+    def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return "throughput below arrival rate x headroom"
+
+
+class CoRunners(Constraint, name="co-runners"):
+    label = "co-runners' SLOs"
+    why_rank = 4
+
+    def mask(self, est: Estimate) -> np.ndarray:
+        checks = est.extra["members"] = member_checks(self.estimator, est.options, est.variants, est.job)
+        co = checks.ok  # P, V, L
+        if co.all():
+            return np.ones((1, 1, 1, 1), dtype=bool)
+        rate = est.job.arrival_rate_rps
+        if est.job.kind == "streaming" and rate > 0:  # the newcomer's busy share decides how much it slows them
+            level = load_level(rate / est.thr)  # P, V, B, C
+            return np.take_along_axis(co[:, :, None, None, :], level[..., None], axis=-1)[..., 0]
+        return co[:, :, None, None, -1]
+
+    def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return "a co-runner on that device would miss its SLO"
+
+
+class Memory(Constraint, name="memory"):
+    label = "device memory"
+    why_rank = 0
+
+    def mask(self, est: Estimate) -> np.ndarray:
+        need = self.estimator.memo.get(("need", est.job.family), lambda: np.array(
+            [[memory_need_gb(v, c) for c in est.concurrencies] for v in est.variants]))  # V, C
+        free_mem = np.array([o.free_memory_gb for o in est.options])
+        return (need[None, :, :] <= free_mem[:, None, None])[:, :, None, :] & (not est.no_capacity)  # P, V, 1, C
+
+    def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
+        return "does not fit free memory/slots"
+
+
+# Every constraint, in the order infeasible notes list broken ones and count what each rules out.
+NOTE_ORDER = ("accuracy", "latency", "throughput", "co-runners", "memory")
+
+
+def build_constraints(estimator: Estimator, throughput_headroom: float) -> dict[str, Constraint]:
+    return {n: Constraint.make(n, estimator=estimator, throughput_headroom=throughput_headroom) for n in NOTE_ORDER}
+# Which broken constraint's detail an infeasible note gives (the first that has one).
+DETAIL_ORDER = ("latency", "accuracy")
+
+
+class Verdict:
+    """Every constraint's mask over one estimate, their conjunction, and the words for what they rule out."""
+
+    def __init__(self, constraints: dict[str, Constraint], est: Estimate) -> None:
+        self.constraints = constraints
+        self.est = est
+        self.masks = {name: c.mask(est) for name, c in constraints.items()}
+        feasible = np.ones(est.shape, dtype=bool)
+        for m in self.masks.values():
+            feasible &= m
+        self.feasible = feasible
+        self.n_feasible = int(np.count_nonzero(feasible))
+        # Candidates = those that fit a device at all; the others are not counted as options.
+        self.n_candidates = int(np.broadcast_to(self.masks["memory"], est.shape).sum())
+
+    def why(self, idx: tuple[int, ...]) -> str:
+        """Why a candidate is ruled out: its most fundamental broken constraint ("" if none)."""
+        for name in sorted(self.constraints, key=lambda n: self.constraints[n].why_rank):
+            if not at(self.masks[name], idx):
+                return self.constraints[name].why(self.est, idx)
+        return ""
+
+    def broken(self, idx: tuple[int, ...]) -> list[str]:
+        return [n for n in NOTE_ORDER if not at(self.masks[n], idx)]
+
+    def infeasible_note(self, idx: tuple[int, ...], where: str) -> str:
+        broken = self.broken(idx)
+        full = self.est.shape
+        counts = ", ".join(f"{int((~np.broadcast_to(self.masks[n], full)).sum())} fail {n}" for n in NOTE_ORDER)
+        detail = next((d for n in DETAIL_ORDER if n in broken for d in [self.constraints[n].detail(self.est, idx)]
+                       if d), "")
+        labels = [self.constraints[n].label for n in broken]
+        return (f"infeasible: no candidate meets every constraint; best available ({where}) fails "
+                f"{' and '.join(labels) or 'nothing'}{detail}; of {int(np.prod(full))} candidates: {counts}")

@@ -1,0 +1,122 @@
+"""Co-runner checks: does every job already on a device keep its SLO if the newcomer joins?
+
+For a shared device, each member's latency is predicted with the FM's co-runner features at the newcomer's own
+predicted load (``LOAD_LEVELS``: a candidate uses the smallest level >= its busy share ``rate / throughput``;
+batch jobs run flat out, level 1). The newcomer enters a member's features only through additive co-runner
+features that depend on its family, size and load, so one ``raw_sums`` call scores every (member, size, level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oltunes.learner.features import (
+    batch_features,
+    co_runner_features,
+    concurrency_features,
+    job_context,
+    job_features,
+    placement_features,
+    variant_features,
+)
+from oltunes.tuner.candidates import CoLite, PlacementOption, co_runner_of, fill_wait_ms
+from oltunes.tuner.estimate import LAT, Estimator, stream_rate
+from oltunes.tuner.prior import Prior
+from oltunes.types import JobSpec, Variant
+
+__all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
+
+LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
+
+
+def load_level(busy: Any) -> Any:
+    """Index into ``LOAD_LEVELS`` of the level a newcomer with this busy share is checked at."""
+    return np.minimum(np.searchsorted(LOAD_LEVELS, busy), len(LOAD_LEVELS) - 1)
+
+
+@dataclass
+class MemberChecks:
+    """``ok`` (P, V, L): every member of option p keeps its SLO with variant v joining at load level l;
+    ``slow`` (M, S, L): each member's predicted slowdown per newcomer size and level (for the explanation)."""
+
+    ok: np.ndarray
+    by_option: dict[int, list[tuple[str, int]]]  # option -> [(member job id, row of slow)]
+    slow: np.ndarray | None = None
+    sizes: tuple[str, ...] = ()
+
+    def slowdowns(self, p: int, size: str, level: int) -> dict[str, float]:
+        if self.slow is None:
+            return {}
+        j = self.sizes.index(size)
+        return {jid: float(self.slow[i, j, level]) for jid, i in self.by_option.get(p, [])}
+
+
+def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
+                  job: JobSpec) -> MemberChecks:
+    members = [(p, o, mem) for p, o in enumerate(options) for mem in o.members]
+    if not members:
+        return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})
+    sizes = tuple(sorted({v.size for v in variants}))
+    key = ("members", job.family, sizes, tuple(
+        (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
+         mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
+        for _, o, mem in members))
+    # The outcome depends on these members, the newcomer's family and the model's state (``member_memo``'s
+    # version): a burst of recommendations between two observations computes it once.
+    hit = est.member_memo.get((key, tuple((o.pool.name, o.device) for o in options)),
+                         lambda: _compute(est, key, members, options, variants, job, sizes))
+    return MemberChecks(hit.ok.copy(), hit.by_option, hit.slow, hit.sizes)
+
+
+def _compute(est: Estimator, key, members, options, variants, job, sizes) -> MemberChecks:
+    L = len(LOAD_LEVELS)
+    ok = np.ones((len(options), len(variants), L), dtype=bool)
+    plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
+        key, lambda: _plan(est, members, job.family, sizes))
+    margins = np.array([est.latency_margin(c) for c in cands])
+    corr = np.array([est.correction_of(c) for c in cands]).reshape(len(cands), -1)[:, LAT]
+    M = len(members)
+    log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
+                + corr[:, None, None])
+    log_alone = est.model.predict_many(*alone_idx)[:, LAT] + prior_alone + corr
+    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
+    slow = np.exp(log_with - log_alone[:, None, None])
+    if not good.all():
+        vsize = [sizes.index(v.size) for v in variants]
+        np.logical_and.at(ok, np.array([p for p, _, _ in members]), good[:, vsize, :])
+    by_option: dict[int, list[tuple[str, int]]] = {}
+    for i, (p, _, mem) in enumerate(members):
+        by_option.setdefault(p, []).append((mem.job_id, i))
+    return MemberChecks(ok, by_option, slow, sizes)
+
+
+def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
+    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes)."""
+    xa, x_alone, prior_with, prior_alone, waits, slos, cands = [], [], [], [], [], [], []
+    for _, o, mem in members:
+        cand = mem.candidate
+        acc = o.pool.accelerator
+        base_x = {**job_features(job_context(mem)), **placement_features(o.pool.name, acc.name, ()),
+                  **variant_features(cand.variant), **batch_features(cand.batch_size),
+                  **concurrency_features(cand.concurrency)}
+        others = [co_runner_of(x, o.load(i)) for i, x in enumerate(o.members) if x.job_id != mem.job_id]
+        xa.append({**base_x, **co_runner_features(others)})
+        x_alone.append(base_x)
+        load = np.concatenate([[0.0], sum(c.load for c in others) + LOAD_LEVELS])
+        lat0, en0 = est.prior_base(acc, cand.variant, cand.batch_size)
+        lat1, en1 = est.prior_base(acc, cand.variant, 1)
+        plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1,
+                            stream_rate(job_context(mem), est.partial_batches))[LAT]
+        prior_alone.append(plat[0])
+        prior_with.append(plat[1:])
+        waits.append(float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))
+        slos.append(mem.slo_ms)
+        cands.append(cand)  # its latency margin (region + novelty) is read per call, not memoised
+    xd = [co_runner_features([CoLite(family, s, float(level))]) for s in sizes for level in LOAD_LEVELS]
+    plan = est.model.sums_plan(xa, xd)
+    return (plan, est.model.index(x_alone), np.array(prior_with), np.array(prior_alone), np.array(waits),
+            np.array(slos), cands)

@@ -1,0 +1,445 @@
+"""Estimate: what every candidate would do — prior x learned correction, with margins — and learning from what did.
+
+``log metric = log prior + FM residual`` for log p99 latency per batch, log energy per item and log throughput.
+The FM is scored over a whole (placement option x variant x batch x concurrency) grid by combining per-part sums
+of its parameters (``MultiFMRegressor.raw_grid``); the prior's table is memoised per (accelerator, family).
+
+Margins: pessimistic latency = latency x exp(m), m = rolling 95th percentile of |log error| of recent predictions
+for that (accelerator type, family), shrunk towards the accelerator's, in turn shrunk towards the prior's own
+margin while there are few (``ResidualQuantiles``), plus ``novelty / sqrt(1 + n)`` for an (accelerator, variant)
+pair measured n times. Throughput is discounted by its own residual quantile (learned from batch jobs and
+saturated streams only: see ``saturated_util``).
+
+A streaming request's latency adds the batch-fill wait ``min(1000 (b-1) / rate, 5 ms)`` and a p99 queueing delay:
+the larger of Kingman's estimate from the utilisation ``rate / throughput`` (``candidates.queue_wait_ms``) and,
+once the job has reported ``Measurement.request_latency_p99_ms``, its learned burst backlog drained at the
+candidate's throughput (:meth:`Estimator.learn`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from oltunes.errors import DataError
+from oltunes.inventory import CATALOG
+from oltunes.learner.features import (
+    JobContext,
+    batch_features,
+    concurrency_features,
+    encode,
+    job_context,
+    job_features,
+    placement_features,
+    variant_features,
+)
+from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
+from oltunes.learner.ftml import FTML
+from oltunes.learner.uncertainty import ResidualQuantiles
+from oltunes.tuner.candidates import PlacementOption, fill_wait_ms, queue_wait_ms
+from oltunes.tuner.catalogue import Catalogue
+from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.memo import Memo
+from oltunes.tuner.prior import Prior
+from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
+
+__all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
+
+TARGETS = ("log_latency", "log_energy", "log_throughput")
+LAT, EN, THR = 0, 1, 2
+_BURST_WINDOW = 12  # request-level measurements kept per streaming job (a minute at 5 s intervals)
+_BURST_Q = 0.9  # quantile of those the queueing check uses
+_MAX_JOBS = 10_000  # streaming jobs / loads remembered (oldest forgotten first)
+
+
+def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
+    """The request rate that shapes dynamic batching in the prior (0: full batches; always 0 for batch jobs)."""
+    return ctx.arrival_rate_rps if partial_batches and ctx.kind == "streaming" else 0.0
+
+
+@dataclass
+class Estimate:
+    """Predictions over one job's candidate grid, shaped (P options, V variants, B batch sizes, C concurrencies)."""
+
+    job: JobSpec
+    options: list[PlacementOption]
+    variants: list[Variant]
+    batch_sizes: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    logp: np.ndarray  # 3, P, V, B, C: log (latency, energy, throughput)
+    lat: np.ndarray  # P, V, B, C: batch p99 ms (mean prediction)
+    energy: np.ndarray  # J per item
+    thr: np.ndarray  # items/s
+    marg: np.ndarray  # P, 3: log margins per option's accelerator
+    visits: np.ndarray  # P, V: measurements of each (accelerator, variant)
+    pess_lat: np.ndarray  # batch p99 with margin
+    pess_thr: np.ndarray  # throughput less its margin (streaming), else the mean
+    req_lat: np.ndarray  # what the SLO is checked against: pessimistic request latency
+    no_capacity: bool = False  # every option is a full device (named only for the explanation)
+    extra: dict[str, Any] = field(default_factory=dict)  # per-constraint intermediate results
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.logp.shape[1:]  # type: ignore[return-value]
+
+    @property
+    def regions(self) -> list[str]:
+        return [o.pool.accelerator.name for o in self.options]
+
+    def prediction(self, idx: tuple[int, ...]) -> Prediction:
+        return Prediction(latency_p99_ms=float(self.lat[idx]), energy_j_per_item=float(self.energy[idx]),
+                          throughput_items_per_s=float(self.thr[idx]),
+                          margin_ms=float(self.pess_lat[idx] - self.lat[idx]))
+
+    def key(self, idx: tuple[int, ...]) -> str:
+        """``pool/variant/b<batch>/c<concurrency>/dev<device>[+shared]`` of one cell."""
+        p, v, b, c = idx
+        o = self.options[p]
+        return (f"{o.pool.name}/{self.variants[v].name}/b{self.batch_sizes[b]}/c{self.concurrencies[c]}"
+                f"/dev{o.device}" + ("+shared" if o.shared else ""))
+
+    def candidate(self, idx: tuple[int, ...]) -> Candidate:
+        p, v, b, c = idx
+        o = self.options[p]
+        return Candidate(pool=o.pool.name, accelerator=o.pool.accelerator.name, variant=self.variants[v],
+                         batch_size=self.batch_sizes[b], concurrency=self.concurrencies[c], co_runners=o.co_runners)
+
+
+class Estimator:
+    """Prior + FM-FTML residual + margins: predicts candidates and learns from measurements.
+
+    Parameters are the tuner's (see :class:`oltunes.tuner.Tuner`).
+    """
+
+    def __init__(self, catalogue: Catalogue, prior: Prior, *, batch_sizes: tuple[int, ...],
+                 concurrencies: tuple[int, ...], seed: int, n_factors: int, lr: float, margin_quantile: float,
+                 novelty: float, burstiness: float | None, partial_batches: bool, saturated_util: float,
+                 learner_replay: bool, pooled_correction: bool = True, implied_throughput: bool = True) -> None:
+        self.catalogue = catalogue
+        self.implied_throughput = implied_throughput
+        self.prior = prior
+        self.batch_sizes = batch_sizes
+        self.concurrencies = concurrencies
+        self.novelty = novelty
+        self.burstiness = burstiness
+        self.partial_batches = partial_batches
+        self.saturated_util = saturated_util
+        # l2_latent 1e-2 (not the FM's 1e-4): on long streams where many features are always on, weaker
+        # regularisation let the interaction terms fall into bursts of oscillation (|log error| > 1 for tens of
+        # steps) that inflate the safety margins; 1e-2 kept every seed of tests/tuner's trainer below 0.25.
+        self.model = MultiFMRegressor(targets=TARGETS, n_factors=n_factors, weight_optimizer=FTML(lr=lr),
+                                      latent_optimizer=FTML(lr=lr), l2_latent=1e-2, seed=seed,
+                                      **(ONLINE_SETTINGS if learner_replay else {}))
+        # None: the FM alone corrects the prior (the shape before the pooled correction, kept to compare)
+        self.correction = PooledCorrection(len(TARGETS), root_k=prior.evidence) if pooled_correction else None
+        self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
+        self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
+        # streaming job id -> recent "burst sizes" (requests queued beyond the batch model, see learn)
+        self.bursts: dict[str, deque[float]] = {}
+        # job id -> (where and how it ran, measured busy share of its device): a co-runner's load
+        self.loads: dict[str, tuple[str, float]] = {}
+        self.accelerators: dict[str, Accelerator] = dict(CATALOG)
+        self.n_learned = 0
+        # Index arrays hold FM row numbers and the variant lists: rebuilt when either changes.
+        self.memo = Memo(lambda: (self.model.vocabulary_version, catalogue.version))
+        # Margins, visit counts and loads change with every observation.
+        self.per_observation = Memo(lambda: (self.n_learned, catalogue.version))
+        # Co-runner checks (``corunners``) also depend on the parameters; few clusters recur between observations.
+        self.member_memo = Memo(lambda: (catalogue.version, self.model.parameters_version, self.n_learned),
+                                max_entries=64)
+
+    # ------------------------------------------------------------------------------------------------ prior
+    def accelerator(self, name: str) -> Accelerator:
+        acc = self.accelerators.get(name)
+        if acc is None:  # unknown type seen only in a measurement: a mid-range GPU for the prior
+            acc = Accelerator(name=name, memory_gb=16, idle_w=30, max_w=250)
+        return acc
+
+    def prior_base(self, acc: Accelerator, variant: Variant, batch: int) -> tuple[float, float]:
+        key = ("prior1", acc.name, acc.max_w, variant.name, variant.params, variant.bytes, variant.precision, batch)
+        return self.memo.get(key, lambda: self.prior.base(acc, variant, batch))
+
+    def prior_log(self, candidate: Candidate, ctx: JobContext) -> np.ndarray:
+        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters)."""
+        acc = self.accelerator(candidate.accelerator)
+        lat, en = self.prior_base(acc, candidate.variant, candidate.batch_size)
+        lat1, en1 = self.prior_base(acc, candidate.variant, 1)
+        load = sum(c.load for c in candidate.co_runners)
+        return np.array(Prior.adjust(lat, en, float(candidate.batch_size), float(candidate.concurrency), load,
+                                     lat1, en1, stream_rate(ctx, self.partial_batches)))
+
+    def _prior_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
+                    ctx: JobContext) -> np.ndarray:
+        """Log prior (3, P, V, B, C), memoised per (accelerator, co-load) of the options, family and rate."""
+        # The rate only shapes the prior's dynamic-batching estimate: two significant digits are plenty, and
+        # let jobs with similar rates share one memoised grid.
+        rate = float(f"{stream_rate(ctx, self.partial_batches):.2g}")
+        sig = tuple((o.pool.accelerator.name, o.pool.accelerator.max_w, sum(c.load for c in o.co_features))
+                    for o in options)
+        return self.memo.get(("prior_grid", variants[0].family, sig, rate),
+                             lambda: self._build_prior_grid(options, variants, sig, rate))
+
+    def _build_prior_grid(self, options, variants, sig, rate: float) -> np.ndarray:
+        base, lat1, en1 = self.memo.get(("prior_base", variants[0].family, tuple(x[:2] for x in sig)),
+                                        lambda: self._prior_base_grid(options, variants))
+        load = np.array([x[2] for x in sig], dtype=float)[:, None, None, None]
+        b = np.array(self.batch_sizes, dtype=float)[None, None, :, None]
+        c = np.array(self.concurrencies, dtype=float)[None, None, None, :]
+        out = np.empty((3, len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)))
+        for i, a in enumerate(Prior.adjust(base[..., 0][..., None], base[..., 1][..., None], b, c, load, lat1, en1,
+                                           rate)):
+            out[i] = a  # broadcast into the grid
+        return out
+
+    def _prior_base_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]):
+        """Base (latency, energy) table (P, V, B, 2), and the batch-1 latency and energy (P, V, 1, 1)."""
+        bases = []
+        for o in options:
+            acc = o.pool.accelerator
+            self.accelerators[acc.name] = acc  # the pool's own figures win (a measurement names only the type)
+            bases.append(self.memo.get(("prior", acc.name, acc.max_w, variants[0].family), lambda acc=acc: np.array(
+                [[self.prior.base(acc, v, b) for b in (1, *self.batch_sizes)] for v in variants])))  # V, 1+B, 2
+        base = np.stack(bases)
+        return base[:, :, 1:, :], base[:, :, 0, 0][..., None, None], base[:, :, 0, 1][..., None, None]
+
+    # ------------------------------------------------------------------------------------------------ margins
+    def margins(self, accelerator: str, family: str) -> np.ndarray:
+        """Log margins (latency, energy, throughput) for a family on an accelerator type.
+
+        Hierarchical shrinkage: the (accelerator, family) residual quantile is pulled towards the accelerator's,
+        which is pulled towards the prior's own margin for that family, each in proportion to how few
+        residuals back it. Memoised until the next observation.
+        """
+        memo = self.per_observation.table("margins")
+        key = (accelerator, family)
+        m = memo.get(key)
+        if m is None:
+            pm = self._family_prior_margin(family)
+            region = f"{accelerator}/{family}"
+            m = memo[key] = np.array([r.margin(region, r.margin(accelerator, pm)) for r in self.residuals.values()])
+        return m
+
+    def latency_margin(self, c: Candidate) -> float:
+        """Log latency margin of one candidate: its region's, plus the novelty term of its (accelerator, variant)."""
+        visits = self.visits.get(f"{c.accelerator}/{c.variant.name}", 0)
+        return float(self.margins(c.accelerator, c.variant.family)[LAT] + self.novelty / math.sqrt(1.0 + visits))
+
+    def _family_prior_margin(self, family: str) -> float:
+        variants = self.catalogue.family(family)
+        if not variants:
+            return self.prior.margin
+        return self.memo.get(("prior_margin", family), lambda: max(self.prior.margin_of(v) for v in variants))
+
+    def region_count(self, accelerator: str, family: str) -> int:
+        """Latency residuals recorded for (accelerator, family): how much the model has seen there."""
+        return self.residuals["log_latency"].count(f"{accelerator}/{family}")
+
+    def _visit_grid(self, accelerators: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
+        """Measurements per (accelerator, variant) as a (P, V) array (memoised until the next observation)."""
+        memo = self.per_observation.table("visits")
+        key = (tuple(accelerators), variants[0].family)
+        grid = memo.get(key)
+        if grid is None:
+            grid = memo[key] = np.array([[self.visits.get(f"{a}/{v.name}", 0) for v in variants]
+                                         for a in accelerators], dtype=float)
+        return grid
+
+    # ------------------------------------------------------------------------------------------------ predict
+    def predict_log(self, ctxs: Sequence[JobContext], candidates: Sequence[Candidate]) -> np.ndarray:
+        """Log (latency, energy, throughput) of explicit candidates, (n, 3)."""
+        xs = [encode(c, cand) for c, cand in zip(ctxs, candidates)]
+        rows, vals = self.model.index(xs)
+        raw = self.model.predict_many(rows, vals)
+        out = raw + np.array([self.prior_log(c, x) + self.correction_of(c) for x, c in zip(ctxs, candidates)])
+        if self.implied_throughput:
+            out[:, THR] = np.log([1000.0 * c.batch_size * c.concurrency for c in candidates]) - out[:, LAT]
+        return out
+
+    def correction_of(self, c: Candidate) -> np.ndarray | float:
+        """The pooled correction (log, per target) of one candidate (0 without one)."""
+        return 0.0 if self.correction is None else self.correction.predict_candidate(c)
+
+    def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
+        if self.correction is None:
+            return 0.0
+        return self.per_observation.get(("correction", tuple(regions), variants[0].family), lambda: self.correction.grid(
+            regions, variants, self.batch_sizes, self.concurrencies))
+
+    def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
+        m = self.model
+        job = m.index([job_features(ctx)])
+        place = self.memo.get(("place", tuple((o.pool.name, o.pool.accelerator.name, o.co_features) for o in options)),
+                              lambda: m.index([placement_features(o.pool.name, o.pool.accelerator.name,
+                                                                  o.co_features) for o in options]))
+        var = self.memo.get(("var", variants[0].family), lambda: m.index([variant_features(v) for v in variants]))
+        bat = self.memo.get(("batch",), lambda: m.index([batch_features(b) for b in self.batch_sizes]))
+        con = self.memo.get(("conc",), lambda: m.index([concurrency_features(c) for c in self.concurrencies]))
+        return [job, place, var, bat, con]
+
+    def _log_items_per_batch(self) -> np.ndarray:
+        """log(batch x concurrency) over the grid's (B, C) axes."""
+        return np.log(np.outer(self.batch_sizes, self.concurrencies).astype(float))
+
+    def estimate(self, job: JobSpec, options: list[PlacementOption], variants: list[Variant],
+                 no_capacity: bool = False) -> Estimate:
+        """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
+        ctx = job_context(job)
+        static = self.memo.get(("static", job.family), dict)  # variants x batch x concurrency block
+        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
+        regions = [o.pool.accelerator.name for o in options]
+        logp = raw + self._prior_grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
+        marg = np.array([self.margins(r, job.family) for r in regions])  # P, 3
+        if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
+            logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
+        lat, energy, thr = np.exp(logp)
+        # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
+        # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
+        visits = self._visit_grid(regions, variants)  # P, V
+        pess_lat = lat * np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
+        streaming = job.kind == "streaming"
+        # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
+        learned_thr = streaming and not self.implied_throughput
+        pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if learned_thr else thr
+        req_lat = self._request_latency(job, pess_lat, pess_thr, thr)
+        return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
+                        concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
+                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
+
+    def _request_latency(self, job: JobSpec, batch_lat: np.ndarray, thr: np.ndarray,
+                         mean_thr: np.ndarray) -> np.ndarray:
+        """What a request waits: the batch latency; for streaming + the batch-fill wait (bounded by the
+        batcher's delay) + queueing (Kingman at the utilisation ``rate / thr``, or the job's own measured
+        bursts drained at ``mean_thr``, whichever is larger)."""
+        rate = job.arrival_rate_rps
+        if job.kind != "streaming" or rate <= 0:
+            return batch_lat
+        req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
+        queue = 0.0
+        if self.burstiness is not None:
+            queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float), self.burstiness)
+        backlog = self.burst(job.job_id)
+        if backlog is not None:  # the backlog is already a high quantile of what was measured: mean throughput
+            queue = np.maximum(queue, 1000.0 * backlog / mean_thr)
+        return req + queue
+
+    # ------------------------------------------------------------------------------------------------ learn
+    def learn(self, m: Measurement) -> None:
+        """Learn from one measurement (the caller guarantees exactly-once)."""
+        c = m.candidate
+        ctx = job_context(m)
+        x = encode(ctx, c)
+        prior = self.prior_log(c, ctx)
+        capacity = m.throughput_items_per_s > 0 and (
+            m.kind != "streaming" or (m.gpu_util is not None and m.gpu_util >= self.saturated_util))
+        y: dict[str, float | None] = {
+            "log_latency": math.log(m.latency_p99_ms) - prior[LAT] if m.latency_p99_ms > 0 else None,
+            "log_energy": math.log(m.energy_j_per_item) - prior[EN] if m.energy_j_per_item > 0 else None,
+            "log_throughput": math.log(m.throughput_items_per_s) - prior[THR] if capacity else None,
+        }
+        # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
+        bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
+        if bad:
+            raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
+        corr_before = corr_after = np.zeros(len(TARGETS))
+        if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
+            corr_before = self.correction.predict_candidate(c)
+            mask = np.array([y[t] is not None for t in TARGETS])
+            self.correction.learn(c.accelerator, c.variant, c.batch_size, c.concurrency,
+                                  np.array([y[t] or 0.0 for t in TARGETS]), mask)
+            corr_after = self.correction.predict_candidate(c)
+        before = self.model.learn_predict_one(x, {t: None if y[t] is None else y[t] - corr_after[i]
+                                                  for i, t in enumerate(TARGETS)})
+        for i, t in enumerate(TARGETS):
+            if y[t] is not None:  # progressive validation: the error of the prediction made before learning
+                err = y[t] - corr_before[i] - before[i]
+                self.residuals[t].update(c.accelerator, err)
+                self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", err)
+        key = f"{c.accelerator}/{c.variant.name}"
+        self.visits[key] = self.visits.get(key, 0) + 1
+        self._learn_burst(m)
+        if m.gpu_util is not None:
+            if m.job_id not in self.loads and len(self.loads) >= _MAX_JOBS:
+                del self.loads[next(iter(self.loads))]
+            self.loads[m.job_id] = (c.key, float(m.gpu_util))
+        self.n_learned += 1
+
+    def _learn_burst(self, m: Measurement) -> None:
+        """Learn a streaming job's queueing beyond the batch model from its request-level p99.
+
+        The excess ``request p99 - batch p99 - batch-fill wait`` is the time the worst requests queued; times
+        the measured throughput it is the backlog in *requests* a burst of this job's arrivals builds up,
+        which carries over to another configuration as ``backlog / its throughput``. Clumps of simultaneous
+        requests in real traces make this far larger than a Poisson (Kingman) estimate at low utilisation.
+        """
+        if (m.kind != "streaming" or m.request_latency_p99_ms is None or m.throughput_items_per_s <= 0
+                or m.latency_p99_ms <= 0):
+            return
+        fill = float(fill_wait_ms(float(m.candidate.batch_size), m.arrival_rate_rps))
+        excess_ms = max(0.0, m.request_latency_p99_ms - m.latency_p99_ms - fill)
+        d = self.bursts.get(m.job_id)
+        if d is None:
+            if len(self.bursts) >= _MAX_JOBS:
+                del self.bursts[next(iter(self.bursts))]
+            d = self.bursts[m.job_id] = deque(maxlen=_BURST_WINDOW)
+        d.append(excess_ms / 1000.0 * m.throughput_items_per_s)
+
+    def burst(self, job_id: str) -> float | None:
+        """Learned backlog (requests) of a streaming job's bursts, or None before its first request-level
+        measurement (then only the Kingman term models queueing)."""
+        d = self.bursts.get(job_id)
+        if not d:
+            return None
+        return float(np.quantile(np.fromiter(d, float, len(d)), _BURST_Q))
+
+    def load_of(self, p: Placement) -> float:
+        """Busy share of its device a placed job keeps, as a co-runner sees it: the last measured one while it
+        runs the same configuration; else, for a streaming job, its rate over the prior's throughput; batch
+        jobs run flat out (1). Rounded to 0.05 so that memoised grids are shared between close loads."""
+        if p.arrival_rate_rps <= 0:
+            return 1.0
+        # The same Placement object as last time (a cluster state between two observations): same answer.
+        memo = self.per_observation.table("loads")
+        hit = memo.get(p.job_id)
+        if hit is not None and hit[0] is p:
+            return hit[1]
+        seen = self.loads.get(p.job_id)
+        if seen is not None and seen[0] == p.candidate.key:
+            load = seen[1]
+        else:
+            c = p.candidate
+            load = p.arrival_rate_rps / self.memo.get(
+                ("thr_alone", c.accelerator, c.variant.name, c.batch_size, c.concurrency, p.arrival_rate_rps),
+                lambda: math.exp(self.prior_log(c.model_copy(update={"co_runners": ()}), job_context(p))[THR]))
+        load = min(1.0, max(0.05, round(load * 20.0) / 20.0))
+        memo[p.job_id] = (p, load)  # holds p, so its id cannot be reused while memoised
+        return load
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "accelerators": [a.model_dump() for n, a in self.accelerators.items() if CATALOG.get(n) != a],
+            "model": self.model.state_dict(),
+            "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
+            "visits": dict(self.visits),
+            "bursts": {k: list(v) for k, v in self.bursts.items()},
+            "loads": {k: list(v) for k, v in self.loads.items()},
+            **({"correction": self.correction.state_dict()} if self.correction is not None else {}),
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.model.load_state_dict(d["model"])
+        self.residuals = {k: ResidualQuantiles.from_state_dict(v) for k, v in d["residuals"].items()}
+        self.visits = {str(k): int(v) for k, v in d["visits"].items()}
+        self.bursts = {str(k): deque((float(x) for x in v), maxlen=_BURST_WINDOW)
+                       for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
+        self.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
+        if self.correction is not None and "correction" in d:  # absent in states saved before it existed
+            self.correction = PooledCorrection.from_state_dict(d["correction"], len(TARGETS))
+        for a in d.get("accelerators", []):
+            acc = Accelerator.model_validate(a)
+            self.accelerators[acc.name] = acc

@@ -1,0 +1,55 @@
+"""Explanation of a decision: runner-ups (why each lost) and a one-line note (how many were feasible, where).
+
+The reasons come from the objective (a feasible runner-up lost on it) and from the constraints (the best
+infeasible candidate, and what an infeasible decision breaks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.tuner.constraints import Verdict
+from oltunes.tuner.estimate import Estimate
+from oltunes.tuner.objectives import Objective
+from oltunes.tuner.selection import Index
+from oltunes.types import Alternative
+
+__all__ = ["runner_ups", "note"]
+
+
+def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray, idx: Index,
+               near_equal: float, k: int = 4) -> list[Alternative]:
+    """The best setting of each of the ``k - 1`` best other (option, variant) pairs, and the best infeasible
+    candidate (by objective) with the constraint it breaks."""
+    out: list[Alternative] = []
+    best = obj[idx]
+    P, V = obj.shape[:2]
+    o = np.where(verdict.feasible, obj, np.inf).reshape(P, V, -1)
+    per_pair = o.min(-1)
+    per_pair[idx[0], idx[1]] = np.inf
+    for flat in np.argsort(per_pair, axis=None)[: k - 1]:
+        p, v = divmod(int(flat), V)
+        if not np.isfinite(per_pair[p, v]):
+            break
+        j = (p, v, *divmod(int(o[p, v].argmin()), obj.shape[3]))
+        rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
+        reason = f"{objective.worse} (+{rel:.1f}%)" if rel > near_equal * 100 else "near-equal, leaves more fragmentation"
+        out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=reason))
+    inf = np.where(verdict.feasible, np.inf, obj)
+    flat = int(np.argmin(inf))
+    if np.isfinite(inf.flat[flat]):
+        j = tuple(int(i) for i in np.unravel_index(flat, inf.shape))
+        if j != idx:
+            out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=verdict.why(j)))
+    return out
+
+
+def note(est: Estimate, verdict: Verdict, idx: Index, source: str) -> str:
+    opt = est.options[idx[0]]
+    where = f"{opt.pool.name} device {opt.device}" + (
+        f" shared with {', '.join(m.job_id for m in opt.members)}" if opt.shared else " (empty)")
+    if verdict.n_feasible:
+        return f"{verdict.n_feasible}/{verdict.n_candidates} candidates feasible; chosen by {source}; {where}"
+    if est.no_capacity:
+        return f"infeasible: no free slot in any pool; best available would be {where}"
+    return verdict.infeasible_note(idx, where)

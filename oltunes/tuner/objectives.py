@@ -1,0 +1,67 @@
+"""Objectives: what "best" means among feasible candidates, registered by name (``Objective.make("energy")``).
+
+Streaming jobs minimise energy per item; batch jobs their ``JobSpec.objective``: ``energy`` per item,
+``completion_time`` (items / throughput) or ``cost`` per item (pool's hourly price / throughput). Each objective
+also names a secondary one (it only orders candidates within ``near_equal`` of the best), the word a runner-up's
+reason uses, and which predicted target's margin an optimistic explorer discounts it by.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from oltunes.registry import Registered
+from oltunes.tuner.estimate import EN, THR, Estimate
+from oltunes.types import JobSpec
+
+__all__ = ["Objective", "objective_for"]
+
+
+class Objective(Registered, root=True):
+    """Base class: ``values(est)`` over the grid (lower is better)."""
+
+    worse: ClassVar[str] = ""  # a runner-up's reason: "more energy (+3.1%)"
+    margin_target: ClassVar[int] = THR  # the target whose margin makes the objective optimistic
+
+    def values(self, est: Estimate) -> np.ndarray:
+        raise NotImplementedError
+
+    def secondary(self, est: Estimate, flat: np.ndarray, p_idx: np.ndarray) -> np.ndarray:
+        """Tie-break among near-equal cells (``flat``: raveled grid indices; ``p_idx``: their options)."""
+        return est.energy.ravel()[flat]
+
+
+def _cost_per_hour(est: Estimate) -> np.ndarray:
+    return np.array([o.pool.accelerator.cost_per_hour for o in est.options])
+
+
+class Energy(Objective, name="energy"):
+    worse = "more energy"
+    margin_target = EN
+
+    def values(self, est: Estimate) -> np.ndarray:
+        return est.energy
+
+    def secondary(self, est: Estimate, flat: np.ndarray, p_idx: np.ndarray) -> np.ndarray:
+        return _cost_per_hour(est)[p_idx] / est.thr.ravel()[flat]  # cost per item
+
+
+class CompletionTime(Objective, name="completion_time"):
+    worse = "slower completion"
+
+    def values(self, est: Estimate) -> np.ndarray:
+        return max(est.job.items, 1) / est.thr
+
+
+class Cost(Objective, name="cost"):
+    worse = "higher cost"
+
+    def values(self, est: Estimate) -> np.ndarray:
+        return (_cost_per_hour(est) / 3600.0)[:, None, None, None] / est.thr
+
+
+def objective_for(job: JobSpec) -> Objective:
+    """Streaming jobs are judged by energy per item; batch jobs by the objective they ask for."""
+    return Objective.make("energy" if job.kind == "streaming" else job.objective)

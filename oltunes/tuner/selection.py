@@ -1,0 +1,121 @@
+"""Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
+
+* **choose** — lowest objective; candidates within ``near_equal`` of the best are ranked by fragmentation (free
+  slots left on the device, then in the pool), then the objective's secondary.
+* **stay** — a running job (``current``) keeps its placement while feasible and within ``stay_tolerance`` of
+  the best (a move costs a model load and a cold start); an infeasible one unless moving cuts its graded
+  violation by more than ``INFEASIBLE_STAY``.
+* **explore** — bounded: with probability ``explore_rate x 20 / (20 + n_observed)``, among feasible candidates
+  (pessimistic latency still meets the SLO) within ``explore_slack`` of the best objective, the one with the best
+  *optimistic* objective (discounted by the margin, more for rarely measured accelerator x variant pairs).
+* **fall back** — nothing feasible: the least-violating candidate (:func:`least_violating`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from oltunes.tuner.constraints import Verdict
+from oltunes.tuner.estimate import Estimate
+from oltunes.tuner.objectives import Objective
+from oltunes.types import Placement
+
+__all__ = ["Choice", "Selector", "INFEASIBLE_STAY"]
+
+EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
+INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
+Index = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Choice:
+    idx: Index
+    explored: bool = False
+    stayed: bool = False
+
+
+@dataclass
+class Selector:
+    near_equal: float = 0.02
+    stay_tolerance: float = 0.1
+    explore_rate: float = 0.2
+    explore_slack: float = 0.5
+    crowding: float = 0.25
+    throughput_headroom: float = 1.2
+
+    def select(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
+               current: Placement | None, n_observed: int, rng: np.random.Generator) -> Choice:
+        stay = stay_index(est, current)
+        feasible = verdict.feasible
+        if verdict.n_feasible:
+            idx = self.choose(est, feasible, objective, obj)
+            if stay is not None and stay != idx and feasible[stay] and obj[stay] <= obj[idx] * (1 + self.stay_tolerance):
+                idx = stay
+            stayed = stay is not None and idx == stay
+            p_explore = self.explore_rate * EXPLORE_N0 / (EXPLORE_N0 + n_observed)
+            if not stayed and p_explore > 0 and rng.random() < p_explore:
+                eidx = self.explore(est, feasible, objective, obj)
+                if eidx != idx:
+                    return Choice(eidx, explored=True)
+            return Choice(idx, stayed=stayed)
+        idx, graded = self.least_violating(est, verdict, obj)
+        # Moving costs a model load and a cold start: an infeasible job stays unless moving is clearly less bad.
+        if stay is not None and stay != idx and graded[stay] <= graded[idx] + INFEASIBLE_STAY:
+            idx = stay
+        return Choice(idx, stayed=stay is not None and idx == stay)
+
+    def choose(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
+        """Best objective; within ``near_equal`` of it: least fragmentation, then the secondary objective."""
+        o = np.where(feasible, obj, np.inf).ravel()
+        best = o.min()
+        flat = np.flatnonzero(o <= best * (1.0 + self.near_equal))
+        p_idx = np.unravel_index(flat, feasible.shape)[0]
+        frag = np.array([o_.free_slots_after + o_.pool_free_slots_after / 1e4 for o_ in est.options])[p_idx]
+        secondary = objective.secondary(est, flat, p_idx)
+        keys = np.lexsort((o[flat], secondary, frag))
+        return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
+
+    def explore(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
+        o = np.where(feasible, obj, np.inf)
+        within = feasible & (o <= o.min() * (1.0 + self.explore_slack))
+        # Optimism: discount the objective by its margin, scaled down as a (accelerator, variant) pair is measured.
+        bonus = est.marg[:, objective.margin_target][:, None] / np.sqrt(1.0 + est.visits)  # P, V
+        optimistic = np.where(within, o * np.exp(-bonus[:, :, None, None]), np.inf)
+        return tuple(int(i) for i in np.unravel_index(int(np.argmin(optimistic)), feasible.shape))  # type: ignore
+
+    def least_violating(self, est: Estimate, verdict: Verdict, obj: np.ndarray) -> tuple[Index, np.ndarray]:
+        """Nothing is feasible: keep the hard constraints first (fits the device, then the accuracy floor — or
+        the smallest shortfall when no variant reaches it), then the smallest relative latency + throughput
+        violation, + 1 if a co-runner is predicted to miss its SLO (pessimistically: a hard rule here sent
+        infeasible jobs to slow empty devices and cost more than it saved), + ``crowding`` per job already on
+        the device (spread rather than pack), then the objective."""
+        job = est.job
+        shape = obj.shape
+        cap_fail = np.broadcast_to(~verdict.masks["memory"], shape)
+        co_fail = np.broadcast_to(~verdict.masks["co-runners"], shape)
+        shortfall = np.broadcast_to(np.array([max(0.0, job.accuracy_floor - v.accuracy) for v in est.variants])
+                                    [None, :, None, None], shape)
+        crowd = np.array([len(o.members) for o in est.options], dtype=float)[:, None, None, None]
+        over = np.maximum(0.0, est.req_lat / job.slo_ms - 1.0)
+        if job.kind == "streaming":  # the worse of the two: trading latency for throughput is no gain
+            over = np.maximum(over, job.arrival_rate_rps * self.throughput_headroom / est.pess_thr - 1.0)
+        graded = over + self.crowding * crowd + co_fail * 1.0
+        graded = np.broadcast_to(graded, shape)
+        flat = np.lexsort((obj.ravel(), graded.ravel(), shortfall.ravel(), cap_fail.ravel()))
+        graded = np.where(cap_fail | (shortfall > 0), np.inf, graded)
+        return tuple(int(i) for i in np.unravel_index(int(flat[0]), shape)), graded  # type: ignore[return-value]
+
+
+def stay_index(est: Estimate, current: Placement | None) -> Index | None:
+    """Grid index of the running job's current configuration (None: not re-tuning, or no longer in the grid)."""
+    if current is None:
+        return None
+    c = current.candidate
+    try:
+        return (next(i for i, o in enumerate(est.options) if o.pool.name == current.pool and o.device == current.device),
+                next(i for i, v in enumerate(est.variants) if v.name == c.variant.name),
+                est.batch_sizes.index(c.batch_size), est.concurrencies.index(c.concurrency))
+    except (StopIteration, ValueError):  # its setting is not in this tuner's grid any more
+        return None
