@@ -97,3 +97,29 @@ def write_plots(reports: dict[str, dict[str, dict[str, Any]]], out_dir: Path) ->
         written.append(atomic_write(path, lambda tmp: fig.savefig(tmp, format="png")))
         plt.close(fig)
     return written
+
+
+BASELINES = ("fcfs", "sjf", "f1", "slurm", "gavel-like", "random")
+
+
+def policy_factories(names: list[str], weights: Path | None = None, seed: int = 0
+                     ) -> dict[str, Callable[[], QueuePolicy]]:
+    """Name -> fresh policy. ``rltune`` needs `weights`; ``random`` is seeded."""
+    kwargs = {"rltune": {"weights": weights}, "random": {"seed": seed}}
+    for n in names:
+        QueuePolicy.lookup(n)
+    if "rltune" in names:
+        QueuePolicy.make("rltune", weights=weights)  # fail early on a bad file, before any sequence runs
+    return {n: (lambda n=n: QueuePolicy.make(n, **kwargs.get(n, {}))) for n in names}
+
+
+def evaluate_trace(trace: Trace, names: list[str], *, weights: Path | None = None, n: int = 10, length: int = 256,
+                   load: float | None = None, mapper: str = "milp", time_limit_s: float = 0.1,
+                   seed: int = 0) -> dict[str, dict[str, Any]]:
+    """The held-out comparison of one trace: `n` test sequences, every policy, one mapper kind."""
+    from oltunes.rltune.traces import DEFAULT_LOAD, sequences
+
+    seqs = sequences(trace, split="test", n=n, length=length, load=DEFAULT_LOAD if load is None else load)
+    kw = {"time_limit_s": time_limit_s} if mapper == "milp" else {}
+    Mapper.lookup(mapper)
+    return compare(seqs, policy_factories(names, weights, seed), lambda: Mapper.make(mapper, **kw))
