@@ -35,8 +35,13 @@ class Outcome:
 
 
 class BatchQueueEnv:
-    def __init__(self, seq: Trace, mapper: Mapper, max_visible: int = MAX_VISIBLE) -> None:
+    def __init__(self, seq: Trace, mapper: Mapper, max_visible: int = MAX_VISIBLE,
+                 wait_weight: np.ndarray | None = None) -> None:
         self.seq, self.mapper, self.max_visible = seq, mapper, max_visible
+        # waiting cost accrued so far: sum over jobs of weight x time spent waiting (a dense training signal)
+        self.wait_weight = np.zeros(len(seq)) if wait_weight is None else np.asarray(wait_weight, float)
+        self.waiting_cost = 0.0
+        self._held: int | None = None  # the chosen job while it waits for its reservation
         self.state = NodeState(seq.shape)
         n = len(seq)
         self.start = np.full(n, np.nan)
@@ -82,6 +87,7 @@ class BatchQueueEnv:
         j = self.queue.pop(index)
         self.decisions += 1
         s = self.seq
+        self._held = j
         while not fits(self.state, int(s.gpus[j]), s.allowed[j]):
             reserved = self._reservation(j)
             for k in list(self.queue):
@@ -89,6 +95,7 @@ class BatchQueueEnv:
                     self.queue.remove(k)
                     self._start(k)
             self._event()
+        self._held = None
         self._start(j)
         self._advance()
 
@@ -130,6 +137,10 @@ class BatchQueueEnv:
         t_end = self.running[0][0] if self.running else np.inf
         if t_end == np.inf and t_arr == np.inf:
             raise ConfigError("nothing left to happen while a job is waiting")
+        t = min(t_end, t_arr)
+        if t > self.now and self.wait_weight.any():
+            w = self.wait_weight[self.queue].sum() + (self.wait_weight[self._held] if self._held is not None else 0.0)
+            self.waiting_cost += w * (t - self.now)
         if t_end <= t_arr:
             self.now, k = heapq.heappop(self.running)
             self.state.give(self.alloc[k])

@@ -34,6 +34,16 @@ def metrics(o: Outcome) -> dict[str, float]:
     }
 
 
+def wait_weights(seq: Trace, name: str) -> np.ndarray | None:
+    """Per-job weight of waiting time whose sum over the run is the objective up to a constant (None: utilisation,
+    which has no such form). Bounded slowdown: wait / max(run time, 10 s); wait and turnaround: wait."""
+    if name == "bounded_slowdown":
+        return 1.0 / np.maximum(seq.duration, MIN_RUNTIME_S)
+    if name in ("wait", "turnaround"):
+        return np.ones(len(seq))
+    return None
+
+
 def objective(m: dict[str, float], name: str) -> float:
     """The training objective as a cost (lower is better)."""
     return OBJECTIVES[name] * m[_OBJECTIVE_METRIC[name]]

@@ -1,9 +1,8 @@
 """PPO training of the queue policy against a baseline heuristic's score (RLScheduler/RLTune style).
 
-An episode plays one training sequence; every decision with a choice to make is a step. The only reward comes at
-the end: how much better than the baseline policy (FCFS by default) the episode scored on the objective, relative
-to the baseline's score, so sequences of different difficulty weigh alike. With that terminal reward and no
-discount every step's return is the episode's reward; the critic is the variance-reducing baseline.
+An episode plays one training sequence; every decision with a choice to make is a step. An episode's return is how
+much better than the baseline policy (FCFS by default) it scored on the objective, relative to the baseline's score,
+so sequences of different difficulty weigh alike (see :func:`train` for how it is spread over the steps).
 Deterministic for a seed (one torch thread, seeded numpy and torch).
 """
 
@@ -19,7 +18,7 @@ from torch.distributions import Categorical
 
 from oltunes.errors import ConfigError
 from oltunes.rltune.env import BatchQueueEnv
-from oltunes.rltune.evaluate import OBJECTIVES, metrics, objective, play
+from oltunes.rltune.evaluate import OBJECTIVES, metrics, objective, wait_weights
 from oltunes.rltune.features import MAX_VISIBLE, N_FEATURES
 from oltunes.rltune.mapper import Mapper
 from oltunes.rltune.net import PolicyNet
@@ -40,10 +39,11 @@ class TrainConfig:
     mapper: str = "greedy"  # placement is not what the policy learns; the MILP costs ~10x per decision
     lr: float = 3e-3
     clip: float = 0.2
-    epochs: int = 4
-    minibatch: int = 256
+    epochs: int = 10
+    minibatch: int = 64
     entropy: float = 0.01
     hidden: int = 32
+    gae: float = 0.95
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -58,32 +58,49 @@ class TrainConfig:
             raise ConfigError("load must be in (0, 100], lr and clip in (0, 1)")
 
 
-def _episode(net: PolicyNet, seq: Trace, mapper: Mapper, gen: torch.Generator) -> tuple[dict, list]:
-    env = BatchQueueEnv(seq, mapper)
-    steps = []
+def _episode(net: PolicyNet, seq: Trace, mapper: Mapper, weights: np.ndarray | None, gen: torch.Generator
+             ) -> tuple[BatchQueueEnv, list, list[float]]:
+    """Play one sequence; per stored step: (obs, mask, action, logp, value) and the waiting cost accrued after it."""
+    env = BatchQueueEnv(seq, mapper, wait_weight=weights)
+    steps, costs = [], []
     while not env.done:
         view = env.view()
         n = len(view)
+        before = env.waiting_cost
         if n == 1:
             env.choose(0)
-            continue
-        obs = np.zeros((MAX_VISIBLE, N_FEATURES), np.float32)
-        obs[:n] = view.features
-        mask = np.zeros(MAX_VISIBLE, bool)
-        mask[:n] = True
-        o, m = torch.from_numpy(obs)[None], torch.from_numpy(mask)[None]
-        with torch.no_grad():
-            logits, value = net(o, m)
-            a = int(torch.multinomial(torch.softmax(logits[0], -1), 1, generator=gen))
-            logp = float(torch.log_softmax(logits[0], -1)[a])
-        steps.append((obs, mask, a, logp, float(value)))
-        env.choose(a)
-    return metrics(env.outcome()), steps
+        else:
+            obs = np.zeros((MAX_VISIBLE, N_FEATURES), np.float32)
+            obs[:n] = view.features
+            mask = np.zeros(MAX_VISIBLE, bool)
+            mask[:n] = True
+            with torch.no_grad():
+                logits, value = net(torch.from_numpy(obs)[None], torch.from_numpy(mask)[None])
+                a = int(torch.multinomial(torch.softmax(logits[0], -1), 1, generator=gen))
+                logp = float(torch.log_softmax(logits[0], -1)[a])
+            steps.append((obs, mask, a, logp, float(value)))
+            costs.append(0.0)
+            env.choose(a)
+        if costs:  # cost accrued while a forced step ran belongs to the last real decision
+            costs[-1] += env.waiting_cost - before
+    return env, steps, costs
+
+
+def _baseline(seq: Trace, cfg: TrainConfig, weights: np.ndarray | None) -> tuple[float, float]:
+    env = BatchQueueEnv(seq, Mapper.make(cfg.mapper), wait_weight=weights)
+    m = metrics(env.run(QueuePolicy.make(cfg.baseline)))
+    return objective(m, cfg.objective), env.waiting_cost
 
 
 def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None] | None = None
           ) -> tuple[PolicyNet, dict]:
-    """Train a policy on `trace`'s training part; returns it and the metadata saved beside its weights."""
+    """Train a policy on `trace`'s training part; returns it and the metadata saved beside its weights.
+
+    Rewards: where the objective is a sum of weighted waiting times (slowdown, wait, turnaround) every decision
+    is charged the waiting cost accrued until the next one, divided by the baseline's total, plus 1 at the end —
+    so an episode's return is exactly (baseline - policy) / baseline, with credit where the waiting happened.
+    Utilisation only has the terminal form.
+    """
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -91,23 +108,31 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
     t0 = time.perf_counter()
     pool = sequences(trace, split="train", n=cfg.train_sequences, length=cfg.sequence_length, seed=cfg.seed,
                      load=cfg.load)
-    base_cost: dict[int, float] = {}
+    base: dict[int, tuple[float, float]] = {}
     net = PolicyNet(cfg.hidden)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     history = []
     for it in range(cfg.iterations):
-        batch, rewards = [], []
+        batch, scores = [], []
         for i in rng.choice(len(pool), size=cfg.episodes_per_iteration, replace=False):
-            i = int(i)
-            if i not in base_cost:
-                base = metrics(play(pool[i], QueuePolicy.make(cfg.baseline), Mapper.make(cfg.mapper)))
-                base_cost[i] = objective(base, cfg.objective)
-            m, steps = _episode(net, pool[i], Mapper.make(cfg.mapper), gen)
-            b = base_cost[i]
-            r = (b - objective(m, cfg.objective)) / max(abs(b), 1e-9)
-            rewards.append(r)
-            batch += [(*s, r) for s in steps]
-        history.append(float(np.mean(rewards)))
+            seq = pool[int(i)]
+            weights = wait_weights(seq, cfg.objective)
+            if int(i) not in base:
+                base[int(i)] = _baseline(seq, cfg, weights)
+            base_obj, base_wait = base[int(i)]
+            env, steps, costs = _episode(net, seq, Mapper.make(cfg.mapper), weights, gen)
+            score = (base_obj - objective(metrics(env.outcome()), cfg.objective)) / max(abs(base_obj), 1e-9)
+            scores.append(score)
+            if not steps:
+                continue
+            if weights is not None:
+                rewards = -np.asarray(costs) / max(base_wait, 1e-9)
+                rewards[-1] += 1.0
+            else:
+                rewards = np.zeros(len(steps))
+                rewards[-1] = score
+            batch += [(*s, r) for s, r in zip(steps, _gae(rewards, np.array([s[4] for s in steps]), cfg.gae))]
+        history.append(float(np.mean(scores)))
         if batch:
             _update(net, opt, batch, cfg, gen)
         if progress:
@@ -116,6 +141,17 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
             "reward_history": [round(x, 4) for x in history], "torch": torch.__version__}
     net.eval()
     return net, meta
+
+
+def _gae(rewards: np.ndarray, values: np.ndarray, lam: float) -> np.ndarray:
+    """Returns (value targets) by GAE with no discount; the episode ends after the last step."""
+    adv = np.zeros(len(rewards))
+    last = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        nxt = values[t + 1] if t + 1 < len(rewards) else 0.0
+        last = rewards[t] + nxt - values[t] + lam * last
+        adv[t] = last
+    return adv + values
 
 
 def _update(net: PolicyNet, opt: torch.optim.Optimizer, batch: list, cfg: TrainConfig, gen: torch.Generator) -> None:

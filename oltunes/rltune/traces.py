@@ -42,6 +42,7 @@ class Trace:
     gpus: np.ndarray
     allowed: np.ndarray
     group: np.ndarray
+    job: np.ndarray  # position in the whole trace (what tells a held-out job from a training one)
     dropped: int = 0  # jobs that fit no allowed pool of the shape even when it is empty
 
     def __len__(self) -> int:
@@ -49,7 +50,7 @@ class Trace:
 
     def take(self, idx: np.ndarray) -> Trace:
         return replace(self, submit=self.submit[idx], duration=self.duration[idx], gpus=self.gpus[idx],
-                       allowed=self.allowed[idx], group=self.group[idx])
+                       allowed=self.allowed[idx], group=self.group[idx], job=self.job[idx])
 
 
 def _read(path: Path, columns: tuple[str, ...], ctx: str) -> pd.DataFrame:
@@ -57,7 +58,7 @@ def _read(path: Path, columns: tuple[str, ...], ctx: str) -> pd.DataFrame:
         raise DataError(f"{ctx}: trace file {path} not found (traces are read from settings.shared_data)")
     try:
         df = pd.read_csv(path)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as e:
         raise DataError(f"{ctx}: {path.name} is not a readable CSV ({type(e).__name__})") from None
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -77,7 +78,8 @@ def _numeric(df: pd.DataFrame, col: str, ctx: str, *, allow_nan: bool = False) -
     return v
 
 
-def _build(name: str, shape: ClusterShape, submit, duration, gpus, allowed, group) -> Trace:
+def build_trace(name: str, shape: ClusterShape, submit, duration, gpus, allowed, group) -> Trace:
+    """A trace from columns: drops jobs without run time or GPUs and those no allowed pool can hold; sorts by submit."""
     gpus = np.asarray(gpus, dtype=np.int64)
     ok = (np.asarray(duration) > 0) & (gpus >= 1)
     # a gang job must fit in one pool it may use
@@ -90,7 +92,7 @@ def _build(name: str, shape: ClusterShape, submit, duration, gpus, allowed, grou
         raise DataError(f"{name}: no usable job (positive duration, at least one GPU, fits the {shape.name} shape)")
     s = np.asarray(submit, float)[order]
     return Trace(name, shape, s - s[0], np.asarray(duration, float)[order], gpus[order], allowed[order],
-                 np.asarray(group)[order], dropped)
+                 np.asarray(group)[order], np.arange(len(order)), dropped)
 
 
 class TraceLoader(Registered, root=True):
@@ -119,7 +121,7 @@ class Philly(TraceLoader, name="philly"):
         small = gpus <= 64  # the paper's jobs ask for 1-64 GPUs
         allowed = np.ones((len(df), len(shape.pools)), bool)
         group = pd.factorize(df["cluster"].astype(str))[0]
-        tr = _build("philly", shape, submit[small], _numeric(df, "duration", ctx)[small], gpus[small],
+        tr = build_trace("philly", shape, submit[small], _numeric(df, "duration", ctx)[small], gpus[small],
                     allowed[small], group[small])
         return replace(tr, dropped=tr.dropped + int((~small).sum()))
 
@@ -155,7 +157,7 @@ class Alibaba(TraceLoader, name="alibaba"):
                     raise DataError(f"{ctx}: column 'gpu_spec' names an unknown GPU model (row {i + 2})")
                 allowed[i, shape.pool_index(_ALIBABA_POOL[m])] = True
         group = pd.factorize(df["qos"].astype(str))[0]
-        return _build("alibaba", shape, created, duration, gpus, allowed, group)
+        return build_trace("alibaba", shape, created, duration, gpus, allowed, group)
 
 
 class Helios(TraceLoader, name="helios"):
@@ -200,7 +202,7 @@ class Helios(TraceLoader, name="helios"):
             duration[i] = max(1.0, float(np.exp(mu + sigma * rng.standard_normal())))
             allowed[i, min(int(np.searchsorted(edges, rng.random())), len(shape.pools) - 1)] = True
         group = allowed.argmax(axis=1)
-        return _build("helios", shape, submit, duration, gpus, allowed, group)
+        return build_trace("helios", shape, submit, duration, gpus, allowed, group)
 
 
 def load_trace(name: str, path: Path | None = None) -> Trace:
