@@ -1,7 +1,7 @@
 """Queue policies by name: which waiting batch job gets capacity next. Lower score = earlier; ties go oldest first.
 
-The simulator's environment and the product call the same objects: :func:`release_order` is the function the
-tuning service calls for jobs waiting on a lease (it builds the same :class:`QueueView` the simulator builds).
+The simulator's environment and the product call the same objects (the product through
+:mod:`oltunes.rltune.service_queue`, which builds the same :class:`QueueView` the simulator builds).
 """
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from oltunes.errors import ConfigError, invalid
+from oltunes.errors import ConfigError
 from oltunes.registry import Registered
-from oltunes.rltune.cluster import ClusterShape, NodePool, NodeState
 from oltunes.rltune.features import QueueView
 
 MIN_RUNTIME_S = 10.0  # bounded slowdown's floor, also F1's
@@ -104,64 +102,3 @@ class RLTune(QueuePolicy, name="rltune"):
 
     def scores(self, view: QueueView) -> np.ndarray:
         return -self.net.logits_np(view.features)
-
-
-# ----------------------------------------------------------------------------------------------- product hook
-_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
-
-
-class WaitingJob(BaseModel):
-    """A batch job waiting for GPUs (a lease) in the tuning service."""
-
-    model_config = ConfigDict(extra="forbid")
-    job_id: str = Field(pattern=_ID)
-    gpus: int = Field(ge=1, le=64)
-    submitted_s: float = Field(ge=0, allow_inf_nan=False)
-    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False)
-    group: int = Field(default=0, ge=0, le=1_000_000)
-    pools: list[str] | None = Field(default=None, max_length=64, description="allowed pools; None = any")
-
-
-class PoolCapacity(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=_ID)
-    gpus_per_node: int = Field(ge=1, le=64)
-    free_per_node: list[int] = Field(min_length=1, max_length=4096)
-
-    @model_validator(mode="after")
-    def _within(self) -> PoolCapacity:
-        if any(f < 0 or f > self.gpus_per_node for f in self.free_per_node):
-            raise ValueError("free_per_node: each entry must be between 0 and gpus_per_node")
-        return self
-
-
-def release_order(policy: QueuePolicy, waiting: list[dict | WaitingJob], pools: list[dict | PoolCapacity],
-                  now: float, group_usage: dict[int, float] | None = None) -> list[str]:
-    """Job ids of `waiting` in the order `policy` would hand them capacity (the service's queue order)."""
-    if len(waiting) > 10_000:
-        raise ConfigError("waiting: at most 10000 jobs")
-    try:
-        jobs = [WaitingJob.model_validate(j) for j in waiting]
-        caps = [PoolCapacity.model_validate(p) for p in pools]
-    except ValidationError as e:
-        raise invalid(e, "queue") from None
-    if not jobs:
-        return []
-    shape = ClusterShape("service", tuple(NodePool(p.name, len(p.free_per_node), p.gpus_per_node) for p in caps))
-    state = NodeState(shape)
-    state.free = np.concatenate([np.asarray(p.free_per_node) for p in caps])
-    allowed = np.ones((len(jobs), len(caps)), bool)
-    for i, j in enumerate(jobs):
-        if j.pools is not None:
-            allowed[i] = [p.name in j.pools for p in caps]
-    view = QueueView(
-        now=float(now),
-        submit=np.array([j.submitted_s for j in jobs]),
-        gpus=np.array([j.gpus for j in jobs]),
-        duration=np.array([np.nan if j.expected_duration_s is None else j.expected_duration_s for j in jobs]),
-        group=np.array([j.group for j in jobs]),
-        allowed=allowed,
-        state=state,
-        group_usage=dict(group_usage or {}),
-    )
-    return [jobs[i].job_id for i in policy.order(view)]
