@@ -30,7 +30,8 @@ def _weights(trace, cfg: TrainConfig, retrain: bool):
     path = get_settings().home / "rltune" / f"{trace.name}-seed{cfg.seed}-it{cfg.iterations}.safetensors"
     if path.exists() and not retrain:
         _, meta = load_policy(path)
-        if meta.get("iterations") == cfg.iterations and meta.get("episodes_per_iteration") == cfg.episodes_per_iteration:
+        if all(meta.get(k) == v for k, v in (("iterations", cfg.iterations),
+                                              ("episodes_per_iteration", cfg.episodes_per_iteration))):
             return path, meta
     net, meta = train(trace, cfg, progress=lambda i, r: print(f"  {trace.name} iteration {i}: {r:+.3f}", flush=True))
     return save_policy(net, path, meta), meta

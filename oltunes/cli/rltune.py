@@ -1,4 +1,4 @@
-"""`oltunes rltune train|eval`: train the batch-queue policy on a trace, compare queue policies on held-out sequences."""
+"""`oltunes rltune train|eval`: train the batch-queue policy on a trace; compare queue policies on held-out data."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def train_cmd(
         "bounded_slowdown",
     baseline: Annotated[str, typer.Option(help="queue policy whose score the reward is relative to")] = "fcfs",
     load: LoadOpt = None,
-    out: Annotated[Path | None, typer.Option(help="weights file (default $OLTUNES_HOME/rltune/TRACE-seedN.safetensors)")]
+    out: Annotated[Path | None, typer.Option(help="weights (default $OLTUNES_HOME/rltune/TRACE-seedN.safetensors)")]
         = None,
 ) -> None:
     """Train the queue policy with PPO on the first 70 % of a trace; write safetensors weights + metadata."""
@@ -54,7 +54,8 @@ def eval_cmd(
     trace: TraceOpt,
     file: FileOpt = None,
     weights: Annotated[Path | None, typer.Option(help="trained policy (adds 'rltune' to the policies)")] = None,
-    policies: Annotated[str, typer.Option(help="comma-separated queue policies")] = "fcfs,sjf,f1,slurm,gavel-like,random",
+    policies: Annotated[str | None, typer.Option(help="comma-separated queue policies (default: every baseline)")]
+        = None,
     sequences: Annotated[int, typer.Option(help="held-out sequences")] = 10,
     length: Annotated[int, typer.Option(help="jobs per sequence")] = 256,
     load: LoadOpt = None,
@@ -66,10 +67,10 @@ def eval_cmd(
     """Compare queue policies on held-out sequences (last 30 % of the trace): JCT, queueing, slowdown, util, MILP."""
     with clean_errors():
         from oltunes.atomic import atomic_write_json
-        from oltunes.rltune.evaluate import evaluate_trace, table, write_plots
+        from oltunes.rltune.evaluate import BASELINES, evaluate_trace, table, write_plots
         from oltunes.rltune.traces import load_trace
 
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(BASELINES)
         if weights is not None and "rltune" not in names:
             names.append("rltune")
         rep = evaluate_trace(load_trace(trace, file), names, weights=weights, n=sequences, length=length, load=load,

@@ -25,12 +25,12 @@ class QueuePolicy(Registered, root=True):
     def scores(self, view: QueueView) -> np.ndarray:
         raise NotImplementedError
 
-    def choose(self, view: QueueView) -> int:
-        """Index (into the view) of the job to run next."""
-        return int(np.lexsort((view.submit, self.scores(view)))[0])
-
     def order(self, view: QueueView) -> np.ndarray:
+        """Indices into the view, first to run first."""
         return np.lexsort((view.submit, self.scores(view)))
+
+    def choose(self, view: QueueView) -> int:
+        return int(self.order(view)[0])
 
 
 class Fcfs(QueuePolicy, name="fcfs"):

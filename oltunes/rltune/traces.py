@@ -6,9 +6,9 @@ Each loader turns one public trace into a :class:`Trace` — arrays of submit ti
 
 Sequences have the paper's length (256 jobs by default). Training sequences come from the first 70 % of a trace
 (by submit order), evaluation sequences from the last 30 %, so evaluation never sees a training job.
-Each sequence's arrivals keep their order and relative gaps but are rescaled so the sequence's offered load (GPU-seconds
-asked within the arrival span / (cluster GPUs x span)) is ``load``: raw windows range from a near-empty cluster (Alibaba) to
-thousands of times its capacity (Philly bursts), and a queue policy only matters when there is a queue. A job
+Each sequence's arrivals keep their order and relative gaps but are rescaled so its offered load (GPU-seconds asked
+within the arrival span / (cluster GPUs x span)) is ``load``: raw windows range from a near-empty cluster (Alibaba)
+to thousands of times its capacity (Philly bursts), and a queue policy only matters when there is a queue. A job
 counts only for the part of its run time inside the span, so one months-long job does not stretch the sequence.
 """
 
@@ -226,7 +226,8 @@ def _rescale(tr: Trace, load: float) -> Trace:
     return replace(tr, submit=s)
 
 
-def sequences(tr: Trace, *, split: str, n: int, length: int = 256, seed: int = 0, load: float = DEFAULT_LOAD) -> list[Trace]:
+def sequences(tr: Trace, *, split: str, n: int, length: int = 256, seed: int = 0,
+              load: float = DEFAULT_LOAD) -> list[Trace]:
     """`n` sequences of `length` jobs drawn (seeded, without replacement, kept in submit order) from the train
     (first 70 %) or test (last 30 %) part of the trace.
 
