@@ -1,0 +1,94 @@
+"""`oltunes rltune train|eval`: train the batch-queue policy on a trace; compare queue policies on held-out data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from oltunes.cli.worker import clean_errors
+
+rltune_app = typer.Typer(no_args_is_help=True, help="RLTune: learned queue order + MILP placement for GPU batch jobs.")
+TraceOpt = Annotated[str, typer.Option("--trace", "-t", help="trace loader: philly, alibaba or helios")]
+FileOpt = Annotated[Path | None, typer.Option("--file", help="trace file (default: its file under shared_data)")]
+LoadOpt = Annotated[float | None, typer.Option(help="offered load of each sequence (default 1.5)")]
+
+
+@rltune_app.command("train")
+def train_cmd(
+    trace: TraceOpt,
+    file: FileOpt = None,
+    seed: Annotated[int, typer.Option(help="seed of sequences, network and sampling")] = 0,
+    iterations: Annotated[int, typer.Option(help="PPO iterations")] = 30,
+    episodes: Annotated[int, typer.Option(help="episodes (sequences) per iteration")] = 4,
+    length: Annotated[int, typer.Option(help="jobs per training sequence")] = 256,
+    objective: Annotated[str, typer.Option(help="bounded_slowdown, wait, turnaround or utilisation")] =
+        "bounded_slowdown",
+    baseline: Annotated[str, typer.Option(help="queue policy whose score the reward is relative to")] = "fcfs",
+    load: LoadOpt = None,
+    out: Annotated[Path | None, typer.Option(help="weights (default $OLTUNES_HOME/rltune/TRACE-seedN.safetensors)")]
+        = None,
+) -> None:
+    """Train the queue policy with PPO on the first 70 % of a trace; write safetensors weights + metadata."""
+    console = Console(stderr=True)
+    with clean_errors():
+        from oltunes.config import get_settings
+        from oltunes.rltune.net import save_policy
+        from oltunes.rltune.ppo import TrainConfig, train
+        from oltunes.rltune.traces import DEFAULT_LOAD, load_trace
+
+        cfg = TrainConfig(seed=seed, iterations=iterations, episodes_per_iteration=episodes, sequence_length=length,
+                          objective=objective, baseline=baseline, load=DEFAULT_LOAD if load is None else load)
+        tr = load_trace(trace, file)
+        net, meta = train(tr, cfg, progress=lambda i, r: console.print(
+            f"iteration {i}/{iterations}: reward vs {baseline} {r:+.3f}", highlight=False))
+        path = out or get_settings().home / "rltune" / f"{trace}-seed{seed}.safetensors"
+        console.print(f"trained in {meta['train_seconds']:g} s; weights: {save_policy(net, path, meta)}")
+
+
+@rltune_app.command("eval")
+def eval_cmd(
+    trace: TraceOpt,
+    file: FileOpt = None,
+    weights: Annotated[Path | None, typer.Option(help="trained policy (adds 'rltune' to the policies)")] = None,
+    policies: Annotated[str | None, typer.Option(help="comma-separated queue policies (default: every baseline)")]
+        = None,
+    sequences: Annotated[int, typer.Option(help="held-out sequences")] = 10,
+    length: Annotated[int, typer.Option(help="jobs per sequence")] = 256,
+    load: LoadOpt = None,
+    mapper: Annotated[str, typer.Option(help="milp or greedy")] = "milp",
+    time_limit: Annotated[float, typer.Option(help="MILP time limit per decision, s")] = 0.1,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    plots: Annotated[Path | None, typer.Option(help="write bar charts here")] = None,
+) -> None:
+    """Compare queue policies on held-out sequences (last 30 % of the trace): JCT, queueing, slowdown, util, MILP."""
+    with clean_errors():
+        from oltunes.atomic import atomic_write_json
+        from oltunes.rltune.evaluate import BASELINES, evaluate_trace, table, write_plots
+        from oltunes.rltune.traces import load_trace
+
+        names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(BASELINES)
+        if weights is not None and "rltune" not in names:
+            names.append("rltune")
+        rep = evaluate_trace(load_trace(trace, file), names, weights=weights, n=sequences, length=length, load=load,
+                             mapper=mapper, time_limit_s=time_limit)
+        cols, rows = table(rep)
+        t = Table(title=f"{trace}: {sequences} held-out sequences x {length} jobs, {mapper} mapper")
+        for c in cols:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*r)
+        console = Console(width=140)
+        console.print(t)
+        if json_path:
+            console.print(f"report: {atomic_write_json(json_path, {trace: rep})}")
+        for p in write_plots({trace: rep}, plots) if plots else []:
+            console.print(f"plot: {p}")
+
+
+def register(root: typer.Typer) -> None:
+    """Attach ``oltunes rltune`` to the root CLI."""
+    root.add_typer(rltune_app, name="rltune")
