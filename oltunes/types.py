@@ -54,6 +54,11 @@ class Pool(_Frozen):
     slots_per_device: int = Field(default=4, ge=1, description="max jobs co-running on one device")
     cpu_set: tuple[int, ...] | None = Field(default=None, description="CPU cores (local CPU pools)")
     device_ids: tuple[str, ...] = Field(default=(), description="GPU UUIDs (Docker launcher)")
+    engine: str | None = Field(
+        default=None,
+        pattern=r"^(unix|tcp|ssh)://[^\s]{1,250}$",
+        description="Docker engine of this pool's host (Docker launcher); default: DOCKER_HOST",
+    )
 
 
 class Variant(_Frozen):
