@@ -52,7 +52,12 @@ if [[ -f $ROOT/constraints.txt ]]; then
 else
   "$PYTHON" -m pip freeze --exclude-editable | grep -E '^[A-Za-z0-9_.-]+==' >"$CTX/constraints.txt"
 fi
-"$PYTHON" -m pip wheel -q --no-deps --wheel-dir "$CTX/wheelhouse" "$ROOT" >&2
+# From a copy of the package sources: setuptools writes build/ and *.egg-info next to what it builds.
+mkdir "$CTX/src"
+(cd "$ROOT" && cp -r pyproject.toml README.md oltunes flows tasks "$CTX/src/")
+find "$CTX/src" -name __pycache__ -prune -exec rm -rf {} +
+"$PYTHON" -m pip wheel -q --no-deps --wheel-dir "$CTX/wheelhouse" "$CTX/src" >&2
+rm -rf "$CTX/src"
 # Binary wheels for the image's interpreter (CPython 3.11, glibc 2.36), whatever Python the host runs.
 "$PYTHON" -m pip download -q --dest "$CTX/wheelhouse" --only-binary=:all: \
   --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
