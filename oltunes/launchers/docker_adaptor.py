@@ -97,8 +97,13 @@ def require_gpu_runtime(client: Any, pool: Pool) -> None:
 
 
 def device_requests(pool: Pool) -> list[Any]:
-    """GPU requests for a pool: its GPUs by UUID; none for CPU pools."""
+    """GPU requests for a pool: its GPUs by UUID; none for CPU pools; a GPU pool that names none is refused."""
     if not pool.device_ids:
+        if pool.accelerator.name != "cpu":
+            raise ConfigError(
+                f"pool {pool.name}: a {pool.accelerator.name} pool needs device_ids (GPU UUIDs from nvidia-smi -L) "
+                "in its inventory to run in Docker (see infra/inventory.gpu.yaml)"
+            )
         return []
     types = importlib.import_module("docker.types")
     return [types.DeviceRequest(device_ids=list(pool.device_ids), capabilities=[["gpu"]])]

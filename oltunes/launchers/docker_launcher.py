@@ -29,7 +29,7 @@ _reapers: dict[str | None, subprocess.Popen] = {}  # one per engine, for this pr
 
 
 class DockerLauncher(Launcher, name="docker"):
-    """Run workers as containers.
+    """Run workers as containers (default cluster: this machine's CPU pools; GPU hosts: infra/inventory.gpu.yaml).
 
     Parameters
     ----------
@@ -45,6 +45,8 @@ class DockerLauncher(Launcher, name="docker"):
         ``uid:gid`` inside the container (default: the caller's, so outputs belong to the caller; a root caller
         gets root without capabilities, which cannot read other users' files).
     """
+
+    default_inventory = "infra/inventory.local.yaml"
 
     def __init__(
         self,

@@ -60,6 +60,20 @@ def test_cpu_serve_container_shares_the_host_network_and_pins_cores(tmp_path):
     assert kw["environment"]["OLTUNES_WORKER_PORT"] == "8123"
 
 
+def test_a_gpu_pool_without_uuids_is_refused_not_run_on_cpu(tmp_path):
+    pool = Pool(name="t4-pool", accelerator=CATALOG["t4"], count=1)
+    with pytest.raises(ConfigError, match="t4-pool: a t4 pool needs device_ids"):
+        docker_adaptor.container_config(spec(pool, tmp=tmp_path), ["batch"], image="i", cores=1, memory_mb=64, user="0:0")
+
+
+def test_the_gpu_inventory_template_names_every_device_and_engine(repo_root):
+    from oltunes.inventory import load_inventory
+
+    pools = load_inventory(repo_root / "infra" / "inventory.gpu.yaml")
+    assert pools and all(len(p.device_ids) == p.count and p.engine for p in pools)
+    assert all(d.startswith("GPU-") for p in pools for d in p.device_ids)
+
+
 def test_the_docker_socket_is_never_mounted(tmp_path):
     sock_dir = tmp_path / "engine"
     s = spec(GPU_POOL, tmp=tmp_path, output_dir=sock_dir)

@@ -200,3 +200,14 @@ def test_engine_errors_say_what_to_do(small_zoo, docker_engine, tmp_path):
     with pytest.raises(MissingDependency, match=r"pool a100-east asks for GPUs \['GPU-1111'\].*no NVIDIA runtime"):
         DockerLauncher(image="oltunes-worker-cpu:latest").start(make_spec(variant, tmp_path, data=data, pool=gpu))
     assert json.loads(json.dumps(docker_adaptor.connect().info()["Runtimes"]))  # the engine itself is fine
+
+
+def test_the_cpu_image_holds_the_worker_only_and_runs_it_unprivileged(worker_image, client):
+    probe = (
+        "import importlib.util as u, os, json; "
+        "print(json.dumps({'absent': [m for m in ('torch', 'prefect', 'mlflow', 'river', 'sklearn', 'docker') "
+        "if u.find_spec(m) is None], 'ort': u.find_spec('onnxruntime') is not None, 'uid': os.getuid()}))"
+    )
+    out = client.containers.run(worker_image, entrypoint=["python3", "-c", probe], remove=True, network_mode="none")
+    got = json.loads(out.decode().strip().splitlines()[-1])
+    assert got == {"absent": ["torch", "prefect", "mlflow", "river", "sklearn", "docker"], "ort": True, "uid": 10001}
