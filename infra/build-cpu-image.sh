@@ -91,4 +91,7 @@ else
   docker image prune -f --filter label=oltunes.stage=build >/dev/null  # the build stage (wheelhouse + venv)
 fi
 docker tag "$IMAGE" "$REPO:latest"
+for old in $(docker images "$REPO" --format '{{.Tag}}' | grep -v -x -e "$TAG" -e latest); do
+  docker rmi "$REPO:$old" >/dev/null 2>&1 || true  # earlier builds (still in use: kept)
+done
 echo "$IMAGE"
