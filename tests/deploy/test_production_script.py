@@ -89,7 +89,9 @@ def test_the_readme_production_script_runs_the_batch_deployment_to_completed(rep
     shards = list((home / "outputs").glob("*/worker-*/part-*.parquet"))
     assert shards and sum(pq.read_metadata(s).num_rows for s in shards) == items
     # It ran from a clone under OLTUNES_HOME, not from this checkout, and left no clone in the repository.
-    assert any((home / "flow-runs").iterdir())
+    (clone,) = [d for d in (home / "flow-runs").iterdir() if (d / ".git").exists()]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True, text=True).stdout
+    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout == head
     assert subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo_root,
                           capture_output=True, text=True).stdout.count("flow-runs") == 0
     # Its measurement is in MLflow.
