@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     tuner_timeout_s: float = Field(default=2.0, gt=0)
     seed: int = 0
     cpu_watts_per_core: float = Field(default=15.0, gt=0, description="estimate used when no energy counter exists")
+    worker_image: str = Field(default="oltunes-worker-cpu:latest", description="Docker launcher, CPU pools")
+    worker_gpu_image: str = Field(default="oltunes-worker-gpu:0.1.0", description="Docker launcher, GPU pools")
 
     def __init__(self, **values: object) -> None:
         try:

@@ -8,6 +8,7 @@ Inventory format (``infra/inventory.yaml``, simulator scenarios embed the same `
         count: 8
         slots_per_device: 4
         device_ids: [GPU-...]    # optional, Docker launcher
+        engine: ssh://gpu-host-1 # optional, Docker launcher: the engine of this pool's host (default DOCKER_HOST)
       - name: cpu-2
         accelerator: cpu
         count: 1
@@ -51,6 +52,7 @@ class _PoolSpec(BaseModel):
     slots_per_device: int = 4
     cpu_set: list[int] | None = None
     device_ids: list[str] = []
+    engine: str | None = None
 
 
 class Inventory(BaseModel):
@@ -86,6 +88,7 @@ def pools_from_data(data: Any, source: str = "inventory") -> list[Pool]:
                     slots_per_device=spec.slots_per_device,
                     cpu_set=tuple(spec.cpu_set) if spec.cpu_set is not None else None,
                     device_ids=tuple(spec.device_ids),
+                    engine=spec.engine,
                 )
             )
         except ValidationError as e:

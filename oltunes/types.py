@@ -75,6 +75,11 @@ class Pool(_Frozen):
     cpu_set: tuple[Annotated[int, Field(ge=0, le=MAX_SETTING)], ...] | None = Field(
         default=None, max_length=MAX_LIST, description="CPU cores (local CPU pools)")
     device_ids: tuple[Id, ...] = Field(default=(), max_length=MAX_LIST, description="GPU UUIDs (Docker launcher)")
+    engine: str | None = Field(
+        default=None,
+        pattern=r"^(unix|tcp|ssh)://[^\s]{1,250}$",
+        description="Docker engine of this pool's host (Docker launcher); default: DOCKER_HOST",
+    )
 
 
 class Variant(_Frozen):

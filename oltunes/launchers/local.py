@@ -45,12 +45,13 @@ def worker_command() -> list[str]:
 def worker_argv(spec: WorkerSpec, threads: int, port: int | None = None, command: list[str] | None = None) -> list[str]:
     """The worker command line for a spec (see ``oltunes worker batch|serve --help``).
 
-    `command` is how to call the worker CLI (default: this interpreter's; ``["oltunes", "worker"]`` in a container).
+    `command` is how to call the worker CLI (default: this interpreter's; ``[]`` for an image whose ENTRYPOINT is
+    ``oltunes worker``).
     """
     c = spec.candidate
     if not c.variant.path:
         raise ConfigError(f"variant {c.variant.name}: no model file (variant.path is empty); build the zoo first")
-    argv = [*(command or worker_command()), spec.mode, "--model", str(c.variant.path), "--threads", str(threads)]
+    argv = [*(worker_command() if command is None else command), spec.mode, "--model", str(c.variant.path), "--threads", str(threads)]
     if spec.pool.device_ids:  # a GPU pool: fail loudly rather than silently fall back to the CPU provider
         argv += ["--device", "cuda"]
     if spec.mode == "batch":

@@ -1,4 +1,4 @@
-"""Docker seam (no engine on this machine: the request it would build, and a clear refusal) and the simulated launcher."""
+"""Docker seams (the exact container request, GPUs by UUID, refusals; the real engine is in test_docker_engine.py) and the simulated launcher."""
 
 from __future__ import annotations
 
@@ -31,35 +31,76 @@ def spec(pool: Pool, mode="batch", tmp: Path = Path("/tmp/x"), **kw) -> WorkerSp
     return WorkerSpec(**{**base, **kw})
 
 
-def test_docker_request_passes_gpus_by_uuid_with_the_gpu_capability(tmp_path):
+def test_gpu_container_gets_its_gpus_by_uuid_and_the_worker_args_after_the_entrypoint(tmp_path):
     s = spec(GPU_POOL, tmp=tmp_path)
-    kw = docker_adaptor.run_kwargs(s, ["oltunes", "worker", "batch"], image="img:1")
+    args = worker_argv(s, threads=4, command=[])
+    kw = docker_adaptor.container_config(s, args, image="img:1", cores=4, memory_mb=2048, user="1000:1000")
     (req,) = kw["device_requests"]
-    assert req["DeviceIDs"] == ["GPU-1111", "GPU-2222"]
-    assert req["Capabilities"] == [["gpu"]]
-    assert kw["image"] == "img:1" and kw["command"] == ["oltunes", "worker", "batch"] and kw["detach"] is True
+    assert req["DeviceIDs"] == ["GPU-1111", "GPU-2222"] and req["Capabilities"] == [["gpu"]] and req["Count"] == 0
+    assert kw["environment"]["CUDA_VISIBLE_DEVICES"] == "GPU-1111,GPU-2222"
+    # The image's ENTRYPOINT is `oltunes worker`: the command is the subcommand and its options, nothing before.
+    assert kw["command"][0] == "batch" and "oltunes" not in kw["command"]
+    assert kw["command"][kw["command"].index("--device") + 1] == "cuda"
+    assert kw["network_mode"] == "none" and kw["healthcheck"] == {"test": ["NONE"]}  # a batch worker needs no net
+    assert kw["nano_cpus"] == 4_000_000_000 and kw["mem_limit"] == "2048m" and kw["user"] == "1000:1000"
+    assert kw["read_only"] and kw["cap_drop"] == ["ALL"] and kw["init"]
     assert kw["volumes"][str((tmp_path / "out").resolve())]["mode"] == "rw"
+    assert kw["volumes"][str((tmp_path / "in").resolve())]["mode"] == "ro"
     assert kw["volumes"]["/models"]["mode"] == "ro"
-    assert kw["labels"]["oltunes.pool"] == "a100-east"
-    argv = worker_argv(s, threads=4, command=["oltunes", "worker"])
-    assert argv[:3] == ["oltunes", "worker", "batch"] and argv[argv.index("--device") + 1] == "cuda"
+    assert kw["labels"]["oltunes.pool"] == "a100-east" and kw["labels"]["oltunes.job_id"] == s.job.job_id
+    assert kw["labels"]["oltunes.owner"] == docker_adaptor.OWNER
 
 
-def test_docker_request_for_a_cpu_pool_has_no_gpu_and_pins_cores(tmp_path):
+def test_cpu_serve_container_shares_the_host_network_and_pins_cores(tmp_path):
     pool = Pool(name="cpu", accelerator=CATALOG["cpu"], count=1, cpu_set=(0, 1))
-    kw = docker_adaptor.run_kwargs(spec(pool, mode="serve", tmp=tmp_path), ["x"], port=8123)
-    assert kw["device_requests"] == [] and kw["cpuset_cpus"] == "0,1"
-    assert kw["ports"] == {"8123/tcp": ("127.0.0.1", 8123)}
+    s = spec(pool, mode="serve", tmp=tmp_path, input_path=None, output_dir=None)
+    kw = docker_adaptor.container_config(s, ["serve"], image="i", cores=2, memory_mb=512, port=8123, user="0:0")
+    assert kw["device_requests"] == [] and kw["cpuset_cpus"] == "0,1" and "CUDA_VISIBLE_DEVICES" not in kw["environment"]
+    assert kw["network_mode"] == "host" and "ports" not in kw and "healthcheck" not in kw  # the image's check
+    assert kw["environment"]["OLTUNES_WORKER_PORT"] == "8123"
 
 
-def test_docker_launcher_refuses_clearly_without_an_engine(tmp_path):
-    try:
-        docker_adaptor.engine(timeout_s=2).close()
-        pytest.skip("a Docker engine is reachable here; the refusal path cannot be observed")
-    except MissingDependency:
-        pass
-    with pytest.raises(MissingDependency, match="no Docker engine is reachable.*launcher='local'"):
-        Launcher.make("docker").start(spec(GPU_POOL, tmp=tmp_path))
+def test_a_gpu_pool_without_uuids_is_refused_not_run_on_cpu(tmp_path):
+    pool = Pool(name="t4-pool", accelerator=CATALOG["t4"], count=1)
+    with pytest.raises(ConfigError, match="t4-pool: a t4 pool needs device_ids"):
+        docker_adaptor.container_config(spec(pool, tmp=tmp_path), ["batch"], image="i", cores=1, memory_mb=64, user="0:0")
+
+
+def test_the_gpu_inventory_template_names_every_device_and_engine(repo_root):
+    from oltunes.inventory import load_inventory
+
+    pools = load_inventory(repo_root / "infra" / "inventory.gpu.yaml")
+    assert pools and all(len(p.device_ids) == p.count and p.engine for p in pools)
+    assert all(d.startswith("GPU-") for p in pools for d in p.device_ids)
+
+
+def test_the_docker_socket_is_never_mounted(tmp_path):
+    sock_dir = tmp_path / "engine"
+    s = spec(GPU_POOL, tmp=tmp_path, output_dir=sock_dir)
+    with pytest.raises(ConfigError, match="would expose the Docker socket"):
+        docker_adaptor.mounts(s, endpoint=f"unix://{sock_dir}/docker.sock")
+    assert str(sock_dir.resolve()) in docker_adaptor.mounts(s, endpoint=f"unix://{tmp_path}/elsewhere.sock")
+
+
+def test_remote_engines_name_their_host():
+    assert docker_adaptor.engine_host("ssh://ops@gpu-7.example") == "gpu-7.example"
+    assert docker_adaptor.engine_host("tcp://10.0.0.5:2376") == "10.0.0.5"
+    assert docker_adaptor.engine_host("unix:///run/docker.sock") is None and docker_adaptor.is_local("unix:///x")
+
+
+def test_each_pool_may_name_its_engine_and_a_bad_one_is_refused_by_field():
+    from oltunes.inventory import pools_from_data
+
+    (p,) = pools_from_data({"pools": [{"name": "g", "accelerator": "l4", "count": 1, "engine": "ssh://gpu-1"}]})
+    assert p.engine == "ssh://gpu-1" and docker_adaptor.endpoint_of(p, "unix:///d.sock") == "ssh://gpu-1"
+    with pytest.raises(ConfigError, match="engine"):
+        pools_from_data({"pools": [{"name": "g", "accelerator": "l4", "count": 1, "engine": "http://x y"}]})
+
+
+def test_docker_launcher_refuses_clearly_when_the_pools_engine_is_down(tmp_path):
+    pool = GPU_POOL.model_copy(update={"engine": f"unix://{tmp_path}/no-engine.sock"})
+    with pytest.raises(MissingDependency, match="no Docker engine is reachable at unix://.*no-engine.sock.*launcher='local'"):
+        Launcher.make("docker").start(spec(pool, tmp=tmp_path))
 
 
 def test_worker_command_line_carries_the_decision(tmp_path):
