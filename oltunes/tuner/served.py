@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from oltunes.errors import ConfigError, OLTunesError
 from oltunes.tuner import guards
 from oltunes.tuner.api import ObserveResponse, RecommendRequest
-from oltunes.tuner.journal import ObserveJournal
+from oltunes.tuner.journal import ObserveJournal, fsync_dir
 from oltunes.tuner.state import state_lock, write_json_atomic
 from oltunes.types import ClusterState, Decision, Measurement, Pool
 
@@ -157,6 +157,7 @@ class TunerService:
                 self._dirty = True  # retry next round
                 raise
             if sealed is not None:
+                fsync_dir(self.state_path.parent)  # the rename is durable before the segments go
                 self.journal.drop_through(sealed)
         return True
 
