@@ -12,7 +12,6 @@ written with one ``write`` call, and it was never answered as durable): replay s
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
