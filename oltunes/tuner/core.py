@@ -427,7 +427,7 @@ class Tuner:
             return True
 
     def has_seen(self, measurement_id: str) -> bool:
-        """Whether ``observe`` would skip this id (already learnt, exactly-once)."""
+        """Whether this id was observed (among the ids remembered, see `oltunes.tuner.seen`)."""
         with self._lock:
             return measurement_id in self._seen
 
