@@ -27,7 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import alternate, median, parser, print_table, write_json
-from benchmarks.tuner_latency import BATCHES, CONCURRENCIES, synthetic_cluster, synthetic_measurement, synthetic_variants
+from benchmarks.tuner_latency import (
+    BATCHES,
+    CONCURRENCIES,
+    synthetic_cluster,
+    synthetic_measurement,
+    synthetic_variants,
+)
 from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.service import create_app, serve_in_thread
@@ -141,7 +147,8 @@ def _durable_observe_rates(args, rng, cluster, variants, tmp: Path) -> dict[str,
                 out[name].append(len(chunk) / (time.perf_counter() - t0))
         for c in clients.values():
             c.close()
-    return {"observe_http_per_s_durable": median(out["durable"]), "observe_http_per_s_volatile": median(out["volatile"])}
+    return {"observe_http_per_s_durable": median(out["durable"]),
+            "observe_http_per_s_volatile": median(out["volatile"])}
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ class Pool(_Frozen):
     slots_per_device: Setting = Field(default=4, description="max jobs co-running on one device")
     cpu_set: tuple[Annotated[int, Field(ge=0, le=MAX_SETTING)], ...] | None = Field(
         default=None, max_length=MAX_LIST, description="CPU cores (local CPU pools)")
-    device_ids: tuple[Id, ...] = Field(default=(), max_length=MAX_LIST, description="GPU UUIDs (Docker launcher)")
+    device_ids: tuple[Label, ...] = Field(default=(), max_length=MAX_LIST,
+                                          description="GPU (or MIG) UUIDs (Docker launcher)")
     engine: str | None = Field(
         default=None,
         pattern=r"^(unix|tcp|ssh)://[^\s]{1,250}$",

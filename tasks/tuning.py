@@ -40,7 +40,8 @@ async def recommend(tuner: Any, job: JobSpec, cluster: ClusterState, current: Pl
 
 @task(name="observe", cache_policy=NO_CACHE, timeout_seconds=60)
 async def observe(tuner: Any, m: Measurement, settings: Settings) -> bool:
-    """Feed one measurement back; an in-process tuner's state is saved so the next flow starts from it."""
+    """Feed one measurement back; an in-process tuner's state is saved so the next flow starts from it (merged,
+    under the state file's lock, with what concurrent flows saved: `oltunes.tuner.local.LocalTuner`)."""
     accepted = await asyncio.to_thread(tuner.observe, m)
     save = getattr(tuner, "save", None)
     if save is not None:

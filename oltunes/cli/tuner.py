@@ -117,8 +117,12 @@ def serve_cmd(
         err.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
     err.print(f"tuner: serving on http://{host}:{port}/v1 (auth {'on' if token else 'off'}), state {state_path}")
-    serve(tuner, host=host, port=port, token=token, state_path=state_path, pools=pools,
-          persist_every_s=persist_every, log_level=log_level)
+    try:  # replaying the observe journal can still refuse a corrupt file
+        serve(tuner, host=host, port=port, token=token, state_path=state_path, pools=pools,
+              persist_every_s=persist_every, log_level=log_level)
+    except OLTunesError as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 @tuner_app.command("recommend")

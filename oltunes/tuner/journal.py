@@ -12,7 +12,6 @@ written with one ``write`` call, and it was never answered as durable): replay s
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -124,7 +123,7 @@ class ObserveJournal:
     # -- plumbing ------------------------------------------------------------------------------------------
     def _open(self, seq: int):
         f = open(self.dir / f"{seq:012d}{_SUFFIX}", "ab", buffering=0)
-        _fsync_dir(self.dir)  # the new name itself must survive a crash
+        fsync_dir(self.dir)  # the new name itself must survive a crash
         return f
 
     @staticmethod
@@ -132,7 +131,7 @@ class ObserveJournal:
         return int(path.stem)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -22,10 +22,9 @@ from oltunes.types import (
     Pool,
     Variant,
 )
+from tests.tuner.serve_process import AUTH, TOKEN
 from tests.tuner.variants import make_variants
 
-TOKEN = "test-token-123"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def make_cluster() -> ClusterState:
@@ -272,62 +271,23 @@ def test_cli_recommend_prints_a_decision(oltunes_home, tmp_path, repo_root):
 @pytest.mark.slow
 def test_cli_serve_subprocess_persists_on_sigint_and_restores(tmp_path):
     """`oltunes tuner serve` as a real process: auth on, state saved on Ctrl-C, restored on restart."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-
     from oltunes.tuner.client import TunerClient
+    from tests.tuner.serve_process import ServeProcess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    state = tmp_path / "state.json"
-    (tmp_path / "variants.json").write_text(json.dumps([v.model_dump(mode="json") for v in make_variants()]))
-    env = {**os.environ, "OLTUNES_HOME": str(tmp_path / "home"), "OLTUNES_TUNER_TOKEN": TOKEN}
-    cmd = [sys.executable, "-c", "from oltunes.cli import app; app()", "tuner", "serve", "--port", str(port),
-           "--state", str(state), "--variants", str(tmp_path / "variants.json"), "--log-level", "warning"]
-
-    def start() -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
-                    return proc
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"tuner serve did not come up: {proc.communicate()[0]}")
-            time.sleep(0.2)
-
-    def stop(proc: subprocess.Popen) -> None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            assert proc.wait(timeout=30) == 0, proc.communicate()[0]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-
-    proc = start()
-    try:
-        with TunerClient(f"http://127.0.0.1:{port}", token=TOKEN, outbox_dir=tmp_path / "ob") as c:
+    svc = ServeProcess(tmp_path, persist_every_s=30)
+    with svc:
+        with TunerClient(svc.url, token=TOKEN, outbox_dir=tmp_path / "ob") as c:
             decision = c.recommend(JOB, make_cluster())
             assert decision.source != "fallback"
             assert [c.observe(make_measurement(decision.candidate, i)) for i in range(3)] == [True] * 3
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/state", timeout=5).status_code == 401
-    finally:
-        stop(proc)
-    assert Tuner.load(state).n_observed == 3
+        assert httpx.get(f"{svc.url}/v1/state", timeout=5).status_code == 401
+        svc.stop()
+    assert Tuner.load(svc.state).n_observed == 3
 
-    proc = start()
-    try:
-        health = httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=5).json()
+    with svc:
+        health = httpx.get(f"{svc.url}/v1/health", timeout=5).json()
         assert health["n_observed_total"] == 3 and health["n_observed"] == 0
-    finally:
-        stop(proc)
+        svc.stop()
 
 
 def test_remote_decide_carries_current_and_stays_put_like_in_process(served, tmp_path):

@@ -31,12 +31,12 @@ def _raw_request(port: int, head: bytes, body_chunks, read_limit: int = 1 << 20)
     read the answer: (status, raw response)."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(head)
-        for chunk in body_chunks:
-            try:
+        try:
+            for chunk in body_chunks:
                 s.sendall(chunk)
-            except (BrokenPipeError, ConnectionResetError):
-                break
-        s.shutdown(socket.SHUT_WR) if s.fileno() != -1 else None
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):  # the server answered and closed mid-body
+            pass
         data = b""
         try:
             while len(data) < read_limit:
