@@ -80,7 +80,9 @@ def test_batch_run_follows_the_conventions_and_rebuilds_history(tracker, store):
     assert run.data.metrics[cv.ENERGY] == 0.3 and run.data.metrics[cv.ACCURACY] == 0.88
     assert run.data.tags[cv.TAG_ENERGY_SOURCE] == "estimated" and run.data.tags[cv.TAG_SIMULATED] == "false"
     assert run.data.tags[cv.TAG_POLICY] == "fm-ftml" and run.data.tags[cv.TAG_JOB] == "job-1"
-    assert run.info.experiment_id == MlflowClient(store[0]).get_experiment_by_name("t-conv").experiment_id
+    exp = MlflowClient(store[0]).get_experiment_by_name("t-conv")
+    assert run.info.experiment_id == exp.experiment_id
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # MLflow 3 UI: the ML view, not GenAI
     assert [h.measurement_id for h in tracker.history(kinds=("t-conv-none",))] == []
     got = [h for h in tracker.history(kinds=("batch", "streaming")) if h.measurement_id == m.measurement_id]
     assert got == []  # logged under a custom experiment, not the batch one
