@@ -163,3 +163,35 @@ def test_a_broken_store_is_an_oltunes_error_not_a_raw_traceback(tmp_path):
     with pytest.raises(TrackingUnavailable, match="unreachable or failing"):
         t.history()
     assert t.log_run(experiment="t-broken", key="k", metrics={"x": 1.0}) is None and t.pending() == 1
+
+
+def test_streaming_chunks_buffered_while_down_replay_exactly_once(fresh, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    uri, up = fresh
+    buf = tmp_path / "buffer"
+    down = Tracker(uri=closed_port_uri(), buffer_dir=buf)
+    svc = down.service("svc-down", experiment="t-chunks", steps_per_batch=3, system_metrics_s=None)
+    steps = [make_measurement(kind="streaming", latency_p99_ms=1.0 + i) for i in range(5)]
+    for i, m in enumerate(steps):
+        svc.log_step(i, m)
+    svc.end("KILLED")
+    assert svc.run_id is None and down.pending() == 4  # start, two chunks, end
+    kept = tmp_path / "kept"
+    shutil.copytree(buf, kept)
+    assert up.flush() == 4
+    shutil.rmtree(buf)
+    shutil.copytree(kept, buf)
+    assert up.flush() == 4 and up.pending() == 0  # replayed twice: nothing counted twice
+    (run,) = runs_tagged(uri, "t-chunks", cv.TAG_SERVICE)
+    c = MlflowClient(uri)
+    hist = c.get_metric_history(run.info.run_id, cv.LATENCY_P99)
+    assert sorted((h.step, h.value) for h in hist) == [(i, 1.0 + i) for i in range(5)]
+    assert run.info.status == "KILLED"
+    assert sorted(m.measurement_id for m in hist_of(up, "t-chunks")) == sorted(m.measurement_id for m in steps)
+
+
+def hist_of(tracker: Tracker, experiment: str) -> list:
+    from oltunes.tracking.history import read_runs
+
+    found, _ = read_runs(tracker, [experiment], None)
+    return list(found.values())
