@@ -202,3 +202,17 @@ def test_every_variant_is_a_logged_onnx_model_registered_per_family_with_a_prefe
                                tracking_uri=store[0])  # fmt: skip
     w = onnx.numpy_helper.to_array(onnx.load(f"{local}/model.onnx").graph.initializer[0])
     assert w.tolist() == [3.0]  # the variant's own weights, loadable from the registry
+
+
+def test_streaming_steps_neither_search_nor_read_the_run(tracker, monkeypatch):
+    """O(1) per step by construction: the run id is held, and one log_batch carries a whole chunk of steps."""
+    svc = tracker.service("svc-calls", candidate=CAND, steps_per_batch=10, system_metrics_s=None)
+    client = tracker._client()
+    calls: dict[str, int] = {}
+    for name in ("search_runs", "get_run", "log_batch", "log_text", "set_tag", "log_metric"):
+        real = getattr(client, name)
+        monkeypatch.setattr(client, name, lambda *a, _r=real, _n=name, **k: (calls.__setitem__(_n, calls.get(_n, 0) + 1), _r(*a, **k))[1])
+    for i in range(25):
+        svc.log_step(i, make_measurement(kind="streaming"))
+    svc.end()
+    assert calls == {"log_batch": 3, "log_text": 3}  # chunks of 10, 10, 5; nothing read back, nothing searched
