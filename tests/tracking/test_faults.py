@@ -46,13 +46,15 @@ def test_a_value_with_both_quotes_is_refused_naming_the_field_not_the_value():
 def test_quote_in_service_id_and_key_lands_in_a_real_store(fresh):
     uri, tracker = fresh
     sid = "svc-o'brien"
-    svc = tracker.service(sid, experiment="t-quote", steps_per_batch=2)
+    svc = tracker.service(sid, experiment="t-quote", steps_per_batch=2, system_metrics_s=None)
     steps = [make_measurement(kind="streaming", latency_p99_ms=5.0 + i) for i in range(3)]
     for i, m in enumerate(steps):
         svc.log_step(i, m)
     assert svc.end() is not None
-    again = tracker.service(sid, experiment="t-quote")  # a restarted service finds its run again
+    again = tracker.service(sid, experiment="t-quote", system_metrics_s=None)  # a restart finds its run again
     assert again.run_id == svc.run_id
+    assert MlflowClient(uri).get_run(svc.run_id).info.status == "RUNNING"  # live again while it runs
+    again.end()
     m = make_measurement(measurement_id="job-'quoted'")
     rid = tracker.log_measurement(m, experiment="t-quote")
     assert rid is not None and tracker.log_measurement(m, experiment="t-quote") == rid
