@@ -216,3 +216,16 @@ def test_streaming_steps_neither_search_nor_read_the_run(tracker, monkeypatch):
         svc.log_step(i, make_measurement(kind="streaming"))
     svc.end()
     assert calls == {"log_batch": 3, "log_text": 3}  # chunks of 10, 10, 5; nothing read back, nothing searched
+
+
+def test_streaming_run_carries_mlflow_system_metrics(tracker, store):
+    import time
+
+    svc = tracker.service("svc-sys", candidate=CAND, system_metrics_s=0.5)
+    c = MlflowClient(store[0])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(k.startswith("system/") for k in c.get_run(svc.run_id).data.metrics):
+        time.sleep(0.5)
+    svc.end()
+    metrics = c.get_run(svc.run_id).data.metrics
+    assert "system/cpu_utilization_percentage" in metrics and "system/system_memory_usage_megabytes" in metrics
