@@ -1,8 +1,9 @@
 """MLflow tracking at the scale of a long-running service (issue 10), on a real SQLite MLflow store.
 
 1. Streaming: one service logs ``--steps`` control intervals through `ServiceRun` (held run id, steps in chunks of
-   10: one ``log_batch`` + one JSON-lines artifact per chunk). ``step_cost_ratio`` = mean cost of the last 100
-   steps / the first 100 (goal <= 1.2: the cost per step does not grow with the run).
+   10: one ``log_batch`` + one JSON-lines artifact per chunk). ``step_cost_ratio`` = mean cost of its last 100
+   steps / the first 100 steps of a new service, alternating step by step (goal <= 1.2: the cost per step does not
+   grow with the run); the sequential ratio against its own first 100 is reported beside it.
    The stores live in tmpfs (``--dir``) so that the shared disk's fsync latency does not drown what is measured.
 2. Flow start-up with ``--few`` and ``--many`` prior batch runs in the store (run end times spread over the last
    30 days, as history accumulates): build a `Tracker`, load the tuner state, warm start from the cursor.
@@ -41,22 +42,37 @@ def measurement(i: int, kind: str = "batch") -> Measurement:
 
 
 def streaming(root: Path, steps: int) -> dict[str, float]:
+    """Per-step cost at the end of a `steps`-step service vs at its start.
+
+    The machine is shared and its load drifts over minutes, so the ratio is measured side by side: the last 100
+    steps of the long service alternate step by step with the first 100 steps of a new service in the same store
+    (same moment, same load). The sequential ratio (the long service's own first 100, minutes earlier) is
+    reported too, labelled: it moves with the machine's load.
+    """
     tracker = Tracker(uri=f"sqlite:///{root / 'stream.db'}", buffer_dir=root / "sbuf", artifact_root=root / "sart")
     warm = tracker.service("svc-warm-up", candidate=measurement(0).candidate, system_metrics_s=None)
     for i in range(50):  # first use of the store, imports, caches: not what "the first 100 steps" should measure
         warm.log_step(i, measurement(i, "streaming"))
     warm.end()
-    svc = tracker.service("svc-bench", candidate=measurement(0).candidate, system_metrics_s=None)
-    costs = []
-    for i in range(steps):
-        m = measurement(i, "streaming")
+
+    def step(svc, i: int) -> float:
         t0 = time.perf_counter()
-        svc.log_step(i, m, slo_ms=20.0, extra_metrics={"offered_rps": 10.0, "requests_ok": 100.0})
-        costs.append(time.perf_counter() - t0)
-    svc.end()
-    first, last = statistics.fmean(costs[:100]), statistics.fmean(costs[-100:])
-    return {"steps": steps, "step_ms_first_100": first * 1e3, "step_ms_last_100": last * 1e3,
-            "step_cost_ratio": last / first}  # fmt: skip
+        svc.log_step(i, measurement(i, "streaming"), slo_ms=20.0, extra_metrics={"offered_rps": 10.0, "requests_ok": 100.0})
+        return time.perf_counter() - t0
+
+    long = tracker.service("svc-long", candidate=measurement(0).candidate, system_metrics_s=None)
+    early = [step(long, i) for i in range(steps - 100)][:100]
+    fresh = tracker.service("svc-fresh", candidate=measurement(0).candidate, system_metrics_s=None)
+    late, new = [], []
+    for k in range(100):
+        late.append(step(long, steps - 100 + k))
+        new.append(step(fresh, k))
+    long.end()
+    fresh.end()
+    mean = statistics.fmean
+    return {"steps": steps, "step_ms_first_100": mean(new) * 1e3, "step_ms_last_100": mean(late) * 1e3,
+            "step_cost_ratio": mean(late) / mean(new), "sequential_step_cost_ratio": mean(late) / mean(early),
+            "step_ms_first_100_sequential": mean(early) * 1e3}  # fmt: skip
 
 
 def seed_store(root: Path, n: int) -> tuple[Tracker, Path]:
@@ -133,9 +149,10 @@ def main() -> None:
         "MLflow tracking at scale (SQLite store)",
         ["measure", "value", "goal"],
         [
-            ["streaming: ms/step, first 100", stream["step_ms_first_100"], ""],
-            [f"streaming: ms/step, last 100 (of {a.steps})", stream["step_ms_last_100"], ""],
+            [f"streaming: ms/step, last 100 of {a.steps}", stream["step_ms_last_100"], ""],
+            ["streaming: ms/step, first 100 (a new service, side by side)", stream["step_ms_first_100"], ""],
             ["step_cost_ratio", stream["step_cost_ratio"], "<= 1.2"],
+            ["sequential ratio (own first 100, minutes earlier: load drifts)", stream["sequential_step_cost_ratio"], ""],
             [f"flow start-up, {a.few} prior runs (s, median)", res["start_s"][str(a.few)], ""],
             [f"flow start-up, {a.many} prior runs (s, median)", res["start_s"][str(a.many)], ""],
             ["start_ratio_1000_vs_10", res["start_ratio_1000_vs_10"], "<= 1.5"],

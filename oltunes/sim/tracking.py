@@ -14,7 +14,7 @@ from typing import Any
 from oltunes.config import Settings, apply_offline_env, get_settings
 from oltunes.errors import MissingDependency
 from oltunes.tracking.client import mlflow_errors, open_client
-from oltunes.tracking.conventions import EXPERIMENTS
+from oltunes.tracking.conventions import EXPERIMENT_TAGS, EXPERIMENTS
 
 EXPERIMENT = EXPERIMENTS["simulation"]
 
@@ -40,7 +40,7 @@ def _log(mlflow: Any, report: dict[str, Any], plots: list[Path], s: Settings, no
 
     mlflow.set_tracking_uri(s.mlflow_uri)
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
-        mlflow.create_experiment(EXPERIMENT, artifact_location=s.mlflow_artifacts.as_uri())
+        mlflow.create_experiment(EXPERIMENT, artifact_location=s.mlflow_artifacts.as_uri(), tags=EXPERIMENT_TAGS)
     mlflow.set_experiment(EXPERIMENT)
     meta = report.get("meta", {})
     with mlflow.start_run(run_name=f"simulate-{report['scenario']}") as parent:

@@ -24,6 +24,9 @@ EXPERIMENTS: dict[str, str] = {
     "models": "oltunes-models",
 }
 
+# MLflow 3's UI opens experiments in its GenAI view unless they say they hold model-development runs.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
 LATENCY_P50 = "latency_p50_ms"
 LATENCY_P99 = "latency_p99_ms"
 THROUGHPUT = "throughput_items_per_s"

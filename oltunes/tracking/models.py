@@ -70,6 +70,37 @@ def _log_variant(tracker: Any, v: Variant, digest: str) -> Any:
     return rid, model
 
 
+def _version(tracker: Any, name: str, existing: dict, v: Variant) -> Any:
+    """The registered version of `v`'s model file, logged and registered now if it is not yet."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    digest = sha256_file(Path(v.path))[:16]
+    mv = existing.get((v.name, digest))
+    if mv is not None:
+        return mv
+    rid, model = _log_variant(tracker, v, digest)
+    tags = {"variant": v.name, "sha256": digest, "published_accuracy": f"{v.accuracy:.6g}", "precision": v.precision,
+            "size": v.size}  # fmt: skip
+    # The SQL registry resolves a models:/ source with the *global* tracking URI (MLflow 3.x).
+    with _use_tracking_uri(tracker.uri):
+        return tracker._client().create_model_version(name, source=model.model_uri, run_id=rid, tags=tags,
+                                                      model_id=model.model_id)  # fmt: skip
+
+
+def _prefer(client: Any, name: str, mv: Any, measured_accuracy: float | None) -> None:
+    """Point the family's ``preferred`` alias at `mv`; record the accuracy a labelled job measured for it."""
+    from mlflow.entities import Metric
+
+    client.set_registered_model_alias(name, PREFERRED, str(mv.version))
+    if measured_accuracy is None:
+        return
+    client.set_model_version_tag(name, str(mv.version), "measured_accuracy", f"{measured_accuracy:.6g}")
+    if mv.run_id:
+        model_id = mv.source.removeprefix("models:/") if mv.source.startswith("models:/") else None
+        metric = Metric("measured_accuracy", measured_accuracy, now_ms(), 0, model_id=model_id)
+        client.log_batch(mv.run_id, metrics=[metric])
+
+
 def register_variants(
     tracker: Any,
     variants: Iterable[Variant],
@@ -80,14 +111,11 @@ def register_variants(
     """Log and register every variant with a model file (once per file); point ``preferred`` of its family at
     `preferred` and record its `measured_accuracy`. Returns ``{variant name: version}``; empty when MLflow is
     unreachable (registration is retried on the next call)."""
-    from mlflow.entities import Metric
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    out: dict[str, str] = {}
     by_family: dict[str, list[Variant]] = {}
     for v in variants:
         if v.path and Path(v.path).is_file():
             by_family.setdefault(v.family, []).append(v)
+    out: dict[str, str] = {}
     try:
         c = tracker._client()
         with mlflow_errors(tracker.uri):
@@ -95,24 +123,10 @@ def register_variants(
                 name = registered_name(family)
                 existing = _versions(c, name)
                 for v in vs:
-                    digest = sha256_file(Path(v.path))[:16]
-                    mv = existing.get((v.name, digest))
-                    if mv is None:
-                        rid, model = _log_variant(tracker, v, digest)
-                        tags = {"variant": v.name, "sha256": digest, "published_accuracy": f"{v.accuracy:.6g}",
-                                "precision": v.precision, "size": v.size}  # fmt: skip
-                        # The SQL registry resolves a models:/ source with the *global* tracking URI (MLflow 3).
-                        with _use_tracking_uri(tracker.uri):
-                            mv = c.create_model_version(name, source=model.model_uri, run_id=rid, tags=tags,
-                                                        model_id=model.model_id)  # fmt: skip
+                    mv = _version(tracker, name, existing, v)
                     out[v.name] = str(mv.version)
                     if preferred is not None and preferred.name == v.name:
-                        c.set_registered_model_alias(name, PREFERRED, str(mv.version))
-                        if measured_accuracy is not None:
-                            c.set_model_version_tag(name, str(mv.version), "measured_accuracy", f"{measured_accuracy:.6g}")
-                            if mv.run_id:
-                                c.log_batch(mv.run_id, metrics=[Metric("measured_accuracy", measured_accuracy,
-                                                                       now_ms(), 0, model_id=getattr(mv, "model_id", None))])  # fmt: skip
+                        _prefer(c, name, mv, measured_accuracy)
     except (TrackingUnavailable, RecordRejected) as e:
         log.warning("could not register zoo variants in the MLflow model registry (%s)", e)
         tracker._forget_client()

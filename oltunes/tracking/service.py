@@ -181,7 +181,10 @@ def apply_service_record(tracker: Any, rec: dict[str, Any], replay: bool) -> str
             metrics.append(Metric(cv.LAST_STEP, float(last), steps[-1]["ts"], last))
             tags = {k: v for s in steps for k, v in s["tags"].items()}  # the latest value wins
             c.log_batch(rid, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
-        elif rec["op"] != "start":
+        elif rec["op"] == "start":
+            if c.get_run(rid).info.status != "RUNNING":  # a service restarted under its id: live again
+                c.update_run(rid, status="RUNNING")
+        else:
             raise ValueError(f"unknown service record op {rec['op']!r}")
     return rid
 

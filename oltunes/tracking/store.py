@@ -74,7 +74,8 @@ class Tracker:
             exp = c.get_experiment_by_name(name)
             if exp is None:
                 try:
-                    eid = c.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri())
+                    eid = c.create_experiment(name, artifact_location=(self.artifact_root / name).as_uri(),
+                                              tags=cv.EXPERIMENT_TAGS)  # fmt: skip
                 except MlflowException:  # created concurrently by another flow
                     exp = c.get_experiment_by_name(name)
                     if exp is None:
@@ -82,6 +83,9 @@ class Tracker:
                     eid = exp.experiment_id
             else:
                 eid = exp.experiment_id
+                for k, v in cv.EXPERIMENT_TAGS.items():  # experiments created before the tag existed
+                    if exp.tags.get(k) != v:
+                        c.set_experiment_tag(eid, k, v)
         self._experiments[name] = eid
         return eid
 

@@ -36,7 +36,9 @@ class MlflowServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mlflow server exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                # a real API call, not /health: the stores behind it open lazily on first use
+                r = httpx.get(f"{self.url}/api/2.0/mlflow/experiments/search", params={"max_results": 1}, timeout=30)
+                if r.status_code == 200:
                     return self.url
             except httpx.HTTPError:
                 pass

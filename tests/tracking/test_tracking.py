@@ -80,7 +80,9 @@ def test_batch_run_follows_the_conventions_and_rebuilds_history(tracker, store):
     assert run.data.metrics[cv.ENERGY] == 0.3 and run.data.metrics[cv.ACCURACY] == 0.88
     assert run.data.tags[cv.TAG_ENERGY_SOURCE] == "estimated" and run.data.tags[cv.TAG_SIMULATED] == "false"
     assert run.data.tags[cv.TAG_POLICY] == "fm-ftml" and run.data.tags[cv.TAG_JOB] == "job-1"
-    assert run.info.experiment_id == MlflowClient(store[0]).get_experiment_by_name("t-conv").experiment_id
+    exp = MlflowClient(store[0]).get_experiment_by_name("t-conv")
+    assert run.info.experiment_id == exp.experiment_id
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # MLflow 3 UI: the ML view, not GenAI
     assert [h.measurement_id for h in tracker.history(kinds=("t-conv-none",))] == []
     got = [h for h in tracker.history(kinds=("batch", "streaming")) if h.measurement_id == m.measurement_id]
     assert got == []  # logged under a custom experiment, not the batch one
@@ -200,3 +202,30 @@ def test_every_variant_is_a_logged_onnx_model_registered_per_family_with_a_prefe
                                tracking_uri=store[0])  # fmt: skip
     w = onnx.numpy_helper.to_array(onnx.load(f"{local}/model.onnx").graph.initializer[0])
     assert w.tolist() == [3.0]  # the variant's own weights, loadable from the registry
+
+
+def test_streaming_steps_neither_search_nor_read_the_run(tracker, monkeypatch):
+    """O(1) per step by construction: the run id is held, and one log_batch carries a whole chunk of steps."""
+    svc = tracker.service("svc-calls", candidate=CAND, steps_per_batch=10, system_metrics_s=None)
+    client = tracker._client()
+    calls: dict[str, int] = {}
+    for name in ("search_runs", "get_run", "log_batch", "log_text", "set_tag", "log_metric"):
+        real = getattr(client, name)
+        monkeypatch.setattr(client, name, lambda *a, _r=real, _n=name, **k: (calls.__setitem__(_n, calls.get(_n, 0) + 1), _r(*a, **k))[1])
+    for i in range(25):
+        svc.log_step(i, make_measurement(kind="streaming"))
+    svc.end()
+    assert calls == {"log_batch": 3, "log_text": 3}  # chunks of 10, 10, 5; nothing read back, nothing searched
+
+
+def test_streaming_run_carries_mlflow_system_metrics(tracker, store):
+    import time
+
+    svc = tracker.service("svc-sys", candidate=CAND, system_metrics_s=0.5)
+    c = MlflowClient(store[0])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(k.startswith("system/") for k in c.get_run(svc.run_id).data.metrics):
+        time.sleep(0.5)
+    svc.end()
+    metrics = c.get_run(svc.run_id).data.metrics
+    assert "system/cpu_utilization_percentage" in metrics and "system/system_memory_usage_megabytes" in metrics
