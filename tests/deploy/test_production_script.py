@@ -33,6 +33,7 @@ def processes_of(port: int) -> list[psutil.Process]:
     for p in psutil.process_iter():
         try:
             if p.environ().get("OLTUNES_PREFECT_PORT") == str(port) and p.pid != os.getpid():
+                p.info_name = " ".join(p.cmdline()[:4])  # read now: it may be gone when reported
                 found.append(p)
         except psutil.Error:
             continue
@@ -52,9 +53,10 @@ def stop_leftovers(port: int) -> list[str]:
         psutil.wait_procs(left, timeout=20)
     for p in processes_of(port):
         p.kill()
-    return [" ".join(p.cmdline()[:4]) for p in left]
+    return [f"pid {p.pid} ({p.info_name})" for p in left]
 
 
+@pytest.mark.timeout(1800)  # a Prefect server, a deployment and a flow run on a loaded 2-core machine
 def test_the_readme_production_script_runs_the_batch_deployment_to_completed(repo_root, built_zoo, tmp_path):
     import shutil
 
