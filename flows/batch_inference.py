@@ -26,7 +26,7 @@ from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
 from oltunes.locks import lock_dir
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Objective, Variant, new_id
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant, new_id
 from tasks import tracking as track
 from tasks import tuning
 from tasks.workers import check_dataset, plan_job_parts, run_worker
@@ -37,14 +37,14 @@ class BatchParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    family: str = Field(min_length=1)
+    family: Id
     dataset: Path | None = None
     output: Path | None = None
     slo_ms: float = Field(gt=0, description="p99 latency bound of one batch")
     accuracy_floor: float = Field(ge=0, le=1)
     objective: Objective
     items: int | None = Field(default=None, ge=1, description="simulated launcher: items to simulate")
-    job_id: str | None = None
+    job_id: Id | None = None  # becomes a folder name: the strict id pattern, no path separators
     launcher: str
     inventory: str | None = None
     items_per_worker: int = Field(ge=1)
@@ -163,19 +163,20 @@ async def batch_inference(
 
     # One run per output directory at a time (two would race on the same shards, and log and learn one job twice).
     async with output_locked(None if backend.simulated else out, p.output_wait_s):
-        return await _run_job(p, backend, variants, job, out, cluster)
+        return await _run_job(p, backend, variants, family_variants, job, out, cluster)
 
 
 async def _run_job(
-    p: BatchParams, backend: type[Launcher], variants: list[Variant], job: JobSpec, out: Path, cluster: ClusterState
-) -> BatchOutcome:
+    p: BatchParams, backend: type[Launcher], variants: list[Variant], family_variants: list[Variant], job: JobSpec,
+    out: Path, cluster: ClusterState,
+) -> BatchOutcome:  # fmt: skip
     """Decide (or resume the recorded decision), run the parts, measure, log, feed back: under the output lock."""
+    started_at = time.time()  # the job's MLflow run spans from here (the lock is held) to its measurement
     log = get_run_logger()
     jid = job.job_id
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
-    replayed = await tuning.warm_start(tuner, history)
+    replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = recorded_decision(out) if not backend.simulated else None
     if decision is not None:
         # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
@@ -217,10 +218,11 @@ async def _run_job(
             policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
             extra_metrics={"job_wall_s": job_wall, "parts": float(len(parts))},
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+            dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
         observed = await tuning.observe(tuner, m, tsettings)
         if not m.simulated:
-            await track.register_variant(tracker, decision.variant, m.accuracy, run_id)
+            await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
     rows = len(job_outputs(out)) if not backend.simulated else 0
     log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)
