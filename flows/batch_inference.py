@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flows.common import check_family, cluster_for, make_tracker, make_tuner, validate
+from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, validate
 from oltunes.config import get_settings
 from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
-from oltunes.types import Decision, Id, JobSpec, Measurement, Objective, new_id
+from oltunes.locks import lock_dir
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant, new_id
 from tasks import tracking as track
 from tasks import tuning
 from tasks.workers import check_dataset, plan_job_parts, run_worker
@@ -49,11 +52,25 @@ class BatchParams(BaseModel):
     part_timeout_s: float = Field(gt=0)
     deadline_s: float | None = Field(default=None, gt=0)
     policy: str
+    output_wait_s: float = Field(ge=0, le=86_400, description="wait this long for another run to release `output`")
 
     @field_validator("dataset", "output")
     @classmethod
     def _absolute(cls, v: Path | None) -> Path | None:
         return None if v is None else v.expanduser().resolve()
+
+
+@asynccontextmanager
+async def output_locked(out: Path | None, wait_s: float) -> AsyncIterator[None]:
+    """Hold the output directory's lock for the job's life (None: a simulated job writes no output)."""
+    if out is None:
+        yield
+        return
+    lock = await asyncio.to_thread(lock_dir, out, wait_s, what="parameter 'output': directory")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class BatchOutcome(BaseModel):
@@ -85,6 +102,7 @@ async def batch_inference(
     part_timeout_s: float = 1_800.0,
     deadline_s: float | None = None,
     policy: str = "oltunes",
+    output_wait_s: float = 0.0,
 ) -> BatchOutcome:
     """Run one batch inference job where the tuner says, measure it, log it, and feed it back.
 
@@ -112,13 +130,16 @@ async def batch_inference(
         A worker running longer is stopped and its part retried.
     policy
         The deciding placement policy by name (``Policy.known()``; default the tuner), also tagged in MLflow.
+    output_wait_s
+        Another run holding `output` (its lock, ``<output>/.lock``): wait up to this long for it to finish,
+        then resume whatever it left undone; ``0`` (default) fails at once, naming the directory and its holder.
     """
-    log = get_run_logger()
+    bind_ephemeral_api()  # a SIGKILLed flow process must not leave Prefect's server (or its workers) behind
     p = validate(
         BatchParams, family=family, dataset=dataset, output=output, slo_ms=slo_ms, accuracy_floor=accuracy_floor,
         objective=objective, items=items, job_id=job_id, launcher=launcher, inventory=inventory,
         items_per_worker=items_per_worker, shard_size=shard_size, part_timeout_s=part_timeout_s,
-        deadline_s=deadline_s, policy=policy,
+        deadline_s=deadline_s, policy=policy, output_wait_s=output_wait_s,
     )  # fmt: skip
     settings = get_settings()
     backend = Launcher.lookup(p.launcher)
@@ -140,7 +161,19 @@ async def batch_inference(
         objective=p.objective, items=n_items, deadline_s=p.deadline_s,
     )  # fmt: skip
 
-    started_at = time.time()  # the job's MLflow run spans from here to its measurement
+    # One run per output directory at a time (two would race on the same shards, and log and learn one job twice).
+    async with output_locked(None if backend.simulated else out, p.output_wait_s):
+        return await _run_job(p, backend, variants, family_variants, job, out, cluster)
+
+
+async def _run_job(
+    p: BatchParams, backend: type[Launcher], variants: list[Variant], family_variants: list[Variant], job: JobSpec,
+    out: Path, cluster: ClusterState,
+) -> BatchOutcome:  # fmt: skip
+    """Decide (or resume the recorded decision), run the parts, measure, log, feed back: under the output lock."""
+    started_at = time.time()  # the job's MLflow run spans from here (the lock is held) to its measurement
+    log = get_run_logger()
+    jid = job.job_id
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants, p.policy)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
@@ -157,7 +190,7 @@ async def batch_inference(
         log.info("job %s: decision %s (source %s), warm start replayed %d", jid, decision.candidate.key, decision.source, replayed)
 
     pool = cluster.pool(decision.pool)
-    parts = await plan_job_parts(out, n_items, p.items_per_worker, p.dataset)
+    parts = await plan_job_parts(out, job.items, p.items_per_worker, p.dataset)
     gate = asyncio.Semaphore(pool.count)  # one worker per device of the pool at a time
 
     async def run(part) -> Any:

@@ -1,4 +1,4 @@
-"""Plumbing both flows share: parameter errors, the cluster, the tuner and its warm start."""
+"""Plumbing both flows share: parameter errors, the cluster, the tuner and its warm start, orphan control."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from oltunes.config import REPO_ROOT, Settings, get_settings
 from oltunes.errors import ConfigError, TunerUnavailable
 from oltunes.inventory import load_inventory
 from oltunes.launchers import Launcher
+from oltunes.lifeline import kill_with_me
 from oltunes.tracking import Tracker
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
 
@@ -109,3 +110,24 @@ def _configured_tuner(launcher: type[Launcher], variants: list[Variant]) -> tupl
 
 def make_tracker() -> Tracker:
     return Tracker()
+
+
+# How Prefect 3.8 runs its ephemeral API (prefect/server/api/server.py, SubprocessASGIServer): a plain
+# `python -m uvicorn --factory prefect.server.api.server:create_app` child of the first process that needs an API,
+# stopped only by an atexit hook, so a SIGKILLed flow process leaves it running. Prefect offers no hook to set a
+# parent-death signal in that child, so the flow hands it to a keeper that stops it when this process dies.
+PREFECT_EPHEMERAL_APP = "prefect.server.api.server:create_app"
+
+
+def bind_ephemeral_api() -> list[int]:
+    """Make the ephemeral Prefect API server this process started (if any) die with it; returns its pid(s)."""
+    import psutil
+
+    bound = []
+    for child in psutil.Process().children():
+        try:
+            if PREFECT_EPHEMERAL_APP in child.cmdline() and kill_with_me(child.pid):
+                bound.append(child.pid)
+        except psutil.Error:  # exited meanwhile
+            continue
+    return bound

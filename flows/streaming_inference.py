@@ -22,7 +22,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.common import check_family, cluster_for, make_tracker, make_tuner, validate
+from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, validate
 from oltunes.config import get_settings
 from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec, pool_cores
@@ -195,6 +195,7 @@ async def streaming_inference(
         ``local`` (real serving workers, the default) or ``simulated`` (the performance model answers each
         interval in simulated time, on the GPU pools of ``infra/inventory.yaml``; everything tagged simulated).
     """
+    bind_ephemeral_api()  # die-with-parent for Prefect's ephemeral server (workers: oltunes.lifeline.spawn)
     log = get_run_logger()
     p = validate(
         StreamParams, family=family, slo_ms=slo_ms, accuracy_floor=accuracy_floor, trace=trace, speedup=speedup,

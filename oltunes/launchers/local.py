@@ -20,6 +20,7 @@ from oltunes.atomic import atomic_write_text
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, InputRejected, WorkerError
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, read_report, tail_file
+from oltunes.lifeline import spawn
 from oltunes.telemetry import Monitor
 from oltunes.types import Pool
 
@@ -116,8 +117,9 @@ class LocalLauncher(Launcher, name="local"):
         with open(spec.log_path, "ab") as logf:
             logf.write(f"\n--- {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
             logf.flush()
-            # New session: stop() signals the worker's whole process group, never anything else.
-            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            # New session: stop() signals the worker's whole process group, never anything else. `spawn`: the
+            # worker dies with this process even when it is SIGKILLed (no orphan keeps a device busy).
+            proc = spawn(argv, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         if not taskset:
             try:
                 os.sched_setaffinity(proc.pid, cores)

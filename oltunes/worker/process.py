@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from oltunes.errors import WorkerError
+from oltunes.lifeline import spawn
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -123,7 +124,7 @@ def serve_process(
         device,
     ]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        proc = spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})  # dies with us
     handle = ServeProcess(proc, host, port, log_path, own_log=own_log)
     deadline = time.monotonic() + startup_timeout_s
     with httpx.Client(timeout=2.0) as client:
