@@ -163,7 +163,6 @@ class Simulator:
                 model.variant_index(e.variant)
         self._active: list[JobRun] = []
         self._waiting: list[JobRun] = []
-        self._bursts: dict[str, tuple[str, int, int, float]] = {}  # job id -> (pool, device, variant, until)
         rng = np.random.default_rng([seed, 7])
         # slow drift per device: random phase and period, plus a fixed per-device factor
         self._drift = {
@@ -228,8 +227,6 @@ class Simulator:
     # ------------------------------------------------------------------ drift events (the events.World interface)
     def lose_devices(self, pool: str, count: int, now: float) -> None:
         gone = set(self.cluster.lose_devices(pool, count))
-        for jid in gone & set(self._bursts):
-            del self._bursts[jid]
         for r in [r for r in self._active if r.job.spec.job_id in gone]:
             r.placement = r.decision = None
             self._active.remove(r)
@@ -258,18 +255,14 @@ class Simulator:
             jid = f"burst@{now:g}-{pool.name}-{dev}"
             cand = Candidate.model_construct(pool=pool.name, accelerator=pool.accelerator.name, variant=variant,
                                              batch_size=1, concurrency=1, co_runners=())
-            cl.place(Placement.model_construct(job_id=jid, pool=pool.name, device=dev, candidate=cand,
-                                               slo_ms=1e12, arrival_rate_rps=0.0))
-            cl.loads[jid] = event.load
-            self._bursts[jid] = (pool.name, dev, vi, now + event.duration_s)
+            cl.add_tenant(Placement.model_construct(job_id=jid, pool=pool.name, device=dev, candidate=cand,
+                                                    slo_ms=1e12, arrival_rate_rps=0.0),
+                          vi, event.load, now + event.duration_s)
             placed += 1
 
     def _events_until(self, t1: float, k: int, now: float) -> int:
         """Apply the events before ``t1`` from index ``k`` on; returns the next index. Ends expired bursts."""
-        for jid, (_, _, _, until) in list(self._bursts.items()):
-            if until <= now:
-                self.cluster.remove(jid)
-                del self._bursts[jid]
+        self.cluster.expire_tenants(now)
         while k < len(self.events) and self.events[k].at_s < t1:
             self.events[k].apply(self, now)
             k += 1
@@ -487,9 +480,7 @@ class Simulator:
         groups: dict[tuple[str, int], list[JobRun]] = {}
         for r in active:
             groups.setdefault((r.placement.pool, r.placement.device), []).append(r)
-        outside: dict[tuple[str, int], list[tuple[int, float]]] = {}  # co-runner bursts: (variant, load)
-        for jid, (pool, dev, vi, _) in self._bursts.items():
-            outside.setdefault((pool, dev), []).append((vi, cl.loads.get(jid, 0.0)))
+        outside = cl.tenants_by_device()  # co-runner bursts: (variant, load) per device
         energy = 0.0
         busy_total = 0.0
         for (pool, dev), members in groups.items():
