@@ -80,6 +80,7 @@ from oltunes.tuner.candidates import (
 )
 from oltunes.tuner.grouping import plan_groups
 from oltunes.tuner.prior import Prior
+from oltunes.tuner.seen import SeenIds
 from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_json_atomic
 from oltunes.types import (
     Accelerator,
@@ -103,7 +104,6 @@ TARGETS = ("log_latency", "log_energy", "log_throughput")
 _LAT, _EN, _THR = 0, 1, 2
 _EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 _MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
-_MAX_SEEN = 1_000_000  # measurement ids remembered for exactly-once
 _MAX_CACHE = 4096  # memoised index arrays / prior grids / member plans before the memo is reset
 # Newcomer loads the co-runner checks are evaluated at: a candidate uses the smallest level >= its predicted
 # busy share (rate / throughput; batch jobs run flat out, level 1).
@@ -259,7 +259,7 @@ class Tuner:
         # job id -> (where and how it ran, measured busy share of its device): a co-runner's load
         self.loads: dict[str, tuple[str, float]] = {}
         self.n_observed = 0
-        self._seen: dict[str, None] = {}  # insertion-ordered set of measurement ids
+        self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._accelerators: dict[str, Accelerator] = dict(CATALOG)
         self._rng = np.random.default_rng(seed)
         self._cache: dict[Any, Any] = {}
@@ -393,7 +393,7 @@ class Tuner:
     def observe(self, m: Measurement) -> bool:
         """Learn from one measurement. False (and no change) if its ``measurement_id`` was already observed."""
         with self._lock:
-            if m.measurement_id in self._seen:
+            if self._seen.seen(m):
                 return False
             c = m.candidate
             ctx = job_context(m)
@@ -406,6 +406,10 @@ class Tuner:
                 "log_energy": math.log(m.energy_j_per_item) - prior[_EN] if m.energy_j_per_item > 0 else None,
                 "log_throughput": math.log(m.throughput_items_per_s) - prior[_THR] if capacity else None,
             }
+            # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
+            bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
+            if bad:
+                raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
             before = self.model.learn_predict_one(x, y)
             for i, t in enumerate(TARGETS):
                 if y[t] is not None:
@@ -419,10 +423,13 @@ class Tuner:
                     del self.loads[next(iter(self.loads))]
                 self.loads[m.job_id] = (c.key, float(m.gpu_util))
             self.n_observed += 1
-            self._seen[m.measurement_id] = None
-            if len(self._seen) > _MAX_SEEN:
-                del self._seen[next(iter(self._seen))]
+            self._seen.add(m)
             return True
+
+    def has_seen(self, measurement_id: str) -> bool:
+        """Whether ``observe`` would skip this id (already learnt, exactly-once)."""
+        with self._lock:
+            return measurement_id in self._seen
 
     def _observe_burst(self, m: Measurement) -> None:
         """Learn a streaming job's queueing beyond the batch model from its request-level p99.
@@ -932,7 +939,7 @@ class Tuner:
                 "bursts": {k: list(v) for k, v in self.bursts.items()},
                 "loads": {k: list(v) for k, v in self.loads.items()},
                 "n_observed": self.n_observed,
-                "seen": list(self._seen),
+                "seen": self._seen.state_dict(),
                 "rng": self._rng.bit_generator.state,
             }
 
@@ -949,7 +956,7 @@ class Tuner:
                         for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
             t.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
             t.n_observed = int(d["n_observed"])
-            t._seen = dict.fromkeys(d["seen"])
+            t._seen = SeenIds.from_state_dict(d["seen"])
             for a in d.get("accelerators", []):
                 acc = Accelerator.model_validate(a)
                 t._accelerators[acc.name] = acc
