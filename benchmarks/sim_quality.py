@@ -109,7 +109,8 @@ def report(title: str, summary: dict[str, dict]) -> None:
             for p in ("oltunes", "oltunes-profiled", "static-profile", "gavel-like", "oracle"):
                 x = ev["policies"][p]
                 rec = ",".join("never" if r is None else f"{r:g}" for r in x["recovery_s"])
-                ev_rows.append([name, f'{ev["at_s"]:g}s {ev["event"].split()[0]}', p, x["before"], x["after"], rec])
+                kinds = "+".join(e.split()[0] for e in ev["event"].split("; "))
+                ev_rows.append([name, f'{ev["at_s"]:g}s {kinds}', p, x["before"], x["after"], rec])
     if ev_rows:
         print_table(f"{title}: drift events, median violations before/after, recovery s per seed",
                     ["scenario", "event", "policy", "before", "after", "recovery s"], ev_rows)

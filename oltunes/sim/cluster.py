@@ -27,6 +27,8 @@ class SimCluster:
         self.placements: dict[str, Placement] = {}
         self.loads: dict[str, float] = {}  # job id -> busy fraction of its device it kept last interval
         self.now: float = 0.0  # simulated time of the current decision (set by the engine)
+        # outside tenants (a co-runner burst): job id -> (variant index, until when); their loads are in `loads`
+        self.tenants: dict[str, tuple[int, float]] = {}
 
     def _view(self) -> None:
         """The pools as policies see them: lost devices gone, a pool with none left gone."""
@@ -128,6 +130,24 @@ class SimCluster:
         self._members.setdefault((pl.pool, pl.device), []).append(pl.job_id)
         self.placements[pl.job_id] = pl
 
+    def add_tenant(self, pl: Placement, variant: int, load: float, until: float) -> None:
+        """An outside tenant takes a slot (visible to policies as a placement) until ``until``."""
+        self.place(pl)
+        self.loads[pl.job_id] = load
+        self.tenants[pl.job_id] = (variant, until)
+
+    def expire_tenants(self, now: float) -> None:
+        for jid in [j for j, (_, until) in self.tenants.items() if until <= now]:
+            self.remove(jid)
+
+    def tenants_by_device(self) -> dict[tuple[str, int], list[tuple[int, float]]]:
+        """(pool, device) -> the outside tenants there as (variant index, load)."""
+        out: dict[tuple[str, int], list[tuple[int, float]]] = {}
+        for jid, (vi, _) in self.tenants.items():
+            pl = self.placements[jid]
+            out.setdefault((pl.pool, pl.device), []).append((vi, self.loads.get(jid, 0.0)))
+        return out
+
     def lose_devices(self, pool: str, count: int) -> list[str]:
         """The pool's last ``count`` devices that are up go down; returns the jobs that ran there (now unplaced)."""
         self.pool(pool)
@@ -143,6 +163,7 @@ class SimCluster:
         pl = self.placements.pop(job_id, None)
         if pl is None:
             return None
+        self.tenants.pop(job_id, None)
         self._occ[pl.pool][pl.device] -= 1
         self._members[(pl.pool, pl.device)].remove(job_id)
         if not keep_load:

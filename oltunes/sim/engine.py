@@ -4,7 +4,7 @@ co-running group, re-tuning at an interval; deterministic for a seed.
 Time advances in control intervals. Inside one interval every serving instance processes its own arrival array
 in one tight loop over *batches* (never a heap event per request): the earliest-free executor takes every request
 that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and the per-request
-results are filled in vectorised (``np.repeat``) afterwards. What couples instances on one device (interference by
+results are filled in vectorised (``np.repeat``) afterwards (:mod:`oltunes.sim.jobrun`). What couples instances on one device (interference by
 pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed per interval
 from the loads each job kept in the previous interval. Requests that wait longer than ``drop_after_slo x SLO`` are
 shed (counted as dropped, which is a violation); requests still queued when the run ends after a drain are dropped.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,6 +31,7 @@ from oltunes.errors import ConfigError
 from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
+from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
@@ -46,66 +47,6 @@ class Policy(Protocol):
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None: ...
 
     def observe(self, m: Measurement) -> None: ...
-
-
-@dataclass
-class JobRun:
-    """Runtime state and outputs of one job."""
-
-    job: SimJob
-    seed: int
-    rng: np.random.Generator = field(init=False)
-    decision: Decision | None = None
-    placement: Placement | None = None
-    vi: int = -1
-    accel: str = ""
-    batch: int = 1
-    conc: int = 1
-    lat: list[float] = field(default_factory=list)  # isolated p50 seconds per actual batch size 0..batch
-    power: float = 0.0  # busy W at the configured batch
-    accuracy: float = 0.0
-    sigma: float = 0.05
-    kappa: float = 1.0
-    # streaming
-    arr: list[float] = field(default_factory=list)
-    i: int = 0
-    free: list[float] = field(default_factory=list)
-    done: np.ndarray | None = None
-    start: np.ndarray | None = None
-    acc_per_req: np.ndarray | None = None
-    dropped: np.ndarray | None = None
-    # batch
-    remaining: int = 0
-    started_s: float | None = None
-    finished_s: float | None = None
-    ready_s: float = 0.0
-    items_done: int = 0
-    batches_done: float = 0.0
-    batches_violated: int = 0
-    # per-interval
-    busy_iso: float = 0.0
-    energy_j: float = 0.0
-    interval_items: int = 0
-    interval_lat_ms: list[float] = field(default_factory=list)
-    interval_req_ms: list[float] = field(default_factory=list)  # end-to-end latency of requests served
-    interval_wait_ms: list[float] = field(default_factory=list)  # wait before the batch started
-    interval_dropped: int = 0
-
-    def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
-        if self.job.arrivals is not None:
-            n = len(self.job.arrivals)
-            self.arr = self.job.arrivals.tolist()
-            self.done = np.full(n, np.nan)
-            self.start = np.full(n, np.nan)
-            self.acc_per_req = np.zeros(n)
-            self.dropped = np.zeros(n, dtype=bool)
-        else:
-            self.remaining = self.job.spec.items
-
-    @property
-    def streaming(self) -> bool:
-        return self.job.arrivals is not None
 
 
 @dataclass
@@ -163,7 +104,6 @@ class Simulator:
                 model.variant_index(e.variant)
         self._active: list[JobRun] = []
         self._waiting: list[JobRun] = []
-        self._bursts: dict[str, tuple[str, int, int, float]] = {}  # job id -> (pool, device, variant, until)
         rng = np.random.default_rng([seed, 7])
         # slow drift per device: random phase and period, plus a fixed per-device factor
         self._drift = {
@@ -228,8 +168,6 @@ class Simulator:
     # ------------------------------------------------------------------ drift events (the events.World interface)
     def lose_devices(self, pool: str, count: int, now: float) -> None:
         gone = set(self.cluster.lose_devices(pool, count))
-        for jid in gone & set(self._bursts):
-            del self._bursts[jid]
         for r in [r for r in self._active if r.job.spec.job_id in gone]:
             r.placement = r.decision = None
             self._active.remove(r)
@@ -258,18 +196,14 @@ class Simulator:
             jid = f"burst@{now:g}-{pool.name}-{dev}"
             cand = Candidate.model_construct(pool=pool.name, accelerator=pool.accelerator.name, variant=variant,
                                              batch_size=1, concurrency=1, co_runners=())
-            cl.place(Placement.model_construct(job_id=jid, pool=pool.name, device=dev, candidate=cand,
-                                               slo_ms=1e12, arrival_rate_rps=0.0))
-            cl.loads[jid] = event.load
-            self._bursts[jid] = (pool.name, dev, vi, now + event.duration_s)
+            cl.add_tenant(Placement.model_construct(job_id=jid, pool=pool.name, device=dev, candidate=cand,
+                                                    slo_ms=1e12, arrival_rate_rps=0.0),
+                          vi, event.load, now + event.duration_s)
             placed += 1
 
     def _events_until(self, t1: float, k: int, now: float) -> int:
         """Apply the events before ``t1`` from index ``k`` on; returns the next index. Ends expired bursts."""
-        for jid, (_, _, _, until) in list(self._bursts.items()):
-            if until <= now:
-                self.cluster.remove(jid)
-                del self._bursts[jid]
+        self.cluster.expire_tenants(now)
         while k < len(self.events) and self.events[k].at_s < t1:
             self.events[k].apply(self, now)
             k += 1
@@ -298,101 +232,6 @@ class Simulator:
             res.capacity_violations += 1
             return None
         return dev
-
-    # ------------------------------------------------------------------ serving
-    def _serve(self, r: JobRun, t1: float, factor: float, sigma: float) -> None:
-        """Process one streaming instance's queue until no batch can start before ``t1``."""
-        arr, n, i = r.arr, len(r.arr), r.i
-        if i >= n:
-            return
-        lat, free, B = r.lat, r.free, r.batch
-        drop_s = self.drop_after * r.job.spec.slo_ms / 1000.0
-        noise = r.rng.lognormal(0.0, sigma, 256).tolist()
-        q = 0
-        b_i, b_m, b_t, b_d = [], [], [], []
-        drops = []
-        busy = 0.0
-        while i < n:
-            e = min(free)
-            a = arr[i]
-            t = e if e > a else a
-            if t >= t1:
-                break
-            lim = t - drop_s
-            if a < lim:
-                j = bisect_left(arr, lim, i, n)
-                drops.append((i, j))
-                i = j
-                continue
-            m = bisect_right(arr, t, i, i + B if i + B < n else n)
-            base = lat[m - i]
-            if q == 256:
-                noise = r.rng.lognormal(0.0, sigma, 256).tolist()
-                q = 0
-            s = base * factor * noise[q]
-            q += 1
-            free[free.index(e)] = t + s
-            b_i.append(i)
-            b_m.append(m)
-            b_t.append(t)
-            b_d.append(t + s)
-            busy += base
-            i = m
-        r.i = i
-        for a_, b_ in drops:
-            r.dropped[a_:b_] = True
-            r.interval_dropped += b_ - a_
-        if b_i:
-            counts = np.subtract(b_m, b_i)
-            total = int(counts.sum())
-            # request indices of every batch (shed ranges may sit between batches)
-            offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-            idx = np.repeat(b_i, counts) + offs
-            r.done[idx] = np.repeat(b_d, counts)
-            r.start[idx] = np.repeat(b_t, counts)
-            r.acc_per_req[idx] = r.accuracy
-            arr_np = r.job.arrivals[idx]
-            r.interval_req_ms.extend(((r.done[idx] - arr_np) * 1000.0).tolist())
-            r.interval_wait_ms.extend(((r.start[idx] - arr_np) * 1000.0).tolist())
-            r.interval_items += total
-            lat_ms = (np.array(b_d) - np.array(b_t)) * 1000.0
-            full = counts == B
-            # "p99 latency of one batch" means a batch of the configured size: report full batches when there
-            # are enough of them (partial batches run faster and would flatter a large batch size)
-            r.interval_lat_ms.extend((lat_ms[full] if full.sum() >= 3 else lat_ms).tolist())
-        r.busy_iso += busy
-
-    def _shed_unplaced(self, r: JobRun, t1: float) -> None:
-        """A job without a placement: its requests older than the drop window are shed."""
-        lim = t1 - self.drop_after * r.job.spec.slo_ms / 1000.0
-        j = bisect_left(r.arr, lim, r.i, len(r.arr))
-        if j > r.i:
-            r.dropped[r.i : j] = True
-            r.i = j
-
-    def _advance_batch(self, r: JobRun, t0: float, t1: float, factor: float, sigma: float) -> None:
-        start = max(t0, r.ready_s)
-        if start >= t1 or r.remaining <= 0:
-            return
-        b = r.batch
-        s_mean = r.lat[b] * factor * math.exp(sigma**2 / 2)
-        rate = r.conc * b / s_mean
-        items = min(r.remaining, int(rate * (t1 - start)))
-        if items >= r.remaining:
-            items = r.remaining
-            r.finished_s = start + items / rate
-        r.remaining -= items
-        r.items_done += items
-        nb = items / b
-        r.batches_done += nb
-        slo_s = r.job.spec.slo_ms / 1000.0
-        med = r.lat[b] * factor
-        p_viol = 0.5 * math.erfc(math.log(slo_s / med) / (sigma * math.sqrt(2))) if med > 0 else 0.0
-        r.batches_violated += int(r.rng.binomial(max(0, int(round(nb))), min(1.0, max(0.0, p_viol))))
-        r.busy_iso += nb * r.lat[b]
-        r.interval_items += items
-        k = min(64, max(1, int(nb)))
-        r.interval_lat_ms.extend((med * 1000.0 * r.rng.lognormal(0.0, sigma, k)).tolist())
 
     # ------------------------------------------------------------------ main loop
     def run(self, policy: Policy, progress: Callable[[float], None] | None = None) -> RunResult:
@@ -487,9 +326,7 @@ class Simulator:
         groups: dict[tuple[str, int], list[JobRun]] = {}
         for r in active:
             groups.setdefault((r.placement.pool, r.placement.device), []).append(r)
-        outside: dict[tuple[str, int], list[tuple[int, float]]] = {}  # co-runner bursts: (variant, load)
-        for jid, (pool, dev, vi, _) in self._bursts.items():
-            outside.setdefault((pool, dev), []).append((vi, cl.loads.get(jid, 0.0)))
+        outside = cl.tenants_by_device()  # co-runner bursts: (variant, load) per device
         energy = 0.0
         busy_total = 0.0
         for (pool, dev), members in groups.items():
@@ -515,9 +352,9 @@ class Simulator:
                 factor = drift * slow * r.kappa * share
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
-                    self._serve(r, t1, factor, sigma)
+                    serve(r, t1, factor, sigma, self.drop_after)
                 else:
-                    self._advance_batch(r, t0, t1, factor, sigma)
+                    advance_batch(r, t0, t1, factor, sigma)
                 work_s = r.busy_iso * drift * slow  # device time at full draw
                 r.energy_j = (r.power - acc.idle_w) * work_s + acc.idle_w * span / len(members)
                 dyn += (r.power - acc.idle_w) * work_s
@@ -529,7 +366,7 @@ class Simulator:
             busy_total += min(1.0, dev_busy)
         for r in waiting:
             if r.streaming:
-                self._shed_unplaced(r, t1 if not final else math.inf)
+                shed_unplaced(r, t1 if not final else math.inf, self.drop_after)
         if final:  # still queued after the drain: dropped (the drain's energy is counted below)
             for r in active + waiting:
                 if r.streaming and r.i < len(r.arr):

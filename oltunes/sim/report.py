@@ -98,14 +98,16 @@ def regret_per_quarter(results: dict[str, tuple[RunResult, dict[str, float]]]) -
 
 
 def events(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) -> list[dict[str, Any]]:
-    """Per drift event, every policy's violations before/after it and its recovery time."""
+    """Per drift-event time (events at the same time are one change), every policy's violations before/after it
+    and its recovery time."""
     orc = results.get("oracle", (None,))[0]
-    evs = sorted(sc.events, key=lambda e: e.at_s)
+    times = sorted({e.at_s for e in sc.events})
     out = []
-    for i, ev in enumerate(evs):
-        until = next((e.at_s for e in evs[i + 1:] if e.at_s > ev.at_s), sc.duration_s)
-        out.append({"at_s": ev.at_s, "event": ev.summary(), "policies": {
-            name: M.event_impact(res, ev.at_s, 2 * sc.retune_interval_s, sc.retune_interval_s, until, orc)
+    for i, at in enumerate(times):
+        until = times[i + 1] if i + 1 < len(times) else sc.duration_s
+        what = "; ".join(e.summary() for e in sc.events if e.at_s == at)
+        out.append({"at_s": at, "event": what, "policies": {
+            name: M.event_impact(res, at, 2 * sc.retune_interval_s, sc.retune_interval_s, until, orc)
             for name, (res, _) in results.items()}})
     return out
 

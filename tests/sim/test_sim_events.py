@@ -111,11 +111,12 @@ def test_lost_devices_evict_their_jobs_which_are_placed_again_elsewhere(shared_d
 def test_report_gives_before_after_recovery_and_regret_per_quarter(shared_data):
     sc = load_scenario("tiny").model_copy(update={"events": _sc(
         {"at_s": 30, "kind": "slow_accelerator", "accelerator": "t4", "factor": 4.0},
+        {"at_s": 30, "kind": "rate_step", "factor": 1.5},
         pools=load_scenario("tiny").pools).events})
     results = run_scenario(prepare(sc), ["oracle", "round-robin"])
     rep = R.build(sc, results)
-    (ev,) = rep["events"]
-    assert ev["at_s"] == 30 and ev["event"].startswith("slow_accelerator")
+    (ev,) = rep["events"]  # two events at one time are one change
+    assert ev["at_s"] == 30 and ev["event"].startswith("slow_accelerator") and "; rate_step" in ev["event"]
     for name in ("oracle", "round-robin"):
         x = ev["policies"][name]
         assert 0 <= x["before"] <= 1 and 0 <= x["after"] <= 1
