@@ -61,7 +61,8 @@ def test_warm_start_replays_only_what_the_state_has_not_seen(setup, monkeypatch)
     assert warm_start(tracker, restored, state, ("batch",), simulated=False) == 2
     # only the runs that ended after the mark, plus the one at the mark (the clock-skew overlap re-reads it)
     assert reads[-1] == 3
-    assert {m.measurement_id for m in new} <= set(Tuner.load(state)._seen)
+    loaded = Tuner.load(state)
+    assert all(loaded.has_seen(m.measurement_id) for m in new)
     assert warm_start(tracker, Tuner.load(state), state, ("batch",), simulated=False) == 0  # exactly once
 
 
@@ -78,7 +79,7 @@ def test_no_state_rebuilds_everything_including_streaming_steps(setup):
     state.unlink()  # a new machine: the cursor no longer describes any state
     again = Tuner([VARIANT], seed=1)
     assert warm_start(tracker, again, state, ("batch", "streaming"), simulated=False) == 8
-    assert set(again._seen) == {m.measurement_id for m in batch + steps}
+    assert again.n_observed == 8 and all(again.has_seen(m.measurement_id) for m in batch + steps)
 
 
 def test_an_older_state_than_the_cursor_is_rebuilt(setup, monkeypatch):
