@@ -9,12 +9,13 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench lock clean
 
-$(VENV)/.installed: pyproject.toml
+# Installs come from the lock file (constraints.txt): a fresh machine gets exactly the versions CI tested.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -28,6 +29,15 @@ test: setup
 bench: setup
 	mkdir -p benchmarks/results
 	for b in $$(ls benchmarks/*.py | grep -v -e common -e __init__); do n=$$(basename $$b .py); $(PY) -m benchmarks.$$n --json benchmarks/results/$$n.json || exit 1; done
+
+# Re-resolve the newest versions pyproject.toml allows into constraints.txt (then run `make test` and commit both).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q --upgrade pip
+	.lock-venv/bin/python -m pip install -q -e '.[test]'
+	{ echo "# Lock file: exact versions for 'make setup' (pip -c). Regenerate with 'make lock'; never edit by hand."; \
+	  .lock-venv/bin/python -m pip freeze --all --exclude-editable | sed -e 's/+cpu$$//'; } > constraints.txt
+	rm -rf .lock-venv
 
 clean:
 	rm -rf .oltunes

@@ -23,10 +23,10 @@ from oltunes.config import get_settings
 from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
-from oltunes.types import Decision, JobSpec, Measurement, Objective, new_id
+from oltunes.types import Decision, Id, JobSpec, Measurement, Objective, new_id
 from tasks import tracking as track
 from tasks import tuning
-from tasks.workers import plan_job_parts, run_worker
+from tasks.workers import check_dataset, plan_job_parts, run_worker
 
 
 class BatchParams(BaseModel):
@@ -34,14 +34,14 @@ class BatchParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    family: str = Field(min_length=1)
+    family: Id
     dataset: Path | None = None
     output: Path | None = None
     slo_ms: float = Field(gt=0, description="p99 latency bound of one batch")
     accuracy_floor: float = Field(ge=0, le=1)
     objective: Objective
     items: int | None = Field(default=None, ge=1, description="simulated launcher: items to simulate")
-    job_id: str | None = None
+    job_id: Id | None = None  # becomes a folder name: the strict id pattern, no path separators
     launcher: str
     inventory: str | None = None
     items_per_worker: int = Field(ge=1)
@@ -66,16 +66,6 @@ class BatchOutcome(BaseModel):
     output: str | None
     parts: int
     job_wall_s: float
-
-
-def _count_items(dataset: Path) -> int:
-    from oltunes.worker.dataset import read_dataset
-
-    if dataset.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_metadata(dataset).num_rows
-    return len(read_dataset(dataset))
 
 
 @flow(name="batch-inference", flow_run_name="batch-{family}", validate_parameters=True)
@@ -137,8 +127,9 @@ async def batch_inference(
     if p.dataset is None and backend.needs_dataset:
         raise DataError(f"parameter 'dataset': required with launcher {p.launcher!r}")
     variants = backend.variants(settings)
-    check_family(p.family, variants, p.launcher)
-    n_items = p.items if p.dataset is None else _count_items(p.dataset)
+    family_variants = check_family(p.family, variants, p.launcher)
+    # Bad data is refused here, before any decision, output file or worker (and it is never retried).
+    n_items = p.items if p.dataset is None else await check_dataset(p.dataset, family_variants)
     if not n_items:
         raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")
     jid = p.job_id or new_id()
@@ -149,10 +140,10 @@ async def batch_inference(
         objective=p.objective, items=n_items, deadline_s=p.deadline_s,
     )  # fmt: skip
 
+    started_at = time.time()  # the job's MLflow run spans from here to its measurement
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
-    replayed = await tuning.warm_start(tuner, history)
+    replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = recorded_decision(out) if not backend.simulated else None
     if decision is not None:
         # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
@@ -194,10 +185,11 @@ async def batch_inference(
             policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
             extra_metrics={"job_wall_s": job_wall, "parts": float(len(parts))},
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+            dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
         observed = await tuning.observe(tuner, m, tsettings)
         if not m.simulated:
-            await track.register_variant(tracker, decision.variant, m.accuracy, run_id)
+            await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
     rows = len(job_outputs(out)) if not backend.simulated else 0
     log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)

@@ -31,7 +31,7 @@ from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, Router, json_payloads, load_arrivals
 from oltunes.telemetry import Monitor
 from oltunes.tracking import conventions as cv
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, new_id
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Placement, new_id
 from tasks import serving
 from tasks import tracking as track
 from tasks import tuning
@@ -42,7 +42,7 @@ DEFAULT_TRACE = "proteus/twitter/medium-normal_load_1x/resnet.csv.gz"  # under s
 class StreamParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    family: str = Field(min_length=1)
+    family: Id
     slo_ms: float = Field(gt=0, description="p99 latency bound per request")
     accuracy_floor: float = Field(ge=0, le=1)
     trace: str | None = None
@@ -51,7 +51,7 @@ class StreamParams(BaseModel):
     control_interval_s: float = Field(gt=0)
     max_in_flight: int = Field(ge=1)
     max_delay_ms: float = Field(ge=0)
-    service_id: str | None = None
+    service_id: Id | None = None  # a job id, an MLflow tag and a folder name: the strict id pattern
     launcher: str
     inventory: str | None = None
     policy: str
@@ -216,8 +216,7 @@ async def streaming_inference(
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants)
-    history = await track.history(tracker, ("batch", "streaming"), backend.simulated)
-    await tuning.warm_start(tuner, history)
+    await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
     decision = await tuning.recommend(tuner, job, cluster)
     log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; first decision %s (%s)",
              sid, len(arrivals), p.duration_s, rate, trace_path.name, decision.candidate.key, decision.source)  # fmt: skip
@@ -236,6 +235,7 @@ async def streaming_inference(
         params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": p.slo_ms, "launcher": p.launcher,
                 "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
         tags={cv.TAG_JOB: sid, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
+        datasets=[cv.dataset_record(trace_path, len(arrivals))],
     )  # fmt: skip
     if backend.simulated:
         return await _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc)

@@ -18,11 +18,28 @@ from typing import Any
 from oltunes.errors import DataError
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` can only be read by setting it, which
+    would race with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc (not Linux): the racy read-and-restore is the only way
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[Path], None], *, durable: bool = False) -> Path:
     """Call ``write(tmp_path)`` on a temp file beside `path`, then rename it over `path`.
 
     The temp file lives in the same directory so that ``os.replace`` is a same-filesystem rename
     (atomic on POSIX). On any failure the temp file is removed and the old `path` is left untouched.
+    The result gets the mode a plain ``open(path, "w")`` would give (``0o666 & ~umask``), not mkstemp's
+    private 0600: outputs are read by other users, container UIDs and artifact servers.
     """
     path = Path(path)
     try:
@@ -33,6 +50,7 @@ def atomic_write(path: Path, write: Callable[[Path], None], *, durable: bool = F
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~current_umask())
         if durable:  # survive a power cut, not just a crash of this process
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())

@@ -10,8 +10,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from oltunes.errors import invalid
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +38,14 @@ class Settings(BaseSettings):
     tuner_timeout_s: float = Field(default=2.0, gt=0)
     seed: int = 0
     cpu_watts_per_core: float = Field(default=15.0, gt=0, description="estimate used when no energy counter exists")
+
+    def __init__(self, **values: object) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as e:  # one line naming the variable, never a traceback of pydantic internals
+            names = ", ".join(dict.fromkeys(f"OLTUNES_{str(err['loc'][0]).upper()}" for err in e.errors()
+                                            if err.get("loc")))
+            raise invalid(e, f"settings ({names or 'OLTUNES_*'})") from e
 
     @field_validator("home", "shared_data")
     @classmethod

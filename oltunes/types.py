@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 Precision = Literal["fp32", "fp16", "int8"]
 JobKind = Literal["batch", "streaming"]
@@ -21,22 +21,42 @@ DecisionSource = Literal["model", "prior", "explore", "fallback", "policy"]
 EnergySource = Literal["measured", "estimated", "simulated"]
 
 
+# Limits on everything that enters from outside (HTTP bodies, CLI files, flow parameters). Ids and names become
+# file names, MLflow tags and dict keys, so they share one strict pattern: no path separators, no leading dot.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_ID_CHARS = 128
+MAX_TEXT_CHARS = 4096  # free text (notes, reasons) and file paths
+MAX_QUANTITY = 1e12  # any measured or configured quantity (ms, J, items/s, W, GB, rps, s)
+MAX_COUNT = 10**12  # items, parameters, bytes
+MAX_SETTING = 1 << 20  # batch sizes, concurrencies, device counts and slots
+MAX_LIST = 10_000  # pools, placements, co-runners, group members
+
+Id = Annotated[str, StringConstraints(max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]  # display only, never a path
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
+Quantity = Annotated[float, Field(ge=0, le=MAX_QUANTITY)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Setting = Annotated[int, Field(ge=1, le=MAX_SETTING)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: NaN/Infinity are refused with the field's name (they would poison the learner)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Accelerator(_Frozen):
     """One accelerator type (a GPU model, or a CPU socket share for local pools)."""
 
-    name: str = Field(min_length=1, description="e.g. cpu, t4, v100, a100, h100, l4")
-    memory_gb: float = Field(gt=0)
-    idle_w: float = Field(ge=0)
-    max_w: float = Field(gt=0)
-    cost_per_hour: float = Field(default=0.0, ge=0)
+    name: Id = Field(description="e.g. cpu, t4, v100, a100, h100, l4")
+    memory_gb: Quantity = Field(gt=0)
+    idle_w: Quantity
+    max_w: Quantity = Field(gt=0)
+    cost_per_hour: Quantity = 0.0
 
     @model_validator(mode="after")
     def _power_order(self) -> Accelerator:
@@ -48,48 +68,49 @@ class Accelerator(_Frozen):
 class Pool(_Frozen):
     """A homogeneous group of devices; the unit the tuner chooses between."""
 
-    name: str = Field(min_length=1)
+    name: Id
     accelerator: Accelerator
-    count: int = Field(ge=1, description="devices in the pool")
-    slots_per_device: int = Field(default=4, ge=1, description="max jobs co-running on one device")
-    cpu_set: tuple[int, ...] | None = Field(default=None, description="CPU cores (local CPU pools)")
-    device_ids: tuple[str, ...] = Field(default=(), description="GPU UUIDs (Docker launcher)")
+    count: Setting = Field(description="devices in the pool")
+    slots_per_device: Setting = Field(default=4, description="max jobs co-running on one device")
+    cpu_set: tuple[Annotated[int, Field(ge=0, le=MAX_SETTING)], ...] | None = Field(
+        default=None, max_length=MAX_LIST, description="CPU cores (local CPU pools)")
+    device_ids: tuple[Id, ...] = Field(default=(), max_length=MAX_LIST, description="GPU UUIDs (Docker launcher)")
 
 
 class Variant(_Frozen):
     """One servable model variant: family × size × precision, with its measured accuracy."""
 
-    family: str = Field(min_length=1)
-    name: str = Field(min_length=1, description="unique id, e.g. cnn-m-int8")
-    size: str = Field(min_length=1, description="size label within the family, e.g. s/m/l or resnet50")
+    family: Id
+    name: Id = Field(description="unique id, e.g. cnn-m-int8")
+    size: Label = Field(description="size label within the family, e.g. s/m/l or resnet50")
     precision: Precision = "fp32"
-    accuracy: float = Field(ge=0, le=1)
-    params: int = Field(default=0, ge=0)
-    bytes: int = Field(default=0, ge=0)
-    path: str | None = None
+    accuracy: Fraction
+    params: Count = 0
+    bytes: Count = 0
+    path: Text | None = Field(default=None, description="ONNX file; the tuning service accepts only model-store files")
 
 
 class CoRunner(_Frozen):
     """What the tuner knows about another job sharing the same device."""
 
-    job_id: str
-    family: str
-    variant: str
-    size: str
+    job_id: Id
+    family: Id
+    variant: Id
+    size: Label
     precision: Precision = "fp32"
-    batch_size: int = Field(default=1, ge=1)
-    load: float = Field(default=1.0, ge=0, description="share of its device time the co-runner keeps busy")
+    batch_size: Setting = 1
+    load: Quantity = Field(default=1.0, description="share of its device time the co-runner keeps busy")
 
 
 class Candidate(_Frozen):
     """One configuration point: where and how a job would run."""
 
-    pool: str
-    accelerator: str
+    pool: Id
+    accelerator: Id
     variant: Variant
-    batch_size: int = Field(ge=1)
-    concurrency: int = Field(default=1, ge=1)
-    co_runners: tuple[CoRunner, ...] = ()
+    batch_size: Setting
+    concurrency: Setting = 1
+    co_runners: tuple[CoRunner, ...] = Field(default=(), max_length=MAX_LIST)
 
     @property
     def key(self) -> str:
@@ -100,35 +121,35 @@ class Candidate(_Frozen):
 class JobSpec(_Frozen):
     """An inference job as a user submits it."""
 
-    job_id: str = Field(default_factory=new_id, min_length=1)
+    job_id: Id = Field(default_factory=new_id)
     kind: JobKind = "batch"
-    family: str = Field(min_length=1)
-    slo_ms: float = Field(gt=0, description="p99 latency bound: per request (streaming) or per batch (batch)")
-    accuracy_floor: float = Field(default=0.0, ge=0, le=1)
+    family: Id
+    slo_ms: Quantity = Field(gt=0, description="p99 latency bound: per request (streaming) or per batch (batch)")
+    accuracy_floor: Fraction = 0.0
     objective: Objective = "energy"
-    arrival_rate_rps: float = Field(default=0.0, ge=0, description="expected request rate (streaming)")
-    items: int = Field(default=0, ge=0, description="items to process (batch)")
-    deadline_s: float | None = Field(default=None, gt=0)
+    arrival_rate_rps: Quantity = Field(default=0.0, description="expected request rate (streaming)")
+    items: Count = Field(default=0, description="items to process (batch)")
+    deadline_s: Quantity | None = Field(default=None, gt=0)
 
 
 class Placement(_Frozen):
     """A job currently running on one device of a pool."""
 
-    job_id: str
-    pool: str
-    device: int = Field(ge=0)
+    job_id: Id
+    pool: Id
+    device: int = Field(ge=0, le=MAX_SETTING)
     candidate: Candidate
-    slo_ms: float = Field(gt=0)
-    arrival_rate_rps: float = Field(default=0.0, ge=0)
+    slo_ms: Quantity = Field(gt=0)
+    arrival_rate_rps: Quantity = 0.0
 
 
 class ClusterState(BaseModel):
     """The pools and what runs on them now."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    pools: list[Pool]
-    placements: list[Placement] = []
+    pools: list[Pool] = Field(max_length=MAX_LIST)
+    placements: list[Placement] = Field(default=[], max_length=MAX_LIST)
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:
@@ -145,43 +166,43 @@ class ClusterState(BaseModel):
 
 
 class Prediction(_Frozen):
-    latency_p99_ms: float = Field(ge=0, description="p99 latency of one batch")
-    energy_j_per_item: float = Field(ge=0)
-    throughput_items_per_s: float = Field(ge=0)
-    margin_ms: float = Field(default=0.0, ge=0, description="uncertainty added to latency before the SLO check")
+    latency_p99_ms: Quantity = Field(description="p99 latency of one batch")
+    energy_j_per_item: Quantity
+    throughput_items_per_s: Quantity
+    margin_ms: Quantity = Field(default=0.0, description="uncertainty added to latency before the SLO check")
 
 
 class Alternative(_Frozen):
     """A runner-up candidate and why it lost."""
 
-    candidate_key: str
+    candidate_key: Text
     prediction: Prediction
-    reason: str
+    reason: Text
 
 
 class ColocationGroup(_Frozen):
     """Jobs allowed to share one device, with each member's predicted slowdown (1.0 = none)."""
 
-    group_id: str = Field(default_factory=new_id)
-    pool: str
-    device: int = Field(ge=0)
-    members: tuple[str, ...] = Field(min_length=1, description="job ids")
-    predicted_slowdown: dict[str, float] = {}
+    group_id: Id = Field(default_factory=new_id)
+    pool: Id
+    device: int = Field(ge=0, le=MAX_SETTING)
+    members: tuple[Id, ...] = Field(min_length=1, max_length=MAX_LIST, description="job ids")
+    predicted_slowdown: dict[Id, Quantity] = Field(default={}, max_length=MAX_LIST)
 
 
 class Explanation(_Frozen):
     predicted: Prediction
-    n_candidates: int = Field(ge=0)
-    n_feasible: int = Field(ge=0)
-    runner_ups: tuple[Alternative, ...] = ()
-    note: str = ""
+    n_candidates: Count
+    n_feasible: Count
+    runner_ups: tuple[Alternative, ...] = Field(default=(), max_length=MAX_LIST)
+    note: Text = ""
 
 
 class Decision(_Frozen):
     """The tuner's answer for one job."""
 
-    decision_id: str = Field(default_factory=new_id)
-    job_id: str
+    decision_id: Id = Field(default_factory=new_id)
+    job_id: Id
     candidate: Candidate
     group: ColocationGroup | None = None
     source: DecisionSource = "model"
@@ -200,25 +221,25 @@ class Decision(_Frozen):
 class Measurement(_Frozen):
     """What really happened when a Decision ran (or what the simulator says happened)."""
 
-    measurement_id: str = Field(default_factory=new_id, description="idempotency key: observed at most once")
-    job_id: str
-    decision_id: str | None = None
+    measurement_id: Id = Field(default_factory=new_id, description="idempotency key: observed at most once")
+    job_id: Id
+    decision_id: Id | None = None
     kind: JobKind = "batch"
-    arrival_rate_rps: float = Field(default=0.0, ge=0)
+    arrival_rate_rps: Quantity = 0.0
     candidate: Candidate
-    items: int = Field(ge=0)
-    wall_s: float = Field(ge=0)
-    latency_p50_ms: float = Field(ge=0)
-    latency_p95_ms: float = Field(ge=0)
-    latency_p99_ms: float = Field(ge=0, description="p99 latency of one batch")
-    throughput_items_per_s: float = Field(ge=0)
-    energy_j_per_item: float = Field(ge=0)
+    items: Count
+    wall_s: Quantity
+    latency_p50_ms: Quantity
+    latency_p95_ms: Quantity
+    latency_p99_ms: Quantity = Field(description="p99 latency of one batch")
+    throughput_items_per_s: Quantity
+    energy_j_per_item: Quantity
     energy_source: EnergySource
-    accuracy: float | None = Field(default=None, ge=0, le=1)
-    gpu_util: float | None = Field(default=None, ge=0, le=1)
-    request_latency_p99_ms: float | None = Field(
-        default=None, ge=0, description="streaming: p99 end-to-end request latency (queueing + batch fill + batch)")
-    queueing_delay_ms: float | None = Field(
-        default=None, ge=0, description="streaming: mean wait of a request before its batch starts")
+    accuracy: Fraction | None = None
+    gpu_util: Fraction | None = None
+    request_latency_p99_ms: Quantity | None = Field(
+        default=None, description="streaming: p99 end-to-end request latency (queueing + batch fill + batch)")
+    queueing_delay_ms: Quantity | None = Field(
+        default=None, description="streaming: mean wait of a request before its batch starts")
     simulated: bool = False
-    timestamp: float = Field(default_factory=time.time)
+    timestamp: Quantity = Field(default_factory=time.time, description="seconds since the epoch")

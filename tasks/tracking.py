@@ -10,8 +10,10 @@ from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from oltunes.config import Settings
 from oltunes.errors import OLTunesError
 from oltunes.tracking import Tracker
+from oltunes.tracking import warm_start as warm_start_from
 from oltunes.tracking.report import decision_markdown
 from oltunes.types import Decision, Measurement, Variant
 
@@ -29,15 +31,33 @@ async def history(tracker: Tracker, kinds: tuple[str, ...], simulated: bool) -> 
     return [m for m in found if m.simulated == simulated]
 
 
+@task(name="warm-start-from-mlflow", cache_policy=NO_CACHE, timeout_seconds=600)
+async def warm_start(tracker: Tracker, tuner: Any, settings: Settings, kinds: tuple[str, ...], simulated: bool) -> int:
+    """Replay into the tuner only what its state has not absorbed (cursor beside ``settings.tuner_state_path``);
+    0, with a warning, if MLflow is down (the tuner's own state is the source of truth)."""
+    try:
+        return await asyncio.to_thread(
+            warm_start_from, tracker, tuner, settings.tuner_state_path, kinds, simulated=simulated
+        )
+    except OLTunesError as e:
+        log.warning("tuner warm start skipped: %s", e)
+        return 0
+
+
 @task(name="mlflow-log-run", cache_policy=NO_CACHE, timeout_seconds=120)
 async def log_measurement(tracker: Tracker, m: Measurement, **kwargs: Any) -> str | None:
     """Log one run (None = MLflow unreachable, the run waits in the disk buffer)."""
     return await asyncio.to_thread(lambda: tracker.log_measurement(m, **kwargs))
 
 
-@task(name="mlflow-register-variant", cache_policy=NO_CACHE, timeout_seconds=120)
-async def register_variant(tracker: Tracker, variant: Variant, accuracy: float | None, run_id: str | None) -> str | None:
-    return await asyncio.to_thread(tracker.register_variant, variant, accuracy, run_id)
+@task(name="mlflow-register-variants", cache_policy=NO_CACHE, timeout_seconds=600)
+async def register_variants(
+    tracker: Tracker, variants: list[Variant], preferred: Variant, accuracy: float | None
+) -> dict[str, str]:
+    """Every variant as a logged ONNX model in the registry (once per file); alias ``preferred`` -> `preferred`."""
+    return await asyncio.to_thread(
+        lambda: tracker.register_variants(variants, preferred=preferred, measured_accuracy=accuracy)
+    )
 
 
 @task(name="decision-artifact", cache_policy=NO_CACHE, timeout_seconds=60)

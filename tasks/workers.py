@@ -10,16 +10,24 @@ from prefect.cache_policies import NO_CACHE
 
 from oltunes.errors import WorkerError
 from oltunes.launchers import Launcher, WorkerResult, WorkerSpec
-from oltunes.launchers.batch_job import Part, plan_parts
+from oltunes.launchers.batch_job import Part, check_input, plan_parts
+from oltunes.types import Variant
 
 
 def retry_on_worker_crash(task, task_run, state) -> bool:  # noqa: ANN001 (Prefect's callback signature)
     """Retry only a crashed or hung worker: its output is resumable, so a retry never duplicates rows.
 
-    Bad input (ConfigError, DataError, ModelError) would fail the same way again and is not retried.
+    Bad input (ConfigError, DataError, ModelError, and InputRejected: a worker that exited refusing its input)
+    would fail the same way again and is not retried.
     """
     # Prefect hands the failed state holding the raised exception as its data.
     return isinstance(state.data, WorkerError)
+
+
+@task(name="check-dataset", cache_policy=NO_CACHE, timeout_seconds=600)
+async def check_dataset(dataset: Path, variants: list[Variant]) -> int:
+    """Validate the dataset once, before any worker starts (not retried: bad data stays bad)."""
+    return await asyncio.to_thread(check_input, dataset, variants)
 
 
 @task(name="plan-parts", cache_policy=NO_CACHE, timeout_seconds=300)

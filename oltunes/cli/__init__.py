@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from oltunes.cli import demo, simulate, tuner, worker, zoo
-from oltunes.config import apply_offline_env
+from oltunes.cli.worker import clean_errors
+from oltunes.config import apply_offline_env, get_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="OLTunes: online-tuned DL inference.")
 
@@ -16,3 +17,5 @@ for _module in (zoo, worker, tuner, simulate, demo):
 @app.callback()
 def _main() -> None:
     apply_offline_env()
+    with clean_errors():  # a bad OLTUNES_* setting: one line naming it, before any command runs
+        get_settings()

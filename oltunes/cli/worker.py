@@ -12,12 +12,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from oltunes.errors import OLTunesError
+from oltunes.errors import InputRejected, OLTunesError
 
 worker_app = typer.Typer(no_args_is_help=True, help="The inference worker (ONNX Runtime): batch and serve modes.")
 err = Console(stderr=True)
 
-EXIT_USAGE = 2
+EXIT_USAGE = InputRejected.exit_code  # the launcher reads it as "bad input: do not retry"
 
 
 @contextmanager

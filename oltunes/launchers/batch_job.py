@@ -22,7 +22,7 @@ from pathlib import Path
 from oltunes.atomic import sha256_file
 from oltunes.errors import DataError
 from oltunes.launchers.base import WorkerResult
-from oltunes.types import Candidate, Decision, EnergySource, JobSpec, Measurement
+from oltunes.types import Candidate, Decision, EnergySource, JobSpec, Measurement, Variant
 
 PLAN_FILE = "_plan.json"
 DECISION_FILE = "_decision.json"
@@ -35,6 +35,25 @@ class Part:
     output_dir: Path
     run_dir: Path
     items: int
+
+
+def check_input(dataset: Path, variants: list[Variant]) -> int:
+    """Read and validate a job's dataset once, before anything is decided or written; returns its item count.
+
+    `oltunes.worker.dataset.read_dataset` checks the file (readable, schema, non-empty, finite, unique ids);
+    then every model the tuner may pick must take the items (dtype and shape). A bad dataset is refused here,
+    naming the file and the column, instead of starting (and retrying) workers that would all refuse it.
+    """
+    from oltunes.worker.dataset import read_dataset
+    from oltunes.worker.session import ModelSession
+
+    data = read_dataset(dataset)
+    for path in sorted({v.path for v in variants if v.path}):
+        try:
+            ModelSession(Path(path), threads=1, device="cpu").prepare(data.x[:1])
+        except DataError as e:
+            raise DataError(f"dataset {dataset}: column 'x': {e} (model {Path(path).name})") from e
+    return len(data)
 
 
 def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None) -> list[Part]:

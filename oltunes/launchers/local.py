@@ -18,7 +18,7 @@ import httpx
 
 from oltunes.atomic import atomic_write_text
 from oltunes.config import get_settings
-from oltunes.errors import ConfigError, WorkerError
+from oltunes.errors import ConfigError, InputRejected, WorkerError
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, read_report, tail_file
 from oltunes.telemetry import Monitor
 from oltunes.types import Pool
@@ -73,6 +73,14 @@ def worker_argv(spec: WorkerSpec, threads: int, port: int | None = None, command
             "--concurrency", str(c.concurrency),
         ]  # fmt: skip
     return argv
+
+
+def rejection_reason(log_tail: str) -> str:
+    """The worker's one-line ``error: ...`` (what `oltunes.cli.worker.clean_errors` prints), else the last line."""
+    run = log_tail.rsplit("\n--- ", 1)[-1]  # this run's part of the log only
+    lines = [ln.strip() for ln in run.splitlines() if ln.strip()]
+    errors = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
+    return errors[-1] if errors else (lines[-1] if lines else "no reason in its log")
 
 
 class LocalLauncher(Launcher, name="local"):
@@ -180,6 +188,11 @@ class LocalLauncher(Launcher, name="local"):
                 )
             time.sleep(0.05)
         result = self._finish(handle)
+        if result.returncode == InputRejected.exit_code:
+            raise InputRejected(
+                f"worker {handle.pid} ({handle.spec.candidate.key}) rejected its input: "
+                f"{rejection_reason(self.logs(handle, 40))} (log {handle.spec.log_path})"
+            )
         if result.returncode != 0:
             raise WorkerError(
                 f"worker {handle.pid} ({handle.spec.mode}, {handle.spec.candidate.key}) exited with "

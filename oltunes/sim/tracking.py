@@ -13,6 +13,7 @@ from typing import Any
 
 from oltunes.config import Settings, apply_offline_env, get_settings
 from oltunes.errors import MissingDependency
+from oltunes.tracking.client import mlflow_errors, open_client
 from oltunes.tracking.conventions import EXPERIMENTS
 
 EXPERIMENT = EXPERIMENTS["simulation"]
@@ -26,11 +27,17 @@ def log_report(report: dict[str, Any], plots: list[Path] = (), settings: Setting
         import mlflow
     except ImportError as e:  # pragma: no cover - mlflow is a core dependency
         raise MissingDependency("mlflow is not installed: pip install mlflow") from e
+    now = int(time.time() * 1000)
+    s.home.mkdir(parents=True, exist_ok=True)
+    open_client(s.mlflow_uri)  # creates a fresh store under a lock (concurrent first use races in alembic)
+    with mlflow_errors(s.mlflow_uri):
+        return _log(mlflow, report, plots, s, now)
+
+
+def _log(mlflow: Any, report: dict[str, Any], plots: list[Path], s: Settings, now: int) -> str:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    now = int(time.time() * 1000)
-    s.home.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(s.mlflow_uri)
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
         mlflow.create_experiment(EXPERIMENT, artifact_location=s.mlflow_artifacts.as_uri())

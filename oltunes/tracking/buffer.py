@@ -3,7 +3,8 @@
 One JSON file per record, named by a sortable sequence and the record's idempotency key, written atomically
 (`oltunes.atomic`). Writing the same key twice keeps one file, so a record is buffered at most once;
 replay deletes a file only after MLflow accepted it, and MLflow-side idempotency (the key stored as a tag) makes a
-replay that crashed between "accepted" and "deleted" harmless.
+replay that crashed between "accepted" and "deleted" harmless. A record MLflow rejects moves to ``dead-letter/``
+with the reason, so it never blocks the records behind it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ class DiskBuffer:
                 yield path, json.loads(path.read_text())
             except (OSError, ValueError):  # vanished (replayed concurrently) or half-written by a crash
                 continue
+
+    @property
+    def dead_letter_dir(self) -> Path:
+        return self.root / "dead-letter"
+
+    def dead_letter(self, path: Path, record: dict[str, Any], reason: str) -> Path:
+        """Move a buffered record MLflow rejected to ``dead-letter/`` with the reason (kept for inspection)."""
+        out = atomic_write_json(
+            self.dead_letter_dir / path.name, {**record, "rejected": {"reason": reason, "at": time.time()}}, durable=True
+        )
+        path.unlink(missing_ok=True)
+        return out
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        if not self.dead_letter_dir.is_dir():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(self.dead_letter_dir.glob("*.json"))]
 
     def remove(self, path: Path) -> None:
         path.unlink(missing_ok=True)

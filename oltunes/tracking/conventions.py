@@ -2,14 +2,17 @@
 
 - experiment per flow kind: ``oltunes-batch``, ``oltunes-streaming``, ``oltunes-simulation``;
 - run per batch job / per streaming service;
-- params = the decision (pool, accelerator, variant, precision, batch, concurrency, group, ...);
+- params = the decision (pool, accelerator, variant, precision, batch, concurrency, group, ...): what differs
+  between configurations, so the parallel-coordinates plot and "show diff only" stay readable;
 - metrics = `METRICS` (same names everywhere, so runs compare in the UI without post-processing);
-- tags = job id, policy, energy source, simulated, and the measurement JSON used to rebuild history.
+- tags = ids (job, decision, measurement), policy, energy source, simulated; a batch run's measurement JSON;
+- a streaming run's per-step measurement records: JSON-lines chunks under the artifact folder `STEPS_DIR`.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from oltunes.types import Candidate, Decision, Measurement
@@ -18,6 +21,7 @@ EXPERIMENTS: dict[str, str] = {
     "batch": "oltunes-batch",
     "streaming": "oltunes-streaming",
     "simulation": "oltunes-simulation",
+    "models": "oltunes-models",
 }
 
 LATENCY_P50 = "latency_p50_ms"
@@ -35,13 +39,19 @@ TAG_ENERGY_SOURCE = "energy_source"
 TAG_SIMULATED = "simulated"
 TAG_KIND = "flow_kind"
 TAG_DECISION_SOURCE = "decision_source"
+TAG_DECISION_ID = "decision_id"  # random ids are tags, not params: they would clutter every comparison
+TAG_MEASUREMENT_ID = "measurement_id"
 TAG_KEY = "oltunes.idempotency_key"  # one run per key (a batch job's measurement_id)
 TAG_SERVICE = "oltunes.service_id"  # one run per streaming service
-TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # + measurement_id -> the Measurement as JSON
+TAG_MEASUREMENT = "oltunes.measurement"  # a batch run's Measurement as JSON
+TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # older runs: + measurement_id (read, no longer written)
+STEPS_DIR = "oltunes/steps"  # streaming runs: <first>-<last>.jsonl, one Measurement JSON per line
+LAST_STEP = "oltunes.last_step"  # metric: the last step whose chunk landed (replay skips chunks up to it)
 
 
-def measurement_tag(measurement_id: str) -> str:
-    return f"{TAG_MEASUREMENT_PREFIX}{measurement_id}"
+def measurements_in_tags(tags: dict[str, str]) -> list[Measurement]:
+    """The Measurements a run's tags hold (the current tag, and the per-id tags older runs carry)."""
+    return [parse_measurement(v) for k, v in tags.items() if k == TAG_MEASUREMENT or k.startswith(TAG_MEASUREMENT_PREFIX)]
 
 
 def experiment_for(kind: str) -> str:
@@ -64,7 +74,6 @@ def decision_params(candidate: Candidate, decision: Decision | None = None) -> d
         "group": "none",
     }
     if decision is not None:
-        params["decision_id"] = decision.decision_id
         if decision.group is not None:
             params["group"] = f"{decision.group.pool}/{decision.group.device}:{'+'.join(decision.group.members)}"
     return {k: str(val) for k, val in params.items()}
@@ -97,16 +106,40 @@ def measurement_metrics(m: Measurement, slo_ms: float | None = None) -> dict[str
 def measurement_tags(m: Measurement, policy: str = "", decision: Decision | None = None) -> dict[str, str]:
     tags = {
         TAG_JOB: m.job_id,
+        TAG_MEASUREMENT_ID: m.measurement_id,
         TAG_KIND: m.kind,
         TAG_ENERGY_SOURCE: m.energy_source,
         TAG_SIMULATED: str(m.simulated).lower(),
-        measurement_tag(m.measurement_id): m.model_dump_json(),
+        TAG_MEASUREMENT: m.model_dump_json(),
     }
     if policy:
         tags[TAG_POLICY] = policy
     if decision is not None:
         tags[TAG_DECISION_SOURCE] = decision.source
+        tags[TAG_DECISION_ID] = decision.decision_id
     return tags
+
+
+def steps_chunk(first: int, last: int) -> str:
+    return f"{STEPS_DIR}/{first:09d}-{last:09d}.jsonl"
+
+
+def dataset_record(path: Path, rows: int) -> dict[str, Any]:
+    """The input dataset as ``log_input`` wants it: name, content digest, rows, source."""
+    from oltunes.atomic import sha256_file
+
+    path = Path(path).resolve()
+    return {"name": path.stem, "digest": sha256_file(path)[:16], "rows": int(rows), "source": path.as_uri()}
+
+
+def to_dataset_input(d: dict[str, Any]) -> Any:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    ds = Dataset(
+        name=d["name"], digest=d["digest"], source_type="local", source=json.dumps({"uri": d["source"]}),
+        profile=json.dumps({"num_rows": d["rows"]}),
+    )  # fmt: skip
+    return DatasetInput(ds, tags=[InputTag("mlflow.data.context", "inference")])
 
 
 def parse_measurement(value: str) -> Measurement:

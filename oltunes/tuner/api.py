@@ -25,12 +25,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
+from oltunes.types import MAX_LIST, ClusterState, Decision, JobSpec, Measurement, Placement, Variant
 
 API_PREFIX = "/v1"
 
 # One request may carry a whole outbox; the cap bounds the time the tuner lock is held by one request.
 MAX_OBSERVE_BATCH = 1000
+# Bodies over this are refused (413) before they are read; a full observe batch is ~1-2 MB.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class _Envelope(BaseModel):
@@ -89,7 +91,7 @@ class HealthResponse(_Envelope):
 class VariantsRequest(_Envelope):
     """Variants to add to the tuner's catalogue (a known name replaces that variant)."""
 
-    variants: list[Variant] = Field(min_length=1)
+    variants: list[Variant] = Field(min_length=1, max_length=MAX_LIST)
 
 
 class VariantsResponse(_Envelope):

@@ -22,7 +22,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from oltunes.atomic import atomic_write_text
 from oltunes.errors import ConfigError, DataError, TunerUnavailable
 from oltunes.tuner.api import (
     API_PREFIX,
+    MAX_BODY_BYTES,
     MAX_OBSERVE_BATCH,
     HealthResponse,
     ObserveResponse,
@@ -239,11 +240,11 @@ class TunerClient:
         rest are queued in the outbox (counted as 0 here) and delivered by a later `flush`.
         """
         ms = list(measurements)
+        bodies = [m.model_dump_json() for m in ms]
         learnt = 0
-        for i in range(0, len(ms), MAX_OBSERVE_BATCH):
-            chunk = ms[i : i + MAX_OBSERVE_BATCH]
+        for i, j in _batches(bodies):
             try:
-                r = self._request("POST", "/observe", content="[" + ",".join(m.model_dump_json() for m in chunk) + "]")
+                r = self._request("POST", "/observe", content="[" + ",".join(bodies[i:j]) + "]")
             except _Unreachable as e:
                 log.warning("tuning service unreachable (%s): %d measurements queued", e, len(ms) - i)
                 for m in ms[i:]:
@@ -277,10 +278,11 @@ class TunerClient:
                 continue
             queued.append((m.timestamp, path, m))
         queued.sort(key=lambda t: (t[0], t[1].name))
+        bodies = [m.model_dump_json() for _, _, m in queued]
         sent = 0
-        for i in range(0, len(queued), MAX_OBSERVE_BATCH):
-            chunk = queued[i : i + MAX_OBSERVE_BATCH]
-            body = "[" + ",".join(m.model_dump_json() for _, _, m in chunk) + "]"
+        for i, j in _batches(bodies):
+            chunk = queued[i:j]
+            body = "[" + ",".join(bodies[i:j]) + "]"
             try:
                 self._request("POST", "/observe", content=body)
             except _Unreachable:
@@ -425,6 +427,20 @@ class TunerClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _batches(bodies: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` ranges of `bodies` whose JSON array stays within the service's count and size limits
+    (a single body over the size limit goes alone, and the service answers 413 for it)."""
+    start, size = 0, 2
+    for k, b in enumerate(bodies):
+        n = len(b.encode())
+        if k > start and (k - start >= MAX_OBSERVE_BATCH or size + n + 1 > MAX_BODY_BYTES):
+            yield start, k
+            start, size = k, 2
+        size += n + 1
+    if start < len(bodies):
+        yield start, len(bodies)
 
 
 def _detail(r: httpx.Response) -> str:

@@ -49,6 +49,7 @@ from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
 from oltunes.tuner.grouping import plan_groups
 from oltunes.tuner.objectives import objective_for
 from oltunes.tuner.prior import Prior
+from oltunes.tuner.seen import SeenIds
 from oltunes.tuner.selection import Selector
 from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_json_atomic
 from oltunes.types import (
@@ -68,7 +69,6 @@ from oltunes.types import (
 __all__ = ["Tuner", "TARGETS"]
 
 _MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
-_MAX_SEEN = 1_000_000  # measurement ids remembered for exactly-once
 _CONFIG = ("seed", "n_factors", "lr", "explore_rate", "explore_slack", "margin_quantile", "throughput_headroom",
            "near_equal", "stay_tolerance", "burstiness", "novelty", "crowding", "partial_batches", "saturated_util",
            "learner_replay", "pooled_correction", "implied_throughput")
@@ -200,7 +200,7 @@ class Tuner:
                                  explore_slack=explore_slack, crowding=crowding,
                                  throughput_headroom=throughput_headroom)
         self.n_observed = 0
-        self._seen: dict[str, None] = {}  # insertion-ordered set of measurement ids
+        self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------------------------------------ catalogue
@@ -243,14 +243,17 @@ class Tuner:
     def observe(self, m: Measurement) -> bool:
         """Learn from one measurement. False (and no change) if its ``measurement_id`` was already observed."""
         with self._lock:
-            if m.measurement_id in self._seen:
+            if self._seen.seen(m):
                 return False
             self.estimator.learn(m)
             self.n_observed += 1
-            self._seen[m.measurement_id] = None
-            if len(self._seen) > _MAX_SEEN:
-                del self._seen[next(iter(self._seen))]
+            self._seen.add(m)
             return True
+
+    def has_seen(self, measurement_id: str) -> bool:
+        """Whether ``observe`` would skip this id (already learnt, exactly-once)."""
+        with self._lock:
+            return measurement_id in self._seen
 
     def replay(self, measurements: Iterable[Measurement]) -> int:
         """Rebuild from history (e.g. MLflow runs, oldest first); returns how many were new."""
@@ -361,7 +364,7 @@ class Tuner:
                 "variants": [v.model_dump() for v in self.variants],
                 **self.estimator.state_dict(),
                 "n_observed": self.n_observed,
-                "seen": list(self._seen),
+                "seen": self._seen.state_dict(),
                 "rng": self._rng.bit_generator.state,
             }
 
@@ -373,7 +376,7 @@ class Tuner:
                     **d["config"])
             t.estimator.load_state_dict(d)
             t.n_observed = int(d["n_observed"])
-            t._seen = dict.fromkeys(d["seen"])
+            t._seen = SeenIds.from_state_dict(d["seen"])
             t._rng.bit_generator.state = d["rng"]
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"tuner state is malformed ({type(e).__name__}: {e}); delete it to start fresh") from e

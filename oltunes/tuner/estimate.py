@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from oltunes.errors import DataError
 from oltunes.inventory import CATALOG
 from oltunes.learner.features import (
     JobContext,
@@ -340,6 +341,10 @@ class Estimator:
             "log_energy": math.log(m.energy_j_per_item) - prior[EN] if m.energy_j_per_item > 0 else None,
             "log_throughput": math.log(m.throughput_items_per_s) - prior[THR] if capacity else None,
         }
+        # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
+        bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
+        if bad:
+            raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
         corr_before = corr_after = np.zeros(len(TARGETS))
         if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
             corr_before = self.correction.predict_candidate(c)

@@ -44,8 +44,8 @@ def get_tuner(
         The servable variants. In-process: the tuner's variants when no saved state exists. HTTP: known to the
         client's fallback decision (the service's own list is cached on first contact too).
     load_state
-        In-process only: restore ``settings.tuner_state_path`` when it exists (the caller saves it back with
-        ``tuner.save(settings.tuner_state_path)``).
+        In-process only: bind the tuner to ``settings.tuner_state_path`` (restored when it exists): a
+        `LocalTuner`, whose ``save()`` merges with what concurrent processes saved there. False: a fresh `Tuner`.
     **tuner_kwargs
         Passed to ``Tuner(...)`` when a fresh in-process tuner is built (batch_sizes, concurrencies, prior, seed).
     """
@@ -63,14 +63,17 @@ def get_tuner(
         )
 
     from oltunes.tuner.core import Tuner
+    from oltunes.tuner.local import LocalTuner
 
     path = settings.tuner_state_path
-    if load_state and path.exists():
-        return Tuner.load(path)
-    if variants is None:
-        raise ConfigError(
-            f"variants: required to build a new in-process tuner (no saved state at {path}); "
-            "pass the zoo's variants, or set OLTUNES_TUNER_URL to use a running tuning service"
-        )
     tuner_kwargs.setdefault("seed", settings.seed)
-    return Tuner(list(variants), **tuner_kwargs)
+
+    def new() -> Tuner:
+        if variants is None:
+            raise ConfigError(
+                f"variants: required to build a new in-process tuner (no saved state at {path}); "
+                "pass the zoo's variants, or set OLTUNES_TUNER_URL to use a running tuning service"
+            )
+        return Tuner(list(variants), **tuner_kwargs)
+
+    return LocalTuner.open(path, new) if load_state else new()

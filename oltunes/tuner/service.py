@@ -12,10 +12,13 @@ Safety rules
 - When a token is set, every route except ``GET /v1/health`` requires ``Authorization: Bearer <token>``
   (401 otherwise; the comparison is constant-time).
 - `check_bind` refuses a non-loopback address without a token (`serve` calls it before binding).
-- Bad input is a 4xx whose ``detail`` names the field (422 from pydantic, or 422 with the tuner's own message
-  when the tuner rejects the request, e.g. a pool it does not know); the server keeps serving.
-- State is written with ``Tuner.save`` (atomic: temp file, fsync, ``os.replace``) every ``persist_every_s``
-  seconds when something changed, and on shutdown.
+- Bad input is a 4xx whose ``detail`` names the field and never echoes the input (``guards``): 413 for a body
+  over ``max_body_bytes`` (checked before parsing), 422 from validation (finite numbers, limits, the id pattern
+  of `oltunes.types`), 422 with the tuner's own reason when it rejects the request (e.g. an unknown pool); the
+  server keeps serving. Variants added over HTTP may only point at files inside the model store.
+- An answered ``observe`` is durable: accepted measurements are appended to the observe journal and fsynced
+  before the answer (``journal``). The state file (atomic: temp file, fsync, ``os.replace``) is written every
+  ``persist_every_s`` seconds when something changed, and on shutdown; each write compacts the journal.
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from oltunes.errors import ConfigError, OLTunesError
+from oltunes.tuner import guards
 from oltunes.tuner.api import (
     API_PREFIX,
+    MAX_BODY_BYTES,
     HealthResponse,
     ObserveRequest,
     ObserveResponse,
@@ -45,6 +51,8 @@ from oltunes.tuner.api import (
     VariantsRequest,
     VariantsResponse,
 )
+from oltunes.tuner.journal import ObserveJournal
+from oltunes.tuner.state import state_lock, write_json_atomic
 from oltunes.types import ClusterState, Decision, Measurement, Pool
 
 log = logging.getLogger(__name__)
@@ -63,9 +71,9 @@ class ServedTuner(Protocol):
 
     def observe(self, m: Measurement) -> bool: ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def has_seen(self, measurement_id: str) -> bool: ...
 
-    def save(self, path: str | Path) -> Any: ...
+    def state_dict(self) -> dict[str, Any]: ...
 
     def add_variants(self, variants: Sequence[Any]) -> int: ...
 
@@ -90,18 +98,35 @@ class TunerService:
         Where `persist` writes the tuner's JSON state; None disables persistence.
     pools
         Default cluster (nothing placed) for requests that omit ``cluster``; None makes ``cluster`` required.
+    model_store
+        The only folder variants added over HTTP may point into (default: ``settings.zoo_dir``).
+
+    With a `state_path`, the observe journal beside it (``<state>.journal/``) is replayed into `tuner` here:
+    what an earlier process acknowledged but had not yet saved is learnt again (exactly-once by id).
     """
 
     def __init__(self, tuner: ServedTuner, *, state_path: str | Path | None = None,
-                 pools: Sequence[Pool] | None = None):
+                 pools: Sequence[Pool] | None = None, model_store: str | Path | None = None):
         self.tuner = tuner
         self.state_path = Path(state_path) if state_path is not None else None
         self.default_cluster = ClusterState(pools=list(pools)) if pools else None
+        if model_store is None:
+            from oltunes.config import get_settings
+
+            model_store = get_settings().zoo_dir
+        self.model_store = Path(model_store).resolve()
         self.lock = threading.Lock()
         self._persist_lock = threading.Lock()
         self.n_observed = 0
         self.started = time.monotonic()
         self._dirty = False
+        self.journal = None
+        if self.state_path is not None:
+            self.journal = ObserveJournal(self.state_path.with_name(self.state_path.name + ".journal"))
+            replayed = sum(1 for m in self.journal.replay() if self._learn(m))
+            self._dirty = replayed > 0 or bool(self.journal.segments()[:-1])
+            if replayed:
+                log.info("observe journal: %d acknowledged measurements restored", replayed)
 
     def recommend(self, req: RecommendRequest) -> Decision:
         cluster = req.cluster if req.cluster is not None else self.default_cluster
@@ -112,15 +137,31 @@ class TunerService:
             return self.tuner.recommend(req.job, cluster, current=req.current)
 
     def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
+        """Learn the new measurements and journal them (not yet fsynced: call `sync` before answering)."""
         accepted: list[str] = []
         with self.lock:
-            for m in measurements:
+            new = [m for m in measurements if not self.tuner.has_seen(m.measurement_id)]
+            if self.journal is not None:
+                self.journal.append(new)  # a full disk fails here, before anything is learnt
+            for m in new:
                 if self.tuner.observe(m):
                     accepted.append(m.measurement_id)
             self.n_observed += len(accepted)
             self._dirty = self._dirty or bool(accepted)
         return ObserveResponse(accepted=len(accepted), duplicates=len(measurements) - len(accepted),
                                accepted_ids=accepted)
+
+    def sync(self) -> None:
+        """Make every observation answered so far durable (fsync of the journal)."""
+        if self.journal is not None:
+            self.journal.sync()
+
+    def _learn(self, m: Measurement) -> bool:
+        try:
+            return self.tuner.observe(m)
+        except (OLTunesError, ValueError) as e:  # refused when first sent too: journaled, never learnt
+            log.warning("observe journal: measurement not learnt again: %s", guards.describe(e))
+            return False
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -131,6 +172,11 @@ class TunerService:
             return list(self.tuner.variants)
 
     def add_variants(self, variants: Sequence[Any]) -> list[Any]:
+        for i, v in enumerate(variants):
+            if v.path is not None and not Path(v.path).resolve().is_relative_to(self.model_store):
+                # never echo the path: the reason is where it may point
+                raise ConfigError(f"variants.{i}.path: must be a model file inside the model store "
+                                  f"({self.model_store}); register it with `oltunes zoo register`")
         with self.lock:
             self.tuner.add_variants(variants)
             self._dirty = True
@@ -139,9 +185,9 @@ class TunerService:
     def persist(self, force: bool = False) -> bool:
         """Write the state atomically if it changed since the last write (or `force`); True if written.
 
-        The service lock is held only to read the dirty flag: ``Tuner.save`` snapshots under the tuner's own
-        lock and writes the file outside it (temp file + fsync + ``os.replace``), so requests wait for the
-        snapshot, never for the disk.
+        The service lock is held for the snapshot and the journal rotation only (requests never wait for the
+        disk). The state then holds everything in the sealed journal segments, which are deleted once the
+        state file is durable; if the write fails they stay and are replayed on the next start.
         """
         if self.state_path is None:
             return False
@@ -150,11 +196,16 @@ class TunerService:
                 if not (self._dirty or force):
                     return False
                 self._dirty = False
+                state = self.tuner.state_dict()
+                sealed = self.journal.rotate() if self.journal is not None else None
             try:
-                self.tuner.save(self.state_path)
+                with state_lock(self.state_path):
+                    write_json_atomic(self.state_path, state)
             except BaseException:
                 self._dirty = True  # retry next round
                 raise
+            if sealed is not None:
+                self.journal.drop_through(sealed)
         return True
 
 
@@ -209,6 +260,8 @@ def create_app(
     state_path: str | Path | None = None,
     pools: Sequence[Pool] | None = None,
     persist_every_s: float = 30.0,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    model_store: str | Path | None = None,
 ) -> FastAPI:
     """Build the ASGI app serving `tuner`.
 
@@ -223,13 +276,21 @@ def create_app(
     pools
         Default cluster for requests without ``cluster`` (from ``--inventory``).
     persist_every_s
-        Period of the background save; 0 saves only on shutdown.
+        Period of the background save; 0 saves only on shutdown (an answered observe is durable either way).
+    max_body_bytes
+        Larger request bodies are refused with 413 before they are read.
+    model_store
+        Folder that variants added over HTTP must point into (default: ``settings.zoo_dir``).
     """
-    service = TunerService(tuner, state_path=state_path, pools=pools)
+    service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     persister = _Persister(service, persist_every_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        try:
+            service.persist()  # compact what the journal restored
+        except Exception:
+            log.exception("could not persist tuner state to %s (the journal keeps it)", service.state_path)
         persister.start()
         try:
             yield
@@ -239,9 +300,12 @@ def create_app(
                 service.persist()
             except Exception:
                 log.exception("could not persist tuner state on shutdown to %s", service.state_path)
+            if service.journal is not None:
+                service.journal.close()
 
     app = FastAPI(title="OLTunes tuning service", version=_version(), lifespan=lifespan)
     app.state.service = service
+    guards.install(app, max_body_bytes)
 
     @app.exception_handler(_Unauthorized)
     async def _unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
@@ -253,7 +317,7 @@ def create_app(
 
     async def _rejected(request: Request, exc: Exception) -> JSONResponse:
         # The tuner refused this input; the message is its reason (it names the field or the unknown name).
-        return JSONResponse(status_code=422, content={"detail": f"{type(exc).__name__}: {exc}"})
+        return JSONResponse(status_code=422, content={"detail": guards.describe(exc)})
 
     for exc_type in _CLIENT_ERRORS:
         app.add_exception_handler(exc_type, _rejected)
@@ -261,7 +325,7 @@ def create_app(
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         # A bug, not bad input: answer 500 with the reason (uvicorn logs the traceback) and keep serving.
-        return JSONResponse(status_code=500, content={"detail": f"internal error: {type(exc).__name__}: {exc}"})
+        return JSONResponse(status_code=500, content={"detail": f"internal error: {guards.describe(exc)}"})
 
     public = APIRouter(prefix=API_PREFIX)
     private = APIRouter(prefix=API_PREFIX, dependencies=[Depends(_auth_dependency(token or None))])
@@ -286,7 +350,9 @@ def create_app(
 
     @private.post("/observe", response_model=ObserveResponse)
     async def observe(req: ObserveRequest) -> ObserveResponse:
-        return service.observe(req.measurements)
+        answer = service.observe(req.measurements)
+        await run_in_threadpool(service.sync)  # durable before the answer; the loop serves others meanwhile
+        return answer
 
     @private.get("/state")
     def state() -> dict[str, Any]:

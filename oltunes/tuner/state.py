@@ -6,14 +6,17 @@ Loading validates the envelope (format name and version) and turns any malformed
 
 from __future__ import annotations
 
+import fcntl
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from oltunes.atomic import atomic_write_text
 from oltunes.errors import DataError
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "write_json_atomic", "read_state"]
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "write_json_atomic", "read_state", "state_lock"]
 
 STATE_FORMAT = "oltunes.tuner"
 STATE_VERSION = 1
@@ -27,6 +30,20 @@ def write_json_atomic(path: str | Path, payload: dict[str, Any]) -> Path:
     except ValueError as e:  # NaN/inf: a diverged model is refused rather than saved
         raise DataError(f"{path}: state holds a non-finite number, not saving: {e}") from e
     return atomic_write_text(path, text, durable=True)
+
+
+@contextmanager
+def state_lock(path: str | Path) -> Iterator[None]:
+    """Exclusive lock (``flock`` on ``<path>.lock``) for a load -> apply -> save cycle on one state file, across
+    threads and processes: two flows observing into the same state would otherwise each save over the other."""
+    lock = Path(path).with_name(Path(path).name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def read_state(path: str | Path) -> dict[str, Any]:

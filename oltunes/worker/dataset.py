@@ -104,6 +104,13 @@ def _validate(path: Path, ids: np.ndarray | None, x: np.ndarray, labels: np.ndar
         raise DataError(f"dataset {path}: 'x' has dtype {x.dtype}; expected a numeric array")
     n = x.shape[0]
     ids = np.arange(n, dtype=np.int64) if ids is None else np.asarray(ids)
+    if np.issubdtype(x.dtype, np.floating):  # NaN/Inf items give silently wrong predictions: refuse them
+        bad = ~np.isfinite(x.reshape(n, -1)).all(axis=1)
+        if bad.any():
+            raise DataError(
+                f"dataset {path}: column 'x' has {int(bad.sum())} of {n} rows with NaN or Inf values "
+                f"(first at row {int(np.argmax(bad))}); drop or repair them"
+            )
     if ids.shape != (n,):
         raise DataError(f"dataset {path}: 'id' has shape {ids.shape}, expected ({n},) to match 'x'")
     if not np.issubdtype(ids.dtype, np.integer):

@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
+from oltunes.launchers import Launcher
 from oltunes.launchers.batch_job import job_outputs
 from oltunes.tracking import Tracker
 from oltunes.tracking import conventions as cv
@@ -83,13 +84,22 @@ def test_batch_flow_runs_logs_feeds_back_and_resumes(settings_env, dataset, tmp_
     assert 0.5 < run.data.metrics[cv.ACCURACY] <= 1.0
     assert run.data.tags[cv.TAG_ENERGY_SOURCE] == "estimated" and run.data.tags[cv.TAG_SIMULATED] == "false"
     assert m in Tracker().history()
-    # the variant is in the model registry with the accuracy measured here
-    mv = mlflow().search_model_versions(f"name = 'oltunes.{res.decision.variant.name}'")
-    assert mv and float(mv[0].tags["measured_accuracy"]) == pytest.approx(m.accuracy, abs=1e-5)
+    # ids are tags, not params; the run spans the job; the input dataset is logged
+    assert "decision_id" not in run.data.params and run.data.tags[cv.TAG_DECISION_ID] == res.decision.decision_id
+    assert (run.info.end_time - run.info.start_time) / 1000 >= res.job_wall_s
+    (ds,) = run.inputs.dataset_inputs
+    assert ds.dataset.name == dataset.stem and '"num_rows": 1500' in ds.dataset.profile
+    # every variant of the family is a registered model version; the chosen one is `preferred`, with the
+    # accuracy measured here
+    versions = mlflow().search_model_versions("name = 'oltunes.cnn'")
+    assert {v.tags["variant"] for v in versions} == {v.name for v in Launcher.lookup("local").variants(get_settings()) if v.family == "cnn"}
+    mv = mlflow().get_model_version_by_alias("oltunes.cnn", "preferred")
+    assert mv.tags["variant"] == res.decision.variant.name
+    assert float(mv.tags["measured_accuracy"]) == pytest.approx(m.accuracy, abs=1e-5)
 
     # the learner saw it once
     t = tuner_state()
-    assert t.n_observed == before + 1 and m.measurement_id in t._seen
+    assert t.n_observed == before + 1 and t.has_seen(m.measurement_id)
     # the explanation artifact
     md = artifact_markdown("batch-decision-job-e2e")
     assert res.decision.candidate.key in md and "predicted" in md and "measured" in md
@@ -204,4 +214,4 @@ def test_simulated_launcher_drives_a_gpu_cluster_with_parallel_parts(settings_en
     assert run.data.params["accelerator"] != "cpu" or res.decision.pool.startswith("cpu")
     # simulated measurements stay out of the real tuner's state
     real = tuner_state() if get_settings().tuner_state_path.exists() else None
-    assert real is None or m.measurement_id not in real._seen
+    assert real is None or not real.has_seen(m.measurement_id)

@@ -56,7 +56,8 @@ def test_streaming_service_logs_steps_feeds_the_learner_and_loses_nothing(settin
     # what was logged is what the learner saw, each exactly once
     logged = {m.measurement_id for m in Tracker().history(kinds=("streaming",)) if m.job_id == "svc-e2e"}
     assert logged == {m.measurement_id for m in out.measurements}
-    assert logged <= set(Tuner.load(get_settings().tuner_state_path)._seen)
+    state = Tuner.load(get_settings().tuner_state_path)
+    assert all(state.has_seen(i) for i in logged)
     assert all(m.kind == "streaming" and m.throughput_items_per_s > 0 for m in out.measurements)
     # every worker it started is gone
     assert worker_pids("svc-e2e") and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in worker_pids("svc-e2e"))

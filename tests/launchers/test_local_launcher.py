@@ -9,7 +9,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from oltunes.errors import WorkerError
+from oltunes.errors import InputRejected, WorkerError
 from oltunes.inventory import CATALOG
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.types import Candidate, JobSpec, Pool, Variant
@@ -61,7 +61,7 @@ def test_a_failing_worker_raises_with_its_log(small_zoo, tmp_path):
     broken = variant.model_copy(update={"path": str(tmp_path / "missing.onnx")})
     launcher = Launcher.make("local")
     h = launcher.start(spec(broken, data, tmp_path))
-    with pytest.raises(WorkerError, match="exited with 2"):
+    with pytest.raises(InputRejected, match="rejected its input: model file .*missing.onnx does not exist"):
         launcher.wait(h, timeout_s=120)
 
 

@@ -12,6 +12,7 @@ from river import linear_model, optim
 from oltunes.learner import ONLINE_SETTINGS, FMRegressor, MultiFMRegressor
 from oltunes.learner.features import co_runner_features, encode, job_context
 from oltunes.types import Candidate, CoRunner, JobSpec, Variant
+from tests.quality import over_seeds
 
 ACCS = ["cpu", "t4", "a100"]
 FAMS = ["cnn", "bert"]
@@ -37,20 +38,35 @@ def _interference_data(seed: int, n: int):
 
 
 def test_fm_learns_interference_that_a_linear_model_cannot():
-    fm = FMRegressor(n_factors=4, seed=0)
-    lin = linear_model.LinearRegression(optimizer=optim.SGD(0.05))
-    for x, y in _interference_data(0, 4000):
-        fm.learn_one(x, y)
-        lin.learn_one(x, y)
-    test = list(_interference_data(1, 500))
-    mae_fm = np.mean([abs(fm.predict_one(x) - y) for x, y in test])
-    mae_lin = np.mean([abs(lin.predict_one(x) - y) for x, y in test])
-    assert mae_fm < 0.1, mae_fm
-    assert mae_fm < 0.5 * mae_lin, (mae_fm, mae_lin)
-    # The learned interference ranks the complementary pair first.
-    cnn_with_bert = fm.predict_one({"family=cnn": 1, "acc=t4": 1, "co_family=bert": 1})
-    cnn_with_cnn = fm.predict_one({"family=cnn": 1, "acc=t4": 1, "co_family=cnn": 1})
-    assert cnn_with_bert < cnn_with_cnn - 0.4
+    fms = {}
+
+    def fm_error(seed):
+        fm = FMRegressor(n_factors=4, seed=seed)
+        for x, y in _interference_data(10 + seed, 4000):
+            fm.learn_one(x, y)
+        fms[seed] = fm
+        return np.mean([abs(fm.predict_one(x) - y) for x, y in _interference_data(100 + seed, 500)])
+
+    def fm_vs_linear(seed):
+        lin = linear_model.LinearRegression(optimizer=optim.SGD(0.05))
+        for x, y in _interference_data(10 + seed, 4000):
+            lin.learn_one(x, y)
+        fm, test = fms[seed], list(_interference_data(100 + seed, 500))
+        return np.mean([abs(fm.predict_one(x) - y) for x, y in test]) / np.mean(
+            [abs(lin.predict_one(x) - y) for x, y in test])
+
+    def interference_gap(seed):  # the learned interference ranks the complementary pair first
+        fm = fms[seed]
+        return (fm.predict_one({"family=cnn": 1, "acc=t4": 1, "co_family=cnn": 1})
+                - fm.predict_one({"family=cnn": 1, "acc=t4": 1, "co_family=bert": 1}))
+
+    # Measured over seeds 0-4: MAE 0.02-0.04, FM/linear 0.05-0.1, gap 0.6-0.75 (true gap 0.7).
+    med, spread = over_seeds(fm_error)
+    assert med < 0.1, spread
+    med, spread = over_seeds(fm_vs_linear)
+    assert med < 0.5, spread
+    med, spread = over_seeds(interference_gap)
+    assert med > 0.4, spread
 
 
 def _trained_multi(seed=0, online=False) -> MultiFMRegressor:
@@ -154,33 +170,44 @@ def _size_data(seed: int, n: int, outliers: float = 0.0):
 
 
 def test_replay_learns_more_from_a_short_stream():
-    test = list(_size_data(9, 300))
-    maes = {}
-    for replay in (0, 8):
-        fm = FMRegressor(n_factors=4, seed=0, replay=replay)
-        for x, y in _size_data(1, 150):
-            fm.learn_one(x, y)
-        maes[replay] = np.mean([abs(fm.predict_one(x) - y) for x, y in test])
-        assert fm.n_learned == 150  # replay steps are not observations
-    assert maes[8] < 0.5 * maes[0], maes
+    def replay_vs_none(seed):
+        test = list(_size_data(100 + seed, 300))
+        maes = {}
+        for replay in (0, 8):
+            fm = FMRegressor(n_factors=4, seed=seed, replay=replay)
+            for x, y in _size_data(200 + seed, 150):
+                fm.learn_one(x, y)
+            maes[replay] = np.mean([abs(fm.predict_one(x) - y) for x, y in test])
+            assert fm.n_learned == 150  # replay steps are not observations
+        return maes[8] / maes[0]
+
+    med, spread = over_seeds(replay_vs_none)  # measured over seeds 0-4: 0.12-0.88, median 0.23
+    assert med < 0.5, spread
 
 
 def test_robust_weighting_resists_failed_runs_but_follows_a_level_shift():
-    test = list(_size_data(9, 300))
-    maes = {}
-    for robust in (None, 2.0):
-        # Loose gradient clip: on its own scale a Huber clip tames these failures too (not so once targets are
-        # standardised, as in benchmarks/learner_accuracy.py), so compare with no clip in the way.
-        fm = FMRegressor(n_factors=4, seed=0, replay=4, robust=robust, clip_gradient=10.0)
-        for x, y in _size_data(2, 600, outliers=0.05):
-            fm.learn_one(x, y)
-        maes[robust] = np.median([abs(fm.predict_one(x) - y) for x, y in test])
-        # A real change (everything 2x slower) is learned, not rejected as outliers.
-        for x, y in _size_data(3, 300):
-            fm.learn_one(x, y + 0.7)
-        shifted = np.median([abs(fm.predict_one(x) - (y + 0.7)) for x, y in test])
-        assert shifted < 0.2, (robust, shifted)
-    assert maes[2.0] < 0.5 * maes[None], maes
+    shifted_errors = []
+
+    def robust_vs_plain(seed):
+        test = list(_size_data(100 + seed, 300))
+        maes = {}
+        for robust in (None, 2.0):
+            # Loose gradient clip: on its own scale a Huber clip tames these failures too (not so once targets
+            # are standardised, as in benchmarks/learner_accuracy.py), so compare with no clip in the way.
+            fm = FMRegressor(n_factors=4, seed=seed, replay=4, robust=robust, clip_gradient=10.0)
+            for x, y in _size_data(200 + seed, 600, outliers=0.05):
+                fm.learn_one(x, y)
+            maes[robust] = np.median([abs(fm.predict_one(x) - y) for x, y in test])
+            # A real change (everything 2x slower) is learned, not rejected as outliers.
+            for x, y in _size_data(300 + seed, 300):
+                fm.learn_one(x, y + 0.7)
+            shifted_errors.append(np.median([abs(fm.predict_one(x) - (y + 0.7)) for x, y in test]))
+        return maes[2.0] / maes[None]
+
+    # Measured over seeds 0-7: ratio 0.15-0.60 (median 0.23); error after the shift 0.014-0.046.
+    med, spread = over_seeds(robust_vs_plain)
+    assert med < 0.5, spread
+    assert np.median(shifted_errors) < 0.2, shifted_errors
 
 
 def test_state_round_trip_keeps_replay_buffer_and_residual_scale():
@@ -197,13 +224,17 @@ def test_state_round_trip_keeps_replay_buffer_and_residual_scale():
 
 
 def test_generic_river_optimizer_path_learns():
-    fm = FMRegressor(n_factors=3, weight_optimizer=optim.Adam(0.05), latent_optimizer=optim.Adam(0.05), seed=0)
-    data = list(_interference_data(2, 1500))
-    first = np.mean([abs(fm.predict_one(x) - y) for x, y in data[:200]])
-    for x, y in data:
-        fm.learn_one(x, y)
-    last = np.mean([abs(fm.predict_one(x) - y) for x, y in data[-200:]])
-    assert last < 0.3 * first
+    def last_vs_first(seed):
+        fm = FMRegressor(n_factors=3, weight_optimizer=optim.Adam(0.05), latent_optimizer=optim.Adam(0.05),
+                         seed=seed)
+        data = list(_interference_data(20 + seed, 1500))
+        first = np.mean([abs(fm.predict_one(x) - y) for x, y in data[:200]])
+        for x, y in data:
+            fm.learn_one(x, y)
+        return np.mean([abs(fm.predict_one(x) - y) for x, y in data[-200:]]) / first
+
+    med, spread = over_seeds(last_vs_first)
+    assert med < 0.3, spread
 
 
 def test_state_round_trip_through_json():
@@ -220,15 +251,18 @@ def test_river_fm_subclass_keys_latent_state_per_feature():
     from oltunes.learner.fm import RiverFMRegressor
     from oltunes.learner.ftml import FTML
 
-    latent_opt = FTML(lr=0.05)
-    fm = RiverFMRegressor(n_factors=4, weight_optimizer=FTML(lr=0.05), latent_optimizer=latent_opt,
-                          intercept_lr=0.05, seed=0)
-    for x, y in _interference_data(0, 3000):
-        fm.learn_one(x, y)
-    keys = set(latent_opt._keyed)
-    assert keys == {"family=cnn", "family=bert", "acc=cpu", "acc=t4", "acc=a100", "co_family=cnn", "co_family=bert"}
-    test = list(_interference_data(1, 300))
-    assert np.mean([abs(fm.predict_one(x) - y) for x, y in test]) < 0.2
+    def error(seed):
+        latent_opt = FTML(lr=0.05)
+        fm = RiverFMRegressor(n_factors=4, weight_optimizer=FTML(lr=0.05), latent_optimizer=latent_opt,
+                              intercept_lr=0.05, seed=seed)
+        for x, y in _interference_data(30 + seed, 3000):
+            fm.learn_one(x, y)
+        assert set(latent_opt._keyed) == {"family=cnn", "family=bert", "acc=cpu", "acc=t4", "acc=a100",
+                                          "co_family=cnn", "co_family=bert"}
+        return np.mean([abs(fm.predict_one(x) - y) for x, y in _interference_data(130 + seed, 300)])
+
+    med, spread = over_seeds(error)
+    assert med < 0.2, spread
 
 
 def test_replay_tapers_after_its_horizon_and_respects_target_masks():
@@ -246,13 +280,17 @@ def test_replay_tapers_after_its_horizon_and_respects_target_masks():
 
 def test_standardized_targets_are_learned_and_predicted_in_target_units():
     # A large offset and scale (log latencies of seconds): the intercept is not walked up from zero.
-    data = [(x, 100.0 + 10.0 * y) for x, y in _size_data(5, 300)]
-    errs = {}
-    for standardize in (False, True):
-        fm = FMRegressor(n_factors=4, seed=0, standardize=standardize)
-        e = []
-        for x, y in data:  # progressive: predict, then learn
-            e.append(abs(fm.predict_one(x) - y))
-            fm.learn_one(x, y)
-        errs[standardize] = np.mean(e)
-    assert errs[True] < 0.2 * errs[False], errs
+    def standardized_vs_raw(seed):
+        data = [(x, 100.0 + 10.0 * y) for x, y in _size_data(40 + seed, 300)]
+        errs = {}
+        for standardize in (False, True):
+            fm = FMRegressor(n_factors=4, seed=seed, standardize=standardize)
+            e = []
+            for x, y in data:  # progressive: predict, then learn
+                e.append(abs(fm.predict_one(x) - y))
+                fm.learn_one(x, y)
+            errs[standardize] = np.mean(e)
+        return errs[True] / errs[False]
+
+    med, spread = over_seeds(standardized_vs_raw)
+    assert med < 0.2, spread

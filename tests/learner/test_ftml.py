@@ -6,6 +6,7 @@ import numpy as np
 from river import optim
 
 from oltunes.learner.ftml import FTML
+from tests.quality import over_seeds
 
 
 def test_dict_vector_and_row_paths_agree():
@@ -73,9 +74,16 @@ def _abs_errors(opt, seed: int, n: int, spread: float = 1.0) -> np.ndarray:
 
 def test_converges_on_stationary_stream():
     # Unit-scale features; first half of the stream (before the shift). Noise |e| ~ 0.08.
-    errs = _abs_errors(FTML(lr=0.03), seed=3, n=4000, spread=0.0)[:2000]
-    assert errs[-300:].mean() < 0.15
-    assert errs[-300:].mean() < 0.1 * errs[:50].mean()
+    tails = []
+
+    def tail_vs_head(seed):
+        errs = _abs_errors(FTML(lr=0.03), seed=seed, n=4000, spread=0.0)[:2000]
+        tails.append(errs[-300:].mean())
+        return errs[-300:].mean() / errs[:50].mean()
+
+    med, spread = over_seeds(tail_vs_head, seeds=(3, 4, 5, 6, 7))
+    assert med < 0.1, spread
+    assert np.median(tails) < 0.15, tails
 
 
 MAKERS = {

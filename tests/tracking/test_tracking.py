@@ -74,7 +74,8 @@ def test_batch_run_follows_the_conventions_and_rebuilds_history(tracker, store):
     rid = tracker.log_measurement(m, experiment="t-conv", slo_ms=25.0, policy="fm-ftml", decision=d)
     run = MlflowClient(store[0]).get_run(rid)
     assert run.data.params["variant"] == "cnn-s-fp32" and run.data.params["batch_size"] == "8"
-    assert run.data.params["pool"] == "cpu-1core" and run.data.params["decision_id"] == d.decision_id
+    assert run.data.params["pool"] == "cpu-1core" and "decision_id" not in run.data.params
+    assert run.data.tags[cv.TAG_DECISION_ID] == d.decision_id and run.data.tags[cv.TAG_MEASUREMENT_ID] == m.measurement_id
     assert run.data.metrics[cv.LATENCY_P99] == 20.0 and run.data.metrics[cv.SLO_MET] == 1.0
     assert run.data.metrics[cv.ENERGY] == 0.3 and run.data.metrics[cv.ACCURACY] == 0.88
     assert run.data.tags[cv.TAG_ENERGY_SOURCE] == "estimated" and run.data.tags[cv.TAG_SIMULATED] == "false"
@@ -134,7 +135,7 @@ def test_history_includes_buffered_measurements_and_unreachable_history_is_clear
 
 
 def test_streaming_service_logs_steps_in_one_run_and_replay_skips_landed_steps(tracker, store, tmp_path, monkeypatch):
-    svc = tracker.service("svc-1", candidate=CAND, params={"trace": "x"})
+    svc = tracker.service("svc-1", candidate=CAND, params={"trace": "x"}, steps_per_batch=2)
     steps = [make_measurement(kind="streaming", latency_p99_ms=10.0 + i) for i in range(3)]
     for i, m in enumerate(steps):
         svc.log_step(i, m, slo_ms=11.5, extra_metrics={"requests_failed": 0})
@@ -150,16 +151,52 @@ def test_streaming_service_logs_steps_in_one_run_and_replay_skips_landed_steps(t
     assert [(h.step, h.value) for h in sorted(hist, key=lambda h: h.step)] == [(0, 10.0), (1, 11.0), (2, 12.0)]
     assert [h.value for h in sorted(c.get_metric_history(rid, cv.SLO_MET), key=lambda h: h.step)] == [1, 1, 0]
     assert runs[0].data.params["trace"] == "x" and runs[0].info.status == "FINISHED"
+    assert not any(k.startswith(cv.TAG_MEASUREMENT) for k in runs[0].data.tags)  # records are artifacts
+    assert sorted(f.path for f in c.list_artifacts(rid, cv.STEPS_DIR)) == [cv.steps_chunk(0, 1), cv.steps_chunk(2, 2)]
     got = {m.measurement_id for m in tracker.history(kinds=("streaming",))}
     assert {m.measurement_id for m in steps} <= got
 
 
-def test_variant_goes_to_the_model_registry_with_measured_accuracy(tracker, store, tmp_path):
-    model = tmp_path / "cnn-s.onnx"
-    model.write_bytes(b"onnx")
-    v = VARIANT.model_copy(update={"path": str(model)})
-    ver = tracker.register_variant(v, measured_accuracy=0.87)
-    again = tracker.register_variant(v, measured_accuracy=0.86)
-    assert ver == again
-    mv = MlflowClient(store[0]).get_model_version(f"oltunes.{v.name}", ver)
-    assert mv.tags["measured_accuracy"] == "0.86" and mv.tags["published_accuracy"] == "0.9"
+def tiny_onnx(path, scale: float):
+    """A real ONNX model (y = x * scale), so the registry test logs a model ONNX Runtime could load."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.array([scale], dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])], initializer=[w],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def test_every_variant_is_a_logged_onnx_model_registered_per_family_with_a_preferred_alias(tracker, store, tmp_path):
+    a = VARIANT.model_copy(update={"path": tiny_onnx(tmp_path / "a.onnx", 2.0)})
+    b = VARIANT.model_copy(update={"name": "cnn-m-fp32", "size": "m", "accuracy": 0.95,
+                                   "path": tiny_onnx(tmp_path / "b.onnx", 3.0)})  # fmt: skip
+    first = tracker.register_variants([a, b], preferred=a, measured_accuracy=0.87)
+    assert set(first) == {a.name, b.name} and first[a.name] != first[b.name]
+    again = tracker.register_variants([a, b], preferred=b, measured_accuracy=0.93)
+    assert again == first  # same files: same versions, nothing logged twice
+    c = MlflowClient(store[0])
+    name = "oltunes.cnn"
+    assert str(c.get_model_version_by_alias(name, "preferred").version) == first[b.name]
+    assert len(c.search_model_versions(f"name = '{name}'")) == 2
+    mv_a = c.get_model_version(name, first[a.name])
+    assert mv_a.tags["measured_accuracy"] == "0.87" and mv_a.tags["variant"] == a.name
+    run_b = c.get_run(c.get_model_version(name, first[b.name]).run_id)
+    assert run_b.data.metrics["accuracy"] == 0.95 and run_b.data.metrics["measured_accuracy"] == 0.93
+    source = c.get_model_version(name, first[b.name]).source
+    assert source.startswith("models:/")  # the version is the logged model, not a loose file
+    model = c.get_logged_model(source.removeprefix("models:/"))
+    assert model.model_type == "onnx" and any(m.key == "accuracy" and m.value == 0.95 for m in model.metrics)
+    import onnx
+    from mlflow.artifacts import download_artifacts
+
+    local = download_artifacts(c.get_model_version_download_uri(name, first[b.name]), dst_path=str(tmp_path / "dl"),
+                               tracking_uri=store[0])  # fmt: skip
+    w = onnx.numpy_helper.to_array(onnx.load(f"{local}/model.onnx").graph.initializer[0])
+    assert w.tolist() == [3.0]  # the variant's own weights, loadable from the registry

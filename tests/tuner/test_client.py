@@ -15,6 +15,7 @@ from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient, safe_default
 from oltunes.tuner.factory import TunerLike, get_tuner
+from oltunes.tuner.local import LocalTuner
 from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
@@ -24,6 +25,7 @@ from oltunes.types import (
     Placement,
     Pool,
 )
+from tests.tuner.serve_process import free_port
 from tests.tuner.variants import make_variants
 
 TOKEN = "client-test-token"
@@ -48,12 +50,6 @@ def make_measurement(i: int) -> Measurement:
 
 
 JOB = JobSpec(job_id="job-x", family="cnn", slo_ms=100.0, accuracy_floor=0.93)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def client(url: str, tmp_path, **kw) -> TunerClient:
@@ -191,7 +187,7 @@ def test_rejected_request_raises_with_reason(tmp_path, oltunes_home):
 
 def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_home):
     local = get_tuner(Settings(), variants=make_variants())
-    assert isinstance(local, Tuner) and isinstance(local, TunerLike)
+    assert isinstance(local, LocalTuner) and isinstance(local.tuner, Tuner) and isinstance(local, TunerLike)
     with pytest.raises(ConfigError, match="variants"):
         get_tuner(Settings())
     local.observe(make_measurement(0))
@@ -231,3 +227,19 @@ def test_replay_history_through_the_client(tmp_path, oltunes_home):
         # the flush that follows resends the 4 queued ones: the service drops them as duplicates
         assert c.pending == 0 and tuner.n_observed == 12 and c.health().n_observed == 12
         assert c.replay(history) == 0
+
+
+def test_replay_and_flush_split_bodies_under_the_service_size_limit(tmp_path, oltunes_home, monkeypatch):
+    import oltunes.tuner.client as client_module
+
+    limit = 10_000  # ~15 measurements a body
+    monkeypatch.setattr(client_module, "MAX_BODY_BYTES", limit)
+    tuner = Tuner(make_variants())
+    ms = [make_measurement(i) for i in range(120)]
+    assert len("[" + ",".join(m.model_dump_json() for m in ms) + "]") > 6 * limit
+    with serve_in_thread(create_app(tuner, token=TOKEN, max_body_bytes=limit)) as url, client(url, tmp_path) as c:
+        assert c.replay(ms[:60]) == 60
+        for m in ms[60:]:
+            c._enqueue(m)
+        assert c.flush() == 60 and c.pending == 0 and not (tmp_path / "outbox" / "rejected").exists()
+    assert tuner.n_observed == 120

@@ -219,7 +219,9 @@ def test_state_persisted_on_shutdown_and_restored(tmp_path):
             snapshot = http.get("/v1/state").json()
         assert not path.exists()  # persist_every_s=0: written on shutdown only
     assert path.exists()
-    assert [p.name for p in path.parent.iterdir()] == ["state.json"]  # no temp files left behind
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]  # no temp files left behind
+    journal = path.with_name("state.json.journal")  # compacted into the state: only an empty open segment
+    assert [p.stat().st_size for p in journal.iterdir()] == [0]
 
     restored = Tuner.load(path)
     assert json.loads(json.dumps(restored.state_dict())) == snapshot

@@ -1,0 +1,101 @@
+"""Warm start reads only what the tuner's state has not absorbed; with no state it rebuilds from every run."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from oltunes.tracking import Tracker, warm_start
+from oltunes.tracking import history as hist
+from oltunes.tracking.history import cursor_path
+from oltunes.tuner.core import Tuner
+from tests.tracking.test_tracking import CAND, VARIANT, make_measurement
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture
+def setup(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri=uri, buffer_dir=tmp_path / "buffer", artifact_root=tmp_path / "artifacts")
+    return tracker, tmp_path / "state" / "tuner.json"
+
+
+def log_batch_runs(tracker: Tracker, n: int, *, days_ago: float | None = None, start: int = 0) -> list:
+    ms = [make_measurement(job_id=f"j{start + i}", latency_p99_ms=10.0 + i) for i in range(n)]
+    c = MlflowClient(tracker.uri)
+    for i, m in enumerate(ms):
+        rid = tracker.log_measurement(m)
+        if days_ago is not None:  # history accumulated over time: runs ended long ago, an hour apart
+            c.set_terminated(rid, end_time=int(time.time() * 1000 - days_ago * DAY_MS + i * DAY_MS / 24))
+    return ms
+
+
+def counting(monkeypatch) -> list[int]:
+    """Spy on how many runs each warm start reads from MLflow."""
+    reads: list[int] = []
+    real = hist.read_runs
+
+    def spy(*a, **kw):
+        found, marks = real(*a, **kw)
+        reads.append(len(found))
+        return found, marks
+
+    monkeypatch.setattr(hist, "read_runs", spy)
+    return reads
+
+
+def test_warm_start_replays_only_what_the_state_has_not_seen(setup, monkeypatch):
+    tracker, state = setup
+    reads = counting(monkeypatch)
+    log_batch_runs(tracker, 6, days_ago=3)
+    tuner = Tuner([VARIANT], seed=1)
+    assert warm_start(tracker, tuner, state, ("batch",), simulated=False) == 6
+    assert state.exists() and cursor_path(state).exists()
+    assert reads == [6]  # no cursor yet: a full rebuild
+
+    new = log_batch_runs(tracker, 2, start=100)  # ended just now
+    restored = Tuner.load(state)
+    assert warm_start(tracker, restored, state, ("batch",), simulated=False) == 2
+    # only the runs that ended after the mark, plus the one at the mark (the clock-skew overlap re-reads it)
+    assert reads[-1] == 3
+    assert {m.measurement_id for m in new} <= set(Tuner.load(state)._seen)
+    assert warm_start(tracker, Tuner.load(state), state, ("batch",), simulated=False) == 0  # exactly once
+
+
+def test_no_state_rebuilds_everything_including_streaming_steps(setup):
+    tracker, state = setup
+    batch = log_batch_runs(tracker, 3, days_ago=1)
+    svc = tracker.service("svc-h", candidate=CAND, steps_per_batch=2, system_metrics_s=None)
+    steps = [make_measurement(kind="streaming", job_id="svc-h") for _ in range(5)]
+    for i, m in enumerate(steps):
+        svc.log_step(i, m)
+    svc.end()
+    first = Tuner([VARIANT], seed=1)
+    assert warm_start(tracker, first, state, ("batch", "streaming"), simulated=False) == 8
+    state.unlink()  # a new machine: the cursor no longer describes any state
+    again = Tuner([VARIANT], seed=1)
+    assert warm_start(tracker, again, state, ("batch", "streaming"), simulated=False) == 8
+    assert set(again._seen) == {m.measurement_id for m in batch + steps}
+
+
+def test_an_older_state_than_the_cursor_is_rebuilt(setup, monkeypatch):
+    tracker, state = setup
+    reads = counting(monkeypatch)
+    log_batch_runs(tracker, 4, days_ago=2)
+    tuner = Tuner([VARIANT], seed=1)
+    warm_start(tracker, tuner, state, ("batch",), simulated=False)
+    Tuner([VARIANT], seed=1).save(state)  # a backup from before those runs is restored
+    stale = Tuner.load(state)
+    assert warm_start(tracker, stale, state, ("batch",), simulated=False) == 4 and reads[-1] == 4
+
+
+def test_simulated_and_real_history_do_not_mix(setup):
+    tracker, state = setup
+    tracker.log_measurement(make_measurement(simulated=True, energy_source="simulated"))
+    log_batch_runs(tracker, 2)
+    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 2
+    sim_state = state.with_name("sim.json")
+    assert warm_start(tracker, Tuner([VARIANT], seed=1), sim_state, ("batch",), simulated=True) == 1
