@@ -266,7 +266,7 @@ class Tuner:
     @property
     def loads(self) -> dict[str, tuple[str, float]]:
         """job id -> (configuration key, measured busy share of its device)."""
-        return self.estimator.loads
+        return self.estimator.jobs.loads
 
     # ------------------------------------------------------------------------------------------------ decide
     def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:

@@ -19,7 +19,6 @@ candidate's throughput (:meth:`Estimator.learn`).
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,7 @@ from oltunes.learner.uncertainty import ResidualQuantiles
 from oltunes.tuner.candidates import PlacementOption, fill_wait_ms, queue_wait_ms
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.jobs import JobMemory
 from oltunes.tuner.memo import Memo
 from oltunes.tuner.prior import Prior
 from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
@@ -52,9 +52,6 @@ __all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
 
 TARGETS = ("log_latency", "log_energy", "log_throughput")
 LAT, EN, THR = 0, 1, 2
-_BURST_WINDOW = 12  # request-level measurements kept per streaming job (a minute at 5 s intervals)
-_BURST_Q = 0.9  # quantile of those the queueing check uses
-_MAX_JOBS = 10_000  # streaming jobs / loads remembered (oldest forgotten first)
 
 
 def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
@@ -139,10 +136,7 @@ class Estimator:
         self.correction = PooledCorrection(len(TARGETS), root_k=prior.evidence) if pooled_correction else None
         self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
-        # streaming job id -> recent "burst sizes" (requests queued beyond the batch model, see learn)
-        self.bursts: dict[str, deque[float]] = {}
-        # job id -> (where and how it ran, measured busy share of its device): a co-runner's load
-        self.loads: dict[str, tuple[str, float]] = {}
+        self.jobs = JobMemory()  # per running job: measured load, burst backlog
         self.accelerators: dict[str, Accelerator] = dict(CATALOG)
         self.n_learned = 0
         # Index arrays hold FM row numbers and the variant lists: rebuilt when either changes.
@@ -361,40 +355,11 @@ class Estimator:
                 self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", err)
         key = f"{c.accelerator}/{c.variant.name}"
         self.visits[key] = self.visits.get(key, 0) + 1
-        self._learn_burst(m)
-        if m.gpu_util is not None:
-            if m.job_id not in self.loads and len(self.loads) >= _MAX_JOBS:
-                del self.loads[next(iter(self.loads))]
-            self.loads[m.job_id] = (c.key, float(m.gpu_util))
+        self.jobs.learn(m)
         self.n_learned += 1
 
-    def _learn_burst(self, m: Measurement) -> None:
-        """Learn a streaming job's queueing beyond the batch model from its request-level p99.
-
-        The excess ``request p99 - batch p99 - batch-fill wait`` is the time the worst requests queued; times
-        the measured throughput it is the backlog in *requests* a burst of this job's arrivals builds up,
-        which carries over to another configuration as ``backlog / its throughput``. Clumps of simultaneous
-        requests in real traces make this far larger than a Poisson (Kingman) estimate at low utilisation.
-        """
-        if (m.kind != "streaming" or m.request_latency_p99_ms is None or m.throughput_items_per_s <= 0
-                or m.latency_p99_ms <= 0):
-            return
-        fill = float(fill_wait_ms(float(m.candidate.batch_size), m.arrival_rate_rps))
-        excess_ms = max(0.0, m.request_latency_p99_ms - m.latency_p99_ms - fill)
-        d = self.bursts.get(m.job_id)
-        if d is None:
-            if len(self.bursts) >= _MAX_JOBS:
-                del self.bursts[next(iter(self.bursts))]
-            d = self.bursts[m.job_id] = deque(maxlen=_BURST_WINDOW)
-        d.append(excess_ms / 1000.0 * m.throughput_items_per_s)
-
     def burst(self, job_id: str) -> float | None:
-        """Learned backlog (requests) of a streaming job's bursts, or None before its first request-level
-        measurement (then only the Kingman term models queueing)."""
-        d = self.bursts.get(job_id)
-        if not d:
-            return None
-        return float(np.quantile(np.fromiter(d, float, len(d)), _BURST_Q))
+        return self.jobs.burst(job_id)
 
     def load_of(self, p: Placement) -> float:
         """Busy share of its device a placed job keeps, as a co-runner sees it: the last measured one while it
@@ -407,7 +372,7 @@ class Estimator:
         hit = memo.get(p.job_id)
         if hit is not None and hit[0] is p:
             return hit[1]
-        seen = self.loads.get(p.job_id)
+        seen = self.jobs.loads.get(p.job_id)
         if seen is not None and seen[0] == p.candidate.key:
             load = seen[1]
         else:
@@ -426,8 +391,7 @@ class Estimator:
             "model": self.model.state_dict(),
             "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
             "visits": dict(self.visits),
-            "bursts": {k: list(v) for k, v in self.bursts.items()},
-            "loads": {k: list(v) for k, v in self.loads.items()},
+            **self.jobs.state_dict(),
             **({"correction": self.correction.state_dict()} if self.correction is not None else {}),
         }
 
@@ -435,9 +399,7 @@ class Estimator:
         self.model.load_state_dict(d["model"])
         self.residuals = {k: ResidualQuantiles.from_state_dict(v) for k, v in d["residuals"].items()}
         self.visits = {str(k): int(v) for k, v in d["visits"].items()}
-        self.bursts = {str(k): deque((float(x) for x in v), maxlen=_BURST_WINDOW)
-                       for k, v in d.get("bursts", {}).items()}  # absent in states saved before it existed
-        self.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}
+        self.jobs.load_state_dict(d)
         if self.correction is not None and "correction" in d:  # absent in states saved before it existed
             self.correction = PooledCorrection.from_state_dict(d["correction"], len(TARGETS))
         for a in d.get("accelerators", []):
