@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from oltunes.errors import InputRejected, WorkerError
 from oltunes.registry import Registered
 from oltunes.telemetry import TelemetryReport
 from oltunes.types import Candidate, JobSpec, Measurement, Pool, Variant
@@ -99,7 +101,43 @@ class Launcher(Registered, root=True):
         raise NotImplementedError
 
     def ready(self, handle: Handle, timeout_s: float = 60.0) -> None:
-        """Block until a serve worker answers its health check (no-op for batch)."""
+        """Block until a serve worker answers its health check (no-op for batch); stops it if it never does."""
+        if handle.url is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if not self.alive(handle):
+                    rc = self.stop(handle, grace_s=0)
+                    raise WorkerError(f"serve worker {self.describe(handle)} exited with {rc} before it was ready; "
+                                      f"log tail:\n{self.logs(handle, 20)}")
+                try:
+                    if client.get(f"{handle.url}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+        self.stop(handle, grace_s=1.0)
+        raise WorkerError(f"serve worker {self.describe(handle)} not healthy after {timeout_s:.0f} s; "
+                          f"log tail:\n{self.logs(handle, 20)}")
+
+    def describe(self, handle: Handle) -> str:
+        """How messages name a worker (its pid, container, ...)."""
+        return f"({handle.spec.mode}, {handle.spec.candidate.key})"
+
+    def checked(self, handle: Handle, result: WorkerResult) -> WorkerResult:
+        """`result` of a worker that exited, or the error its exit means: bad input (never retried), a crash, or
+        a batch worker that wrote no report."""
+        who = self.describe(handle)
+        if result.returncode == InputRejected.exit_code:
+            raise InputRejected(f"worker {who} rejected its input: {rejection_reason(self.logs(handle, 40))} "
+                                f"(log {handle.spec.log_path})")
+        if result.returncode != 0:
+            raise WorkerError(f"worker {who} exited with {result.returncode}; log {handle.spec.log_path}, "
+                              f"tail:\n{self.logs(handle, 20)}")
+        if handle.spec.mode == "batch" and not result.report:
+            raise WorkerError(f"worker {who} exited 0 but wrote no report at {handle.spec.report_path}")
+        return result
 
     def alive(self, handle: Handle) -> bool:
         raise NotImplementedError
@@ -110,6 +148,14 @@ class Launcher(Registered, root=True):
 
     def logs(self, handle: Handle, tail: int = 50) -> str:
         raise NotImplementedError
+
+
+def rejection_reason(log_tail: str) -> str:
+    """The worker's one-line ``error: ...`` (what `oltunes.cli.worker.clean_errors` prints), else the last line."""
+    run = log_tail.rsplit("\n--- ", 1)[-1]  # this run's part of the log only
+    lines = [ln.strip() for ln in run.splitlines() if ln.strip()]
+    errors = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
+    return errors[-1] if errors else (lines[-1] if lines else "no reason in its log")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from typing import Any
 
-import httpx
 
 from oltunes.config import get_settings
 from oltunes.errors import WorkerError
@@ -151,35 +149,10 @@ class DockerLauncher(Launcher, name="docker"):
                     f"{timeout_s} s and was stopped (exit {rc}); log tail:\n{self.logs(handle, 20)}"
                 ) from e
             raise
-        result = self._finish(handle, rc)
-        if rc != 0:
-            raise WorkerError(
-                f"container worker ({handle.spec.mode}, {handle.spec.candidate.key}) exited with {rc}; "
-                f"log {handle.spec.log_path}, tail:\n{self.logs(handle, 20)}"
-            )
-        if handle.spec.mode == "batch" and not result.report:
-            raise WorkerError(f"container worker exited 0 but wrote no report at {handle.spec.report_path}")
-        return result
+        return self.checked(handle, self._finish(handle, rc))
 
-    def ready(self, handle: Handle, timeout_s: float = 60.0) -> None:
-        if handle.url is None:
-            return
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if not self.alive(handle):
-                    rc = self.stop(handle, grace_s=0)
-                    raise WorkerError(
-                        f"serve container exited with {rc} before it was ready; log tail:\n{self.logs(handle, 20)}"
-                    )
-                try:
-                    if client.get(f"{handle.url}/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-        self.stop(handle, grace_s=1.0)
-        raise WorkerError(f"serve container at {handle.url} not healthy after {timeout_s:.0f} s; log tail:\n{self.logs(handle, 20)}")
+    def describe(self, handle: Handle) -> str:
+        return f"container ({handle.spec.mode}, {handle.spec.candidate.key})"
 
     def alive(self, handle: Handle) -> bool:
         if handle.result is not None:

@@ -14,11 +14,10 @@ import subprocess
 import sys
 import time
 
-import httpx
 
 from oltunes.atomic import atomic_write_text
 from oltunes.config import get_settings
-from oltunes.errors import ConfigError, InputRejected, WorkerError
+from oltunes.errors import ConfigError, WorkerError
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, read_report, tail_file
 from oltunes.lifeline import spawn
 from oltunes.telemetry import Monitor
@@ -75,14 +74,6 @@ def worker_argv(spec: WorkerSpec, threads: int, port: int | None = None, command
             "--concurrency", str(c.concurrency),
         ]  # fmt: skip
     return argv
-
-
-def rejection_reason(log_tail: str) -> str:
-    """The worker's one-line ``error: ...`` (what `oltunes.cli.worker.clean_errors` prints), else the last line."""
-    run = log_tail.rsplit("\n--- ", 1)[-1]  # this run's part of the log only
-    lines = [ln.strip() for ln in run.splitlines() if ln.strip()]
-    errors = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
-    return errors[-1] if errors else (lines[-1] if lines else "no reason in its log")
 
 
 class LocalLauncher(Launcher, name="local"):
@@ -190,41 +181,10 @@ class LocalLauncher(Launcher, name="local"):
                     f"log tail:\n{self.logs(handle, 20)}"
                 )
             time.sleep(0.05)
-        result = self._finish(handle)
-        if result.returncode == InputRejected.exit_code:
-            raise InputRejected(
-                f"worker {handle.pid} ({handle.spec.candidate.key}) rejected its input: "
-                f"{rejection_reason(self.logs(handle, 40))} (log {handle.spec.log_path})"
-            )
-        if result.returncode != 0:
-            raise WorkerError(
-                f"worker {handle.pid} ({handle.spec.mode}, {handle.spec.candidate.key}) exited with "
-                f"{result.returncode}; log {handle.spec.log_path}, tail:\n{self.logs(handle, 20)}"
-            )
-        if handle.spec.mode == "batch" and not result.report:
-            raise WorkerError(f"worker {handle.pid} exited 0 but wrote no report at {handle.spec.report_path}")
-        return result
+        return self.checked(handle, self._finish(handle))
 
-    def ready(self, handle: Handle, timeout_s: float = 60.0) -> None:
-        if handle.url is None:
-            return
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if self._reap(handle, block=False):
-                    self._finish(handle)
-                    raise WorkerError(
-                        f"serve worker {handle.pid} exited with {handle.state['returncode']} before it was ready; "
-                        f"log tail:\n{self.logs(handle, 20)}"
-                    )
-                try:
-                    if client.get(f"{handle.url}/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
-        self.stop(handle, grace_s=1.0)
-        raise WorkerError(f"serve worker {handle.pid} not healthy after {timeout_s:.0f} s; log tail:\n{self.logs(handle, 20)}")
+    def describe(self, handle: Handle) -> str:
+        return f"{handle.pid} ({handle.spec.mode}, {handle.spec.candidate.key})"
 
     def alive(self, handle: Handle) -> bool:
         return not self._reap(handle, block=False)
