@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from oltunes.config import REPO_ROOT, Settings, get_settings
-from oltunes.errors import ConfigError, TunerUnavailable
+from oltunes.errors import ConfigError, TunerUnavailable, field_errors
 from oltunes.inventory import load_inventory
 from oltunes.launchers import Launcher
 from oltunes.lifeline import kill_with_me
@@ -27,10 +27,9 @@ def validate(model: type[BaseModel], **params: Any) -> Any:
     """Validate flow parameters; the error names the parameter (fail fast, before any work starts)."""
     try:
         return model(**params)
-    except ValidationError as e:
-        first = e.errors()[0]
-        name = ".".join(str(x) for x in first["loc"]) or "parameters"
-        raise ConfigError(f"parameter {name!r}: {first['msg']} (got {first.get('input')!r})") from e
+    except ValidationError as e:  # names the parameter, never echoes its value (it may be megabytes)
+        reasons = "; ".join(f"parameter {name!r}: {msg}" for name, msg in field_errors(e.errors()))
+        raise ConfigError(reasons) from e
 
 
 def check_family(family: str, variants: list[Variant], launcher: str) -> list[Variant]:

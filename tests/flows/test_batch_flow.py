@@ -122,14 +122,16 @@ def test_batch_flow_runs_logs_feeds_back_and_resumes(settings_env, dataset, tmp_
         ({"slo_ms": -5.0}, "'slo_ms'"),
         ({"dataset": "/nonexistent/input.parquet"}, "'dataset'"),
         ({"accuracy_floor": 1.5}, "'accuracy_floor'"),
+        ({"job_id": "../" * 3_000}, "'job_id'"),  # a path, 9 kB: refused, never echoed back
     ],
 )
 def test_invalid_parameters_fail_fast_naming_the_parameter(settings_env, dataset, tmp_path, overrides, names):
     settings_env()
     params = {"family": "cnn", "dataset": str(dataset), "output": str(tmp_path / "o"), "slo_ms": 100.0, **overrides}
     t0 = time.monotonic()
-    with pytest.raises((ConfigError, DataError), match=names):
+    with pytest.raises((ConfigError, DataError), match=names) as e:
         asyncio.run(batch_inference(**params))
+    assert len(str(e.value)) < 1000
     assert time.monotonic() - t0 < 30
     assert not (tmp_path / "o").exists()  # failed before any work
 
