@@ -35,7 +35,7 @@ def server(built_zoo):
 @pytest.fixture
 def client(server):
     with httpx.Client(base_url=server.url, timeout=30) as c:
-        c.get("/metrics", params={"reset": "true"})
+        c.get("/window", params={"reset": "true"})
         yield c
 
 
@@ -77,7 +77,7 @@ def test_malformed_requests_get_4xx_with_a_reason_and_the_server_keeps_serving(c
     assert r.status_code == 422
     good = client.post("/infer", json={"inputs": x[:1].tolist()})
     assert good.status_code == 200 and good.json()["predictions"] == expected[:1].tolist()
-    m = client.get("/metrics").json()
+    m = client.get("/window").json()
     assert m["requests"] == len(BAD) + 2 and m["errors"] == len(BAD) + 1
     assert m["errors_by_status"] == {"400": 4, "413": 1, "422": 3}
     assert m["items"] == 1
@@ -93,7 +93,7 @@ def test_concurrent_requests_are_batched(server, client, items):
     with ThreadPoolExecutor(n) as pool:
         answers = list(pool.map(one, range(n)))
     assert [a["predictions"][0] for a in answers] == expected[:n].tolist()
-    m = client.get("/metrics", params={"reset": "true"}).json()
+    m = client.get("/window", params={"reset": "true"}).json()
     assert m["requests"] == m["items"] == n and m["errors"] == 0
     assert m["batches"] < n and m["batch_size_mean"] > 1  # requests really shared session calls
     assert max(a["batch_items"] for a in answers) > 1
@@ -104,7 +104,7 @@ def test_concurrent_requests_are_batched(server, client, items):
     assert m["request_latency_p50_ms"] >= m["batch_latency_p50_ms"]
     assert m["throughput_items_per_s"] > 0 and m["queue_depth"] == 0
     # the read above reset the window
-    after = client.get("/metrics").json()
+    after = client.get("/window").json()
     assert after["requests"] == 0 and after["batches"] == 0 and after["request_latency_p99_ms"] is None
 
 
@@ -130,9 +130,9 @@ def test_shutdown_answers_every_queued_request(built_zoo, items):
         for t in threads:
             t.start()
         deadline = time.monotonic() + 10
-        while httpx.get(f"{srv.url}/metrics").json()["queue_requests"] < 5 and time.monotonic() < deadline:
+        while httpx.get(f"{srv.url}/window").json()["queue_requests"] < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
-        m = httpx.get(f"{srv.url}/metrics").json()
+        m = httpx.get(f"{srv.url}/window").json()
         assert (m["queue_depth"], m["concurrency"]) == (5, 2)
         t0 = time.monotonic()
         code = srv.stop()  # SIGTERM while 5 requests wait in the queue
