@@ -3,7 +3,8 @@
 A plain ASGI app (no framework: it only routes by path and forwards bytes, so it adds little latency). Per
 request: token check (when a token is set; health probes stay open), body-size limit before anything is read past
 it (413), route by the model name in the path (404 in the protocol's shape for an unknown model), then forward the
-bytes to the route's current worker. An attempt that finds the worker gone (connection refused or reset: it died
+bytes to the route's current worker, unless the model's predicted wait is already over its SLO (429 with
+``Retry-After`` at once; `Route.predicted_wait_ms`). An attempt that finds the worker gone (connection refused or reset: it died
 or is restarting) or draining (502/503) is re-sent to whatever worker the route points at then, until
 ``retry_window_s`` has passed; only then is it answered 503 and counted in ``failures``. Inference is idempotent,
 so a retried request is answered once. The worker's own answers, 429 with ``Retry-After`` included, pass through.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import re
 import time
 from collections import Counter
@@ -152,6 +154,11 @@ class Gateway:
         try:
             length = headers.get(b"content-length")
             body = await read_limited(_chunks(receive), length.decode() if length else None, self.max_body_bytes)
+            wait_ms = route.predicted_wait_ms()
+            if route.slo_ms is not None and wait_ms > route.slo_ms:
+                retry_s = max(1, math.ceil((wait_ms - route.slo_ms) / 1e3))
+                raise ProtocolError(429, f"predicted wait {wait_ms:.0f} ms is over the model's {route.slo_ms:.0f} ms SLO; retry later",
+                                    {"retry-after": str(retry_s)})  # fmt: skip
             fwd = {k: headers[k.encode()].decode() for k in FORWARD_REQUEST if k.encode() in headers}
             status, out_headers, content = await self.forward(route, "POST", path, body, fwd)
         except ProtocolError as e:
@@ -172,7 +179,8 @@ class Gateway:
         while True:
             url = await route.wait_for_worker(deadline - time.monotonic())
             if url is not None:
-                route.in_flight[url] += 1
+                route.begin(url)
+                status = 0
                 try:
                     async with self._session.request(method, url + path, data=body or None, headers=headers) as r:
                         content = await r.read()
@@ -183,7 +191,7 @@ class Gateway:
                 except TimeoutError:
                     status, reason = 0, "timeout"
                 finally:
-                    route.in_flight[url] -= 1
+                    route.end(url, answered=status == 200 and method == "POST")
                 if status and status not in RETRYABLE:
                     return status, out, content
                 if status:

@@ -2,6 +2,12 @@
 
 The supervisor of a model's workers moves a route (`switch`) once a new worker is healthy, then waits for the
 old one to drain (`drained`) before stopping it; the gateway sends every attempt to `current`.
+
+Admission: `predicted_wait_ms` is the requests outstanding times the measured service time per request, the
+time between completions while the model is busy (an EWMA). When the worker is saturated that is 1 / its
+measured throughput, whatever limits it (the model, HTTP handling, a busy machine); when it is idle it is one
+request's latency, so a lightly loaded model is never refused. A request whose predicted wait is over the
+model's SLO is refused at once (429), so answered requests keep to about the SLO under any overload.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 SwitchReason = Literal["start", "switch", "restart"]
+SERVICE_SMOOTHING = 0.05  # EWMA weight of one completion (batches complete many requests at once)
 
 
 @dataclass
@@ -23,7 +30,26 @@ class Route:
     current: str | None = None
     in_flight: Counter = field(default_factory=Counter)
     on_switch: Callable[[str, SwitchReason], None] | None = None  # the gateway counts switches and restarts
+    service_s: float | None = None  # measured seconds per completed request while busy (EWMA)
     _moved: asyncio.Event | None = None
+    _last_event: float = 0.0
+
+    def begin(self, url: str) -> None:
+        if self.outstanding == 0:
+            self._last_event = time.perf_counter()  # a busy period starts
+        self.in_flight[url] += 1
+
+    def end(self, url: str, answered: bool) -> None:
+        self.in_flight[url] -= 1
+        if not answered:
+            return
+        now = time.perf_counter()
+        dt, self._last_event = now - self._last_event, now
+        self.service_s = dt if self.service_s is None else (1 - SERVICE_SMOOTHING) * self.service_s + SERVICE_SMOOTHING * dt
+
+    def predicted_wait_ms(self) -> float:
+        """How long a request arriving now would take, from the outstanding ones and the measured service time."""
+        return (self.outstanding + 1) * (self.service_s or 0.0) * 1e3
 
     def switch(self, url: str, reason: SwitchReason = "switch") -> None:
         self.current = url

@@ -32,7 +32,7 @@ def service_run(sid: str):
 
 def worker_pids(sid: str) -> list[int]:
     root = get_settings().home / "streaming" / sid
-    return [int(p.read_text()) for p in root.glob("gen-*/_run/worker.pid")]
+    return [int(p.read_text()) for p in root.glob("*/gen-*/_run/worker.pid")]
 
 
 def test_streaming_service_logs_steps_feeds_the_learner_and_loses_nothing(settings_env):
