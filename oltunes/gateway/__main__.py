@@ -20,6 +20,7 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
     ap.add_argument("--route", action="append", default=[], metavar="NAME=URL", help="model name -> worker URL")
+    ap.add_argument("--slo-ms", type=float, default=None, help="admission: refuse (429) what would wait longer")
     ap.add_argument("--max-body-bytes", type=int, default=None)
     args = ap.parse_args()
     settings = get_settings()
@@ -29,7 +30,7 @@ def main() -> None:
         name, sep, url = spec.partition("=")
         if not sep or not url.startswith("http"):
             ap.error(f"--route must be NAME=http://host:port (got {len(spec)} characters without that shape)")
-        gw.add(name).switch(url.rstrip("/"), "start")
+        gw.add(name, args.slo_ms).switch(url.rstrip("/"), "start")
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -3,11 +3,12 @@
 The supervisor of a model's workers moves a route (`switch`) once a new worker is healthy, then waits for the
 old one to drain (`drained`) before stopping it; the gateway sends every attempt to `current`.
 
-Admission: `predicted_wait_ms` is the requests outstanding times the measured service time per request, the
-time between completions while the model is busy (an EWMA). When the worker is saturated that is 1 / its
-measured throughput, whatever limits it (the model, HTTP handling, a busy machine); when it is idle it is one
-request's latency, so a lightly loaded model is never refused. A request whose predicted wait is over the
-model's SLO is refused at once (429), so answered requests keep to about the SLO under any overload.
+Admission: `predicted_wait_ms` is the requests outstanding times the measured service time per request: the
+gap between consecutive completions while requests kept waiting (an EWMA), i.e. 1 / the throughput the worker
+sustains when it has work queued, whatever limits it (the model, HTTP handling, a busy machine). Gaps that
+include idle time are not counted, and nothing is refused before a queue has been seen. A request whose
+predicted wait is over the model's SLO is refused at once (429), so answered requests keep to about the SLO
+under overload.
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ class Route:
     service_s: float | None = None  # measured seconds per completed request while busy (EWMA)
     _moved: asyncio.Event | None = None
     _last_event: float = 0.0
+    _queued_at_last: bool = False  # were requests still outstanding at the previous completion?
 
     def begin(self, url: str) -> None:
-        if self.outstanding == 0:
-            self._last_event = time.perf_counter()  # a busy period starts
         self.in_flight[url] += 1
 
     def end(self, url: str, answered: bool) -> None:
@@ -44,8 +44,10 @@ class Route:
         if not answered:
             return
         now = time.perf_counter()
-        dt, self._last_event = now - self._last_event, now
-        self.service_s = dt if self.service_s is None else (1 - SERVICE_SMOOTHING) * self.service_s + SERVICE_SMOOTHING * dt
+        if self._queued_at_last:  # busy without a break since the previous completion: the gap is service time
+            dt = now - self._last_event
+            self.service_s = dt if self.service_s is None else (1 - SERVICE_SMOOTHING) * self.service_s + SERVICE_SMOOTHING * dt
+        self._last_event, self._queued_at_last = now, self.outstanding > 0
 
     def predicted_wait_ms(self) -> float:
         """How long a request arriving now would take, from the outstanding ones and the measured service time."""
@@ -53,6 +55,8 @@ class Route:
 
     def switch(self, url: str, reason: SwitchReason = "switch") -> None:
         self.current = url
+        if reason == "switch":
+            self.service_s, self._queued_at_last = None, False  # a new decision: its service time is measured afresh
         if self.on_switch is not None:
             self.on_switch(self.name, reason)
         if self._moved is not None:
