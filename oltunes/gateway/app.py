@@ -29,6 +29,8 @@ from oltunes.gateway.protocol import HEADER_LENGTH, ProtocolError, error_body
 from oltunes.gateway.routing import Route, SwitchReason
 from oltunes.gateway.telemetry import ServingMetrics
 
+CLIENT_KEEP_ALIVE_S = 15  # idle upstream connections are closed by us first (servers keep them for 75 s)
+
 MODEL_PATH = re.compile(r"^/v2/models/([^/]{1,128})(/versions/[^/]{1,32})?(/ready|/infer)?$")
 RETRYABLE = {502, 503}
 FORWARD_REQUEST = ("content-type", HEADER_LENGTH)
@@ -103,7 +105,7 @@ class Gateway:
 
     async def open(self) -> None:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=CLIENT_KEEP_ALIVE_S)  # < the worker's keep-alive
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
                                                   timeout=aiohttp.ClientTimeout(total=self.attempt_timeout_s))  # fmt: skip
 

@@ -17,6 +17,8 @@ from oltunes.errors import ConfigError
 from oltunes.gateway.app import Gateway
 from oltunes.tuner.service import is_loopback
 
+KEEP_ALIVE_S = 75  # server side; our clients keep idle connections for less (app.CLIENT_KEEP_ALIVE_S)
+
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to expose an unauthenticated gateway: a non-loopback `host` needs a token."""
@@ -58,8 +60,10 @@ class GatewayServer:
             sock.close()
             raise ConfigError(f"gateway: cannot bind {self.host}:{self.port} ({e.strerror}); pick another port or 0") from e
         self.port = sock.getsockname()[1]
+        # keep-alive longer than clients keep idle connections (app.CLIENT_KEEP_ALIVE_S), so a client never sends on a
+        # connection the server is closing at that moment
         config = uvicorn.Config(self.gateway, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=30, backlog=2048)  # fmt: skip
+                                timeout_graceful_shutdown=30, backlog=2048, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
         self._server = _InLoopServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from oltunes.errors import ConfigError, DataError
+from oltunes.gateway.app import CLIENT_KEEP_ALIVE_S
 from oltunes.registry import Registered
 from oltunes.worker.stats import LatencyHistogram
 
@@ -188,7 +189,7 @@ class LoadGenerator:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Issue every arrival at its time until the trace ends or `stop` is set; then wait for in-flight ones."""
-        connector = aiohttp.TCPConnector(limit=self.max_in_flight)
+        connector = aiohttp.TCPConnector(limit=self.max_in_flight, keepalive_timeout=CLIENT_KEEP_ALIVE_S)  # < the server's
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
             t0 = time.monotonic()

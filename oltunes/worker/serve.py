@@ -39,6 +39,7 @@ from oltunes.gateway.protocol import (
     encode_response,
     error_body,
 )
+from oltunes.gateway.server import KEEP_ALIVE_S
 from oltunes.gateway.telemetry import ServingMetrics
 from oltunes.worker.batcher import DynamicBatcher, Metrics
 from oltunes.worker.session import Device, ModelSession, predictions
@@ -320,6 +321,7 @@ def serve(cfg: ServeConfig) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
     config = uvicorn.Config(
-        app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30
+        app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
+        timeout_keep_alive=KEEP_ALIVE_S,  # longer than the gateway keeps idle connections: no reuse race
     )
     _Server(config).run()
