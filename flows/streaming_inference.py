@@ -255,7 +255,7 @@ async def streaming_inference(
         n = len(arrivals) * len(jobs)
         return StreamOutcome(
             service_id=sid, decisions=all_d, measurements=all_m, steps=len(all_m), restarts=0, switches=len(all_d) - len(jobs),
-            requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0}, failures={}, trace=str(trace_path),
+            requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0, "refused": 0}, failures={}, trace=str(trace_path),
             request_latency={}, status="FINISHED",
         )  # fmt: skip
 

@@ -185,7 +185,8 @@ class LoadGenerator:
         return {f"p{q}_ms": float(self.latency.percentile(q)) for q in (50, 95, 99)}  # type: ignore[arg-type]
 
     def totals(self) -> dict[str, int]:
-        return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "shed": self.shed, "in_flight": self.in_flight}
+        return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "shed": self.shed, "in_flight": self.in_flight,
+                "refused": self.failures["429"]}  # of `failed`: admission control's answers  # fmt: skip
 
     async def run(self, stop: asyncio.Event) -> None:
         """Issue every arrival at its time until the trace ends or `stop` is set; then wait for in-flight ones."""
