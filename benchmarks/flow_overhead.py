@@ -43,10 +43,12 @@ def _bare_batch(candidate, data: Path, out: Path, shard_size: int) -> float:
 
 
 async def _bare_stream(candidate, trace: Path, duration_s: float, workdir: Path) -> dict[str, float]:
+    import httpx
+
     from oltunes.config import REPO_ROOT
     from oltunes.inventory import load_inventory
     from oltunes.launchers import Launcher, WorkerSpec
-    from oltunes.launchers.traffic import LoadGenerator, Router, json_payloads, load_arrivals
+    from oltunes.launchers.traffic import LoadGenerator, load_arrivals, oip_payloads
     from oltunes.types import JobSpec
     from flows.streaming_inference import _inputs
 
@@ -57,9 +59,9 @@ async def _bare_stream(candidate, trace: Path, duration_s: float, workdir: Path)
     h = launcher.start(spec)
     try:
         launcher.ready(h, 90)
-        router = Router()
-        router.switch(h.url)
-        gen = LoadGenerator(router, load_arrivals(trace, duration_s=duration_s), json_payloads(_inputs(candidate.variant.family, workdir)))
+        family = candidate.variant.family
+        meta = httpx.get(f"{h.url}/v2/models/{family}", timeout=30).json()
+        gen = LoadGenerator(h.url, family, load_arrivals(trace, duration_s=duration_s), oip_payloads(_inputs(family, workdir), meta))
         await gen.run(asyncio.Event())
         return gen.latency_summary()
     finally:

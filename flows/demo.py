@@ -133,7 +133,8 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     out.print(stable)
     r = st.requests
     out.print(
-        f"requests: {r['sent']} sent, {r['ok']} answered, {r['failed']} failed, {r['shed']} shed by the generator's bound; "
+        f"requests: {r['sent']} sent, {r['ok']} answered, {r['failed']} failed ({r.get('refused', 0)} of them refused "
+        f"by admission control: 429), {r['shed']} shed by the generator's bound; "
         f"{st.switches} live switch(es), {st.restarts} restart(s)"
     )
     out.print(f"decisions: first {st.decisions[0].candidate.key} → last {st.decisions[-1].candidate.key}")

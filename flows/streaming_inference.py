@@ -1,12 +1,14 @@
-"""Streaming inference flow: a long-running service whose configuration the tuner keeps adjusting.
+"""Streaming inference flow: a long-running online service whose configuration the tuner keeps adjusting.
 
-It starts a serving worker where the tuner says, replays a real arrival trace against it (bounded load
-generator), and every control interval: reads the worker's latency/throughput window and telemetry, logs one
-step to the service's MLflow run, feeds the learner, re-consults the tuner and, when the decision changes,
-switches workers without dropping in-flight requests (new worker up, traffic moved, old one drained, stopped).
-A worker that dies is restarted; requests it had accepted are re-sent or reported failed. The flow stops
-after `duration_s` or on cancellation, always stopping its workers and closing its MLflow run. With the
-``simulated`` launcher the same loop runs against the simulator's performance model in simulated time.
+It opens one stable Open Inference Protocol gateway (``gateway_host:gateway_port``; loopback by default, a token
+required elsewhere) and, for every model it serves (``family``, or several in ``models``), starts a serving
+worker where the tuner says and points the gateway's route for that model at it. Clients, the replayed trace's
+load generator among them, only ever talk to the gateway. Every control interval, per model: read the worker's
+window and telemetry, log one step to the model's MLflow run, feed the learner, re-consult the tuner (with the
+other models' placements in the cluster state) and, when the decision changes, switch workers behind the gateway
+(new worker up, route moved, old one drained, stopped). A worker that dies is restarted; the gateway re-sends what
+it had accepted. The flow stops after `duration_s` or on cancellation, always stopping its workers and gateway and
+closing its MLflow runs. With the ``simulated`` launcher the same loop runs on the simulator in simulated time.
 """
 
 from __future__ import annotations
@@ -19,19 +21,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, validate
+from flows.streaming_service import ModelParams, ServedModel, first_decisions, gather_steps, placement, run_dir
 from oltunes.config import get_settings
-from oltunes.errors import DataError
-from oltunes.launchers import Launcher, WorkerSpec, pool_cores
-from oltunes.launchers.serve_metrics import interval_measurement
+from oltunes.errors import ConfigError, DataError
+from oltunes.gateway import Gateway, GatewayServer
+from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.supervisor import ServeSupervisor
-from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, Router, json_payloads, load_arrivals
-from oltunes.telemetry import Monitor
+from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, load_arrivals, oip_payloads
 from oltunes.tracking import conventions as cv
-from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Placement, new_id
+from oltunes.types import Decision, Id, JobSpec, Measurement, new_id
 from tasks import serving
 from tasks import tracking as track
 from tasks import tuning
@@ -42,9 +45,7 @@ DEFAULT_TRACE = "proteus/twitter/medium-normal_load_1x/resnet.csv.gz"  # under s
 class StreamParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    family: Id
-    slo_ms: float = Field(gt=0, description="p99 latency bound per request")
-    accuracy_floor: float = Field(ge=0, le=1)
+    models: list[ModelParams] = Field(min_length=1, max_length=8)
     trace: str | None = None
     speedup: float = Field(gt=0)
     duration_s: float = Field(gt=0)
@@ -55,6 +56,8 @@ class StreamParams(BaseModel):
     launcher: str
     inventory: str | None = None
     policy: str
+    gateway_host: str = Field(min_length=1, max_length=253)
+    gateway_port: int = Field(ge=0, le=65535)
 
 
 class StreamOutcome(BaseModel):
@@ -69,6 +72,9 @@ class StreamOutcome(BaseModel):
     request_latency: dict[str, float] = Field(description="client-side p50/p95/p99 over the session, ms")
     trace: str
     status: str
+    gateway_url: str | None = None
+    gateway_failures: dict[str, int] = Field(default={}, description="requests the gateway gave up on, by reason")
+    per_model: dict[str, dict[str, Any]] = {}
 
 
 def resolve_trace(trace: str | None) -> Path:
@@ -88,7 +94,7 @@ def _inputs(family: str, where: Path) -> Any:
     from oltunes.worker.dataset import read_dataset
     from oltunes.zoo import make_dataset
 
-    path = where / "inputs.npz"
+    path = where / f"inputs-{family}.npz"
     if not path.is_file():
         make_dataset(family, 256, path, seed=get_settings().seed)
     return read_dataset(path).x
@@ -111,14 +117,8 @@ def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-async def _retune(tuner: Any, job: JobSpec, cluster: ClusterState, current: Decision, slo_ms: float) -> Decision:
-    """Re-consult the tuner for a running service; where it runs now lets the tuner prefer staying put."""
-    here = Placement(job_id=job.job_id, pool=current.pool, device=current.group.device if current.group else 0,
-                     candidate=current.candidate, slo_ms=slo_ms, arrival_rate_rps=job.arrival_rate_rps)  # fmt: skip
-    return await tuning.recommend(tuner, job, cluster, here)
-
-
-async def _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc) -> StreamOutcome:
+async def _simulated_model(p: StreamParams, mp: ModelParams, job: JobSpec, cluster: Any, decision: Decision, arrivals: Any,
+                           tuner: Any, tsettings: Any, svc: Any) -> tuple[list[Decision], list[Measurement]]:  # fmt: skip
     """The same control loop against the simulator's performance model (simulated time: no waiting, no traffic).
 
     Each interval's offered requests are "served" by ``SimulatedLauncher.measure_interval`` with the current
@@ -129,35 +129,29 @@ async def _simulated_service(p, sid, job, cluster, decision, arrivals, trace_pat
     launcher = Launcher.make(p.launcher)
     edges = np.arange(0.0, p.duration_s + p.control_interval_s, p.control_interval_s)
     counts = np.histogram(arrivals, bins=edges)[0]
-    current, decisions, measurements, step = decision, [decision], [], 0
+    current, decisions, measurements = decision, [decision], []
     for k, n in enumerate(counts):
         if n == 0:
             continue
         rate = n / p.control_interval_s
         now_job = job.model_copy(update={"arrival_rate_rps": rate})
         spec = WorkerSpec(mode="serve", job=now_job, candidate=current.candidate, pool=cluster.pool(current.pool),
-                          decision_id=current.decision_id, run_dir=Path(sid))  # fmt: skip
+                          decision_id=current.decision_id, run_dir=Path(job.job_id))  # fmt: skip
         m = launcher.measure_interval(spec, int(n), k)
-        await serving.log_step(svc, step, m, p.slo_ms, p.policy, current, {"offered_rps": rate, "switches": float(len(decisions) - 1)})
+        await serving.log_step(svc, len(measurements), m, mp.slo_ms, p.policy, current, {"offered_rps": rate, "switches": float(len(decisions) - 1)})
         await tuning.observe(tuner, m, tsettings)
         measurements.append(m)
-        step += 1
-        new = await _retune(tuner, now_job, cluster, current, p.slo_ms)
+        new = await tuning.recommend(tuner, now_job, cluster, placement(now_job, current, mp.slo_ms))
         if new.candidate.key != current.candidate.key:
             current = new
             decisions.append(new)
     await serving.end_service(svc, "FINISHED")
-    n = int(counts.sum())
-    return StreamOutcome(
-        service_id=sid, decisions=decisions, measurements=measurements, steps=step, restarts=0,
-        switches=len(decisions) - 1, requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0, "retries": 0},
-        failures={}, trace=str(trace_path), request_latency={}, status="FINISHED",
-    )  # fmt: skip
+    return decisions, measurements
 
 
 @flow(name="streaming-inference", flow_run_name="streaming-{family}", validate_parameters=True)
 async def streaming_inference(
-    family: str,
+    family: str | None = None,
     slo_ms: float = 100.0,
     accuracy_floor: float = 0.0,
     trace: str | None = None,
@@ -170,19 +164,24 @@ async def streaming_inference(
     launcher: str = "local",
     inventory: str | None = None,
     policy: str = "oltunes",
+    models: list[dict[str, Any]] | None = None,
+    gateway_host: str = "127.0.0.1",
+    gateway_port: int = 0,
 ) -> StreamOutcome:
-    """Serve `family` under a replayed arrival trace, re-tuning every `control_interval_s`.
+    """Serve `family` (or every entry of `models`) behind one gateway under a replayed trace, re-tuning as it runs.
 
     Parameters
     ----------
-    family
-        Zoo model family to serve.
-    slo_ms, accuracy_floor
-        Per-request p99 latency bound; minimum variant accuracy.
+    family, slo_ms, accuracy_floor
+        One zoo model family to serve, its per-request p99 latency bound and minimum variant accuracy.
+    models
+        Several families at once instead: ``[{"family": "cnn", "slo_ms": 50}, {"family": "mlp", "slo_ms": 20,
+        "accuracy_floor": 0.9}]``; each has its own decision, workers and MLflow run, routed by model name.
     trace
         Arrival trace: a path, or a path under ``settings.shared_data`` (e.g.
         ``proteus/twitter/zipf_exponential_bursty_300/bert.csv.gz`` or ``azure/AzureLLMInferenceTrace_conv.csv.gz``).
-        Default: ``proteus/twitter/medium-normal_load_1x/resnet.csv.gz``, else the bundled Azure slice.
+        Default: ``proteus/twitter/medium-normal_load_1x/resnet.csv.gz``, else the bundled Azure slice. Every
+        model replays it (its own client).
     speedup
         Replay the trace this many times faster.
     duration_s, control_interval_s
@@ -194,104 +193,110 @@ async def streaming_inference(
     launcher
         ``local`` (real serving workers, the default) or ``simulated`` (the performance model answers each
         interval in simulated time, on the GPU pools of ``infra/inventory.yaml``; everything tagged simulated).
+    gateway_host, gateway_port
+        Where clients reach the service (port 0: a free port, logged). Off loopback, ``OLTUNES_GATEWAY_TOKEN``
+        must be set; clients send it as ``Authorization: Bearer <token>``.
     """
     bind_ephemeral_api()  # die-with-parent for Prefect's ephemeral server (workers: oltunes.lifeline.spawn)
     log = get_run_logger()
+    if (family is None) == (models is None):
+        raise ConfigError("parameter 'models': give either 'family' (one model) or 'models' (several), not both or neither")
+    wanted = models if models is not None else [{"family": family, "slo_ms": slo_ms, "accuracy_floor": accuracy_floor}]
     p = validate(
-        StreamParams, family=family, slo_ms=slo_ms, accuracy_floor=accuracy_floor, trace=trace, speedup=speedup,
-        duration_s=duration_s, control_interval_s=control_interval_s, max_in_flight=max_in_flight,
-        max_delay_ms=max_delay_ms, service_id=service_id, launcher=launcher, inventory=inventory, policy=policy,
+        StreamParams, models=wanted, trace=trace, speedup=speedup, duration_s=duration_s,
+        control_interval_s=control_interval_s, max_in_flight=max_in_flight, max_delay_ms=max_delay_ms,
+        service_id=service_id, launcher=launcher, inventory=inventory, policy=policy, gateway_host=gateway_host,
+        gateway_port=gateway_port,
     )  # fmt: skip
+    names = [m.family for m in p.models]
+    if len(set(names)) != len(names):
+        raise ConfigError("parameter 'models': each family may appear once")
     settings = get_settings()
     backend = Launcher.lookup(p.launcher)
     variants = backend.variants(settings)
-    check_family(p.family, variants, p.launcher)
+    for name in names:
+        check_family(name, variants, p.launcher)
+    token = settings.gateway_token.get_secret_value() if settings.gateway_token else None
+    gateway = Gateway(token=token)
+    server = GatewayServer(gateway, p.gateway_host, p.gateway_port)  # refuses off loopback without a token, before any work
     trace_path = resolve_trace(p.trace)
     arrivals = load_arrivals(trace_path, speedup=p.speedup, duration_s=p.duration_s)
     rate = len(arrivals) / p.duration_s
-    sid = p.service_id or f"svc-{p.family}-{new_id()[:8]}"
+    sid = p.service_id or f"svc-{'-'.join(names)}-{new_id()[:8]}"
     workdir = settings.home / "streaming" / sid
     workdir.mkdir(parents=True, exist_ok=True)
     cluster = cluster_for(backend, p.inventory)
-    job = JobSpec(job_id=sid, kind="streaming", family=p.family, slo_ms=p.slo_ms, accuracy_floor=p.accuracy_floor, arrival_rate_rps=rate)
+    jobs = [JobSpec(job_id=sid if len(names) == 1 else f"{sid}-{m.family}", kind="streaming", family=m.family,
+                    slo_ms=m.slo_ms, accuracy_floor=m.accuracy_floor, arrival_rate_rps=rate) for m in p.models]  # fmt: skip
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants, p.policy)
     await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
-    decision = await tuning.recommend(tuner, job, cluster)
-    log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; first decision %s (%s)",
-             sid, len(arrivals), p.duration_s, rate, trace_path.name, decision.candidate.key, decision.source)  # fmt: skip
+    decisions = await first_decisions(tuner, p.models, jobs, cluster)
+    for job, d in zip(jobs, decisions, strict=True):
+        log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; %s first decision %s (%s)",
+                 sid, len(arrivals), p.duration_s, rate, trace_path.name, job.family, d.candidate.key, d.source)  # fmt: skip
 
-    def spec_for(d: Decision, generation: int) -> WorkerSpec:
-        return WorkerSpec(
-            mode="serve", job=job, candidate=d.candidate, pool=cluster.pool(d.pool), decision_id=d.decision_id,
-            run_dir=workdir / f"gen-{generation}" / "_run", max_delay_ms=p.max_delay_ms,
+    def service_run(job: JobSpec, mp: ModelParams, d: Decision) -> Any:
+        return tracker.service(
+            job.job_id, candidate=d.candidate, run_name=job.job_id,
+            experiment=cv.experiment_for("simulation" if backend.simulated else "streaming"),
+            params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": mp.slo_ms, "launcher": p.launcher,
+                    "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
+            tags={cv.TAG_JOB: job.job_id, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
+            datasets=[cv.dataset_record(trace_path, len(arrivals))],
         )  # fmt: skip
 
-    router = Router()
-    supervisor = ServeSupervisor(Launcher.make(p.launcher), router, spec_for)
-    svc = tracker.service(
-        sid, candidate=decision.candidate, run_name=sid,
-        experiment=cv.experiment_for("simulation" if backend.simulated else "streaming"),
-        params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": p.slo_ms, "launcher": p.launcher,
-                "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
-        tags={cv.TAG_JOB: sid, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
-        datasets=[cv.dataset_record(trace_path, len(arrivals))],
-    )  # fmt: skip
     if backend.simulated:
-        return await _simulated_service(p, sid, job, cluster, decision, arrivals, trace_path, tracker, tuner, tsettings, svc)
-    payload = json_payloads(_inputs(p.family, workdir))
-    decisions, measurements = [decision], []
+        all_d, all_m = [], []
+        for mp, job, d in zip(p.models, jobs, decisions, strict=True):
+            ds, ms = await _simulated_model(p, mp, job, cluster, d, arrivals, tuner, tsettings, service_run(job, mp, d))
+            all_d += ds
+            all_m += ms
+        n = len(arrivals) * len(jobs)
+        return StreamOutcome(
+            service_id=sid, decisions=all_d, measurements=all_m, steps=len(all_m), restarts=0, switches=len(all_d) - len(jobs),
+            requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0, "refused": 0}, failures={}, trace=str(trace_path),
+            request_latency={}, status="FINISHED",
+        )  # fmt: skip
+
+    served: list[ServedModel] = []
+    launcher_obj = Launcher.make(p.launcher)
+    for mp, job, d in zip(p.models, jobs, decisions, strict=True):
+        def spec_for(dec: Decision, generation: int, job: JobSpec = job) -> WorkerSpec:
+            return WorkerSpec(mode="serve", job=job, candidate=dec.candidate, pool=cluster.pool(dec.pool), decision_id=dec.decision_id,
+                              run_dir=run_dir(workdir, job.family, generation), max_delay_ms=p.max_delay_ms)  # fmt: skip
+
+        route = gateway.add(mp.family, mp.slo_ms)
+        served.append(ServedModel(params=mp, job=job, route=route, supervisor=ServeSupervisor(launcher_obj, route, spec_for),
+                                  svc=service_run(job, mp, d), decisions=[d]))  # fmt: skip
     stop_traffic, stop_watch, terminated = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    gen = LoadGenerator(router, arrivals, payload, max_in_flight=p.max_in_flight)
-    status, step = "FINISHED", 0
-    await supervisor.start(decision)
+    status = "FINISHED"
+    tasks: list[asyncio.Task] = []
     loop = asyncio.get_running_loop()
-    gen_task = asyncio.create_task(gen.run(stop_traffic))
-    watch_task = asyncio.create_task(supervisor.watch(stop_watch))
-    t_end = time.monotonic() + p.duration_s
     try:
+        await server.start()
+        log.info("service %s: gateway %s serving %s (Open Inference Protocol, /metrics)", sid, server.url, ", ".join(names))
+        await asyncio.gather(*(m.supervisor.start(m.decisions[0]) for m in served))
+        async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {token}"} if token else None) as http:
+            for m in served:  # an ordinary client: asks the gateway what the model takes
+                meta = (await http.get(f"{server.url}/v2/models/{m.params.family}")).raise_for_status().json()
+                payload = oip_payloads(_inputs(m.params.family, workdir), meta)
+                m.gen = LoadGenerator(server.url, m.params.family, arrivals, payload, max_in_flight=p.max_in_flight, token=token)
+        tasks = [asyncio.create_task(m.gen.run(stop_traffic)) for m in served if m.gen is not None]
+        tasks += [asyncio.create_task(m.supervisor.watch(stop_watch)) for m in served]
+        t_end = time.monotonic() + p.duration_s
         with _sigterm_stops(stop_traffic, terminated, loop):
-            while not gen.finished.is_set() and not stop_traffic.is_set():
-                active = supervisor.active
-                cores = len(pool_cores(active.spec.pool))
-                monitor = Monitor(pid=active.pid, cores=cores, gpu_device_ids=active.spec.pool.device_ids,
-                                  gpu=active.spec.pool.accelerator.name != "cpu", watts_per_core=settings.cpu_watts_per_core)  # fmt: skip
-                monitor.start()
-                wait = max(0.0, min(p.control_interval_s, t_end - time.monotonic()))
+            while not stop_traffic.is_set() and not all(m.gen.finished.is_set() for m in served if m.gen):
+                for m in served:
+                    m.start_interval(settings.cpu_watts_per_core)
+                wait = max(0.01, min(p.control_interval_s, t_end - time.monotonic()))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(gen.finished.wait()), timeout=wait if wait > 0 else 0.01)
+                    await asyncio.wait_for(stop_traffic.wait(), timeout=wait)
                 if time.monotonic() >= t_end:
                     stop_traffic.set()
-                wm = await serving.read_worker_metrics(supervisor.active.url)
-                client = gen.window()
-                tele = monitor.stop(cpu_time_s=wm.get("cpu_time_s"))
-                current = supervisor.decision
-                m = interval_measurement(sid, current, wm, client, tele)
-                if m is None:
-                    log.info("step %d: no request answered in this interval; nothing to learn", step)
-                    continue
-                req_p99 = client.percentile(99)
-                extra = {
-                    "request_latency_p50_ms": client.percentile(50) or 0.0, "request_latency_p99_ms": req_p99 or 0.0,
-                    cv.SLO_MET: float(req_p99 is not None and req_p99 <= p.slo_ms),
-                    "offered_rps": m.arrival_rate_rps, "served_rps": m.items / m.wall_s, "requests_ok": float(client.ok),
-                    "requests_failed": float(client.failed), "requests_shed": float(client.shed),
-                    "restarts": float(supervisor.restarts), "switches": float(len(supervisor.switches)),
-                    "batch_size_mean": float(wm.get("batch_size_mean") or 0.0),
-                }  # fmt: skip
-                await serving.log_step(svc, step, m, p.slo_ms, p.policy, current, extra)
-                await tuning.observe(tuner, m, tsettings)
-                measurements.append(m)
-                step += 1
-                if stop_traffic.is_set():
-                    break
-                now_job = job.model_copy(update={"arrival_rate_rps": max(m.arrival_rate_rps, 0.1)})
-                new = await _retune(tuner, now_job, cluster, current, p.slo_ms)
-                if new.candidate.key != current.candidate.key:
-                    rec = await supervisor.switch(new)
-                    decisions.append(new)
-                    log.info("step %d: switched %s -> %s (old worker drained: %s)", step, rec.old, rec.new, rec.drained)
+                await gather_steps(served, policy=p.policy, tuner=tuner, tsettings=tsettings, cluster=cluster,
+                                   retune=not stop_traffic.is_set(), log=log)  # fmt: skip
         if terminated.is_set():
             status = "KILLED"
     except (asyncio.CancelledError, KeyboardInterrupt):
@@ -303,24 +308,49 @@ async def streaming_inference(
     finally:
         stop_traffic.set()
         with contextlib.suppress(BaseException):
-            await asyncio.wait_for(gen_task, timeout=gen.retry_window_s + gen.request_timeout_s + 5)
+            await asyncio.wait_for(asyncio.gather(*tasks[: len(served)], return_exceptions=True), timeout=90)
         stop_watch.set()
         with contextlib.suppress(BaseException):
-            await watch_task
-        await supervisor.stop()
-        if status == "KILLED":
-            svc.end(status)  # no new task runs once the flow is being cancelled
-        else:
-            await serving.end_service(svc, status)
-    totals = gen.totals()
-    log.info("service %s: %d steps, requests %s, restarts %d, switches %d", sid, step, totals, supervisor.restarts, len(supervisor.switches))
-    md_title = f"Streaming service {sid}: first decision"
-    await track.publish_decision(decisions[0], measurements[0] if measurements else None, key=f"stream-first-{sid[-12:].lower()}", slo_ms=p.slo_ms, title=md_title)
-    if len(decisions) > 1:
-        await track.publish_decision(decisions[-1], measurements[-1], key=f"stream-last-{sid[-12:].lower()}", slo_ms=p.slo_ms, title=f"Streaming service {sid}: last decision")
+            await asyncio.gather(*tasks[len(served) :], return_exceptions=True)
+        for m in served:
+            with contextlib.suppress(BaseException):
+                await m.supervisor.stop()
+        await server.stop()
+        for m in served:
+            if status == "KILLED":
+                m.svc.end(status)  # no new task runs once the flow is being cancelled
+            else:
+                await serving.end_service(m.svc, status)
+    return await _outcome(sid, served, gateway, server.url, trace_path, status, log)
+
+
+async def _outcome(sid: str, served: list[ServedModel], gateway: Gateway, url: str, trace_path: Path, status: str, log: Any) -> StreamOutcome:
+    totals: dict[str, int] = {}
+    failures: dict[str, int] = {}
+    latency = None
+    for m in served:
+        assert m.gen is not None
+        for k, v in m.gen.totals().items():
+            totals[k] = totals.get(k, 0) + v
+        for k, v in m.gen.failures.items():
+            failures[k] = failures.get(k, 0) + v
+        latency = m.gen.latency if latency is None else latency.merge(m.gen.latency)
+    restarts = sum(m.supervisor.restarts for m in served)
+    switches = sum(len(m.supervisor.switches) for m in served)
+    log.info("service %s: requests %s, restarts %d, switches %d, gateway gave up on %s", sid, totals, restarts, switches, dict(gateway.failures))
+    for m in served:
+        key = m.job.job_id[-12:].lower()
+        first = m.measurements[0] if m.measurements else None
+        await track.publish_decision(m.decisions[0], first, key=f"stream-first-{key}", slo_ms=m.params.slo_ms,
+                                     title=f"Streaming service {m.job.job_id}: first decision")  # fmt: skip
+        if len(m.decisions) > 1:
+            await track.publish_decision(m.decisions[-1], m.measurements[-1] if m.measurements else None, key=f"stream-last-{key}",
+                                         slo_ms=m.params.slo_ms, title=f"Streaming service {m.job.job_id}: last decision")  # fmt: skip
+    summary = {} if latency is None or not latency.count else {f"p{q}_ms": float(latency.percentile(q)) for q in (50, 95, 99)}  # type: ignore[arg-type]
     return StreamOutcome(
-        service_id=sid, decisions=decisions, measurements=measurements, steps=step, restarts=supervisor.restarts,
-        switches=len(supervisor.switches), requests=totals, failures=dict(gen.failures), trace=str(trace_path),
-        request_latency=gen.latency_summary(),
-        status=status,
+        service_id=sid, decisions=[d for m in served for d in m.decisions], measurements=[x for m in served for x in m.measurements],
+        steps=sum(m.steps for m in served), restarts=restarts, switches=switches, requests=totals, failures=failures,
+        request_latency=summary, trace=str(trace_path), status=status, gateway_url=url, gateway_failures=dict(gateway.failures),
+        per_model={m.params.family: {"job_id": m.job.job_id, "steps": m.steps, "requests": m.gen.totals() if m.gen else {},
+                                     "switches": len(m.supervisor.switches), "restarts": m.supervisor.restarts} for m in served},
     )  # fmt: skip

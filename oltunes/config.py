@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(default=None, description="default: SQLite file under home")
     tuner_url: str | None = Field(default=None, description="None = in-process tuner; else http://host:port")
     tuner_token: SecretStr | None = Field(default=None, description="bearer token for the tuning service")
+    gateway_token: SecretStr | None = Field(default=None, description="bearer token of streaming gateways (required off loopback)")
     tuner_timeout_s: float = Field(default=2.0, gt=0)
     seed: int = 0
     cpu_watts_per_core: float = Field(default=15.0, gt=0, description="estimate used when no energy counter exists")

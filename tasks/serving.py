@@ -21,7 +21,7 @@ async def read_worker_metrics(url: str, timeout_s: float = 5.0) -> dict[str, Any
     """
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
-            r = await client.get(f"{url}/metrics", params={"reset": "true"})
+            r = await client.get(f"{url}/window", params={"reset": "true"})
             r.raise_for_status()
             return r.json()
     except httpx.HTTPError:

@@ -101,8 +101,10 @@ def serve(
     threads: ThreadsOpt = 1,
     concurrency: ConcOpt = 1,
     device: DeviceOpt = "auto",
+    name: Annotated[str | None, typer.Option(help="served model name (default: the model file's stem)")] = None,
+    max_queue_ms: Annotated[float, typer.Option(help="refuse (429) requests predicted to queue longer (the SLO)")] = 1000.0,
 ) -> None:
-    """HTTP inference with dynamic batching: POST /infer, GET /health, GET /metrics[?reset=true]."""
+    """Open Inference Protocol (KServe v2) with dynamic batching; also POST /infer, GET /metrics, /window, /health."""
     with clean_errors():
         from oltunes.worker.serve import serve as run_server
         from oltunes.worker.serve import serve_config
@@ -116,6 +118,8 @@ def serve(
             threads=threads,
             concurrency=concurrency,
             device=device,
+            name=name,
+            max_queue_ms=max_queue_ms,
         )
         run_server(cfg)
 

@@ -136,6 +136,7 @@ class _PartStats:
     energy_source: EnergySource
     gpu_util: float | None
     simulated: bool
+    hdr: str | None = None  # the part's encoded latency histogram, when its worker wrote one
 
 
 def _stats(r: WorkerResult) -> _PartStats | None:
@@ -160,7 +161,20 @@ def _stats(r: WorkerResult) -> _PartStats | None:
         energy_source=t.energy_source if t else "estimated",
         gpu_util=t.gpu_util if t else None,
         simulated=False,
+        hdr=rep.get("latency_hdr"),
     )
+
+
+def _merged_percentiles(parts: list[_PartStats]) -> tuple[float, float, float] | None:
+    """p50/p95/p99 of all parts' batches together (exact up to the histogram's 3 digits); None if a part has none."""
+    if any(p.hdr is None for p in parts):
+        return None
+    from oltunes.worker.stats import LatencyHistogram
+
+    merged = LatencyHistogram()
+    for p in parts:
+        merged.merge(LatencyHistogram.from_encoded(p.hdr))  # type: ignore[arg-type]
+    return merged.percentile(50), merged.percentile(95), merged.percentile(99)  # type: ignore[return-value]
 
 
 def measurement_from_results(
@@ -169,8 +183,9 @@ def measurement_from_results(
     """Fold the parts of one job into one Measurement; None when no part measured anything (all resumed).
 
     Folding: items and energy add up; throughput is items per worker-second (the rate of one worker with this
-    candidate, what the learner predicts); p50 is the items-weighted mean of the parts' p50 and p95/p99 are
-    the worst part's (percentiles cannot be merged exactly without the raw latencies; one part = exact).
+    candidate, what the learner predicts); latency percentiles are those of every part's batches together,
+    merged from the parts' HDR histograms. Parts without one (the simulator) fall back to the items-weighted
+    mean of the parts' p50 and the worst part's p95/p99.
     Energy is ``measured`` only if every part measured it, ``simulated`` if simulated, else ``estimated``.
     """
     parts = [s for r in results if (s := _stats(r)) is not None]
@@ -185,6 +200,8 @@ def measurement_from_results(
     source: EnergySource = (
         "simulated" if "simulated" in sources else "measured" if sources == {"measured"} else "estimated"
     )
+    merged = _merged_percentiles(parts)
+    p50, p95, p99 = merged or (sum(p.p50 * p.items for p in parts) / items, max(p.p95 for p in parts), max(p.p99 for p in parts))
     return Measurement(
         job_id=job.job_id,
         decision_id=decision.decision_id if decision else None,
@@ -193,9 +210,9 @@ def measurement_from_results(
         candidate=candidate,
         items=items,
         wall_s=wall,
-        latency_p50_ms=sum(p.p50 * p.items for p in parts) / items,
-        latency_p95_ms=max(p.p95 for p in parts),
-        latency_p99_ms=max(p.p99 for p in parts),
+        latency_p50_ms=p50,
+        latency_p95_ms=p95,
+        latency_p99_ms=p99,
         throughput_items_per_s=items / wall if wall > 0 else 0.0,
         energy_j_per_item=sum(p.energy_j for p in parts) / items,
         energy_source=source,

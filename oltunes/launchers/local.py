@@ -72,6 +72,8 @@ def worker_argv(spec: WorkerSpec, threads: int, port: int | None = None, command
             "--max-batch", str(c.batch_size),
             "--max-delay-ms", str(spec.max_delay_ms),
             "--concurrency", str(c.concurrency),
+            "--name", spec.job.family,  # the model name clients (and the gateway) use
+            "--max-queue-ms", str(spec.job.slo_ms),  # admission: refuse what would queue past the SLO
         ]  # fmt: skip
     return argv
 

@@ -35,7 +35,7 @@ def interval_measurement(
     keys = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")
     if all(wm.get(k) is not None for k in keys):
         p50, p95, p99 = (float(wm[k]) for k in keys)
-    elif client.latencies_ms:
+    elif client.latency.count:
         p50, p95, p99 = client.percentile(50), client.percentile(95), client.percentile(99)
     else:
         return None

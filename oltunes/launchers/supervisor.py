@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from oltunes.launchers.base import Handle, Launcher, WorkerSpec
-from oltunes.launchers.traffic import Router
+from oltunes.gateway.routing import Route
 from oltunes.types import Decision
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class ServeSupervisor:
     launcher
         Where workers run.
     router
-        The load generator's router; switched only once the new worker is healthy.
+        The gateway's route for this model; switched only once the new worker is healthy.
     spec_for
         ``spec_for(decision, generation) -> WorkerSpec`` (generation numbers each worker started).
     ready_timeout_s, drain_timeout_s, stop_grace_s
@@ -43,7 +43,7 @@ class ServeSupervisor:
     """
 
     launcher: Launcher
-    router: Router
+    router: Route
     spec_for: Callable[[Decision, int], WorkerSpec]
     ready_timeout_s: float = 90.0
     drain_timeout_s: float = 30.0
@@ -71,7 +71,7 @@ class ServeSupervisor:
         async with self._lock:
             self.active = await self._launch(decision)
             self.decision = decision
-            self.router.switch(self.active.url)
+            self.router.switch(self.active.url, "start")
             return self.active
 
     async def switch(self, decision: Decision) -> SwitchRecord:
@@ -107,7 +107,7 @@ class ServeSupervisor:
                 log.warning("serving worker %s (%s) died; restarting", dead.pid, dead.spec.candidate.key)
                 self.restarts += 1
                 self.active = await self._launch(self.decision)
-                self.router.switch(self.active.url)
+                self.router.switch(self.active.url, "restart")
 
     async def stop(self) -> None:
         async with self._lock:

@@ -1,9 +1,11 @@
-"""Streaming traffic: real arrival traces, a router that can switch workers, and a bounded load generator.
+"""Streaming traffic: real arrival traces replayed by a bounded load generator, an ordinary client of a gateway.
 
-Accounting invariant (checked by the tests): every request the generator creates ends in exactly one of
-``ok`` (answered), ``failed`` (reported, with the reason) or ``shed`` (never sent: the in-flight bound was hit);
-``sent == ok + failed + in_flight`` at any time. A request whose worker died or began draining is re-sent to
-the current worker until its retry window closes (inference is idempotent), then reported failed.
+The generator speaks only the Open Inference Protocol (``POST /v2/models/{model}/infer``) to one address: the
+service's gateway, which hides switches and crashes behind it. Accounting invariant (checked by the tests):
+every request the generator creates ends in exactly one of ``ok`` (answered), ``failed`` (an error answer or
+no answer, counted by reason: ``429`` is a refusal by admission control) or ``shed`` (never sent: the in-flight
+bound was hit); ``sent == ok + failed + in_flight`` at any time. Latencies go into HDR histograms (bounded
+memory, exact merging), not lists.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
-import httpx
+import aiohttp
 import numpy as np
 import pandas as pd
 
 from oltunes.errors import ConfigError, DataError
+from oltunes.gateway.app import CLIENT_KEEP_ALIVE_S
 from oltunes.registry import Registered
+from oltunes.worker.stats import LatencyHistogram
 
 BUNDLED_TRACE = Path(__file__).resolve().parent.parent / "data" / "traces" / "azure_code_head.csv"
 
@@ -99,27 +104,6 @@ def load_arrivals(
     return looped[looped < duration_s]
 
 
-# -- routing ---------------------------------------------------------------------------------------------
-@dataclass
-class Router:
-    """Where new requests go, and how many are in flight at each worker (so an old one can be drained)."""
-
-    current: str | None = None
-    in_flight: Counter = field(default_factory=Counter)
-
-    def switch(self, url: str) -> None:
-        self.current = url
-
-    async def drained(self, url: str, timeout_s: float) -> bool:
-        """Wait until no request is in flight at `url`; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while self.in_flight[url] > 0:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.02)
-        return True
-
-
 # -- load generation -------------------------------------------------------------------------------------
 @dataclass
 class Window:
@@ -130,54 +114,57 @@ class Window:
     ok: int
     failed: int
     shed: int
-    latencies_ms: list[float]
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def percentile(self, q: float) -> float | None:
-        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else None
+        return self.latency.percentile(q)
 
 
 class LoadGenerator:
-    """Replay arrivals against the router's current worker.
+    """Replay arrivals against one model of a gateway (or of a worker: both speak the same protocol).
 
     Parameters
     ----------
-    router
-        Gives the current worker URL for each (re-)send.
+    url
+        ``http://host:port`` of the gateway.
+    model
+        Model name in the request path.
     arrivals
         Offsets in seconds (`load_arrivals`).
     payload
-        ``payload(i) -> bytes``: the JSON body of request `i` (real model inputs).
+        ``payload(i) -> bytes``: the JSON body of request `i` (`oip_payloads`: real model inputs).
     max_in_flight
         The bound: an arrival finding this many requests outstanding is shed (counted, never sent).
     request_timeout_s
-        Per attempt.
-    retry_window_s
-        How long a request keeps being re-sent after connection failures or 503 (worker crashed/draining).
+        Per request (the gateway's retry window is inside it).
+    token
+        Bearer token for a gateway that needs one.
     """
 
     def __init__(
         self,
-        router: Router,
+        url: str,
+        model: str,
         arrivals: np.ndarray,
         payload: Callable[[int], bytes],
         *,
         max_in_flight: int = 256,
-        request_timeout_s: float = 10.0,
-        retry_window_s: float = 30.0,
+        request_timeout_s: float = 60.0,
+        token: str | None = None,
     ):
-        self.router = router
+        self.url = f"{url.rstrip('/')}/v2/models/{model}/infer"
         self.arrivals = arrivals
         self.payload = payload
         self.max_in_flight = max_in_flight
         self.request_timeout_s = request_timeout_s
-        self.retry_window_s = retry_window_s
-        self.sent = self.ok = self.failed = self.shed = self.retries = 0
+        self.headers = {"content-type": "application/json", **({"authorization": f"Bearer {token}"} if token else {})}
+        self.sent = self.ok = self.failed = self.shed = 0
         self.failures: Counter = Counter()
         self._pending: set[asyncio.Task] = set()
         self._win_start = time.monotonic()
         self._win = {"offered": 0, "ok": 0, "failed": 0, "shed": 0}
-        self._win_lat: list[float] = []
-        self.latencies_ms: list[float] = []  # every answered request, for the session's summary
+        self._win_lat = LatencyHistogram()
+        self.latency = LatencyHistogram()  # every answered request of the session
         self.finished = asyncio.Event()
 
     @property
@@ -188,24 +175,24 @@ class LoadGenerator:
         """Client statistics since the previous call (the control loop calls this once per interval)."""
         now = time.monotonic()
         w = Window(now - self._win_start, self._win["offered"], self._win["ok"], self._win["failed"], self._win["shed"], self._win_lat)
-        self._win_start, self._win, self._win_lat = now, {k: 0 for k in self._win}, []
+        self._win_start, self._win, self._win_lat = now, {k: 0 for k in self._win}, LatencyHistogram()
         return w
 
     def latency_summary(self) -> dict[str, float]:
-        """Client-side request latency over the whole session (HTTP included)."""
-        if not self.latencies_ms:
+        """Client-side request latency over the whole session (HTTP and gateway included)."""
+        if not self.latency.count:
             return {}
-        p50, p95, p99 = np.percentile(self.latencies_ms, [50, 95, 99])
-        return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99)}
+        return {f"p{q}_ms": float(self.latency.percentile(q)) for q in (50, 95, 99)}  # type: ignore[arg-type]
 
     def totals(self) -> dict[str, int]:
-        return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "shed": self.shed,
-                "in_flight": self.in_flight, "retries": self.retries}  # fmt: skip
+        return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "shed": self.shed, "in_flight": self.in_flight,
+                "refused": self.failures["429"]}  # of `failed`: admission control's answers  # fmt: skip
 
     async def run(self, stop: asyncio.Event) -> None:
         """Issue every arrival at its time until the trace ends or `stop` is set; then wait for in-flight ones."""
-        limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=min(self.max_in_flight, 64))
-        async with httpx.AsyncClient(timeout=self.request_timeout_s, limits=limits) as client:
+        connector = aiohttp.TCPConnector(limit=self.max_in_flight, keepalive_timeout=CLIENT_KEEP_ALIVE_S)  # < the server's
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
             t0 = time.monotonic()
             self._win_start = t0
             try:
@@ -229,7 +216,7 @@ class LoadGenerator:
                     task.add_done_callback(self._pending.discard)
             finally:
                 if self._pending:
-                    await asyncio.wait(set(self._pending), timeout=self.retry_window_s + self.request_timeout_s)
+                    await asyncio.wait(set(self._pending), timeout=self.request_timeout_s)
                 for task in list(self._pending):  # still unanswered: cancelled and reported failed
                     task.cancel()
                 if self._pending:
@@ -241,54 +228,44 @@ class LoadGenerator:
         self._win["failed"] += 1
         self.failures[reason] += 1
 
-    async def _send(self, client: httpx.AsyncClient, i: int) -> None:
-        body = self.payload(i)
-        deadline = time.monotonic() + self.retry_window_s
+    async def _send(self, client: aiohttp.ClientSession, i: int) -> None:
         t0 = time.perf_counter()
-        attempt = 0
         try:
-            while True:
-                url = self.router.current
-                if url is None:
-                    await asyncio.sleep(0.02)
-                    if time.monotonic() > deadline:
-                        self._fail("no worker")
-                        return
-                    continue
-                self.router.in_flight[url] += 1
-                try:
-                    r = await client.post(f"{url}/infer", content=body, headers={"content-type": "application/json"})
-                    status: int | str = r.status_code
-                except httpx.TimeoutException:
-                    status = "timeout"
-                except httpx.TransportError:
-                    status = "connection"  # the worker died or is restarting
-                finally:
-                    self.router.in_flight[url] -= 1
-                if status == 200:
-                    ms = (time.perf_counter() - t0) * 1e3
-                    self.ok += 1
-                    self._win["ok"] += 1
-                    self._win_lat.append(ms)
-                    self.latencies_ms.append(ms)
-                    return
-                retryable = status in ("connection", 502, 503)
-                if not retryable or time.monotonic() > deadline:
-                    self._fail(str(status))
-                    return
-                attempt += 1
-                self.retries += 1
-                await asyncio.sleep(min(0.05 * attempt, 0.5))
+            try:
+                async with client.post(self.url, data=self.payload(i), headers=self.headers) as r:
+                    await r.read()
+                    status: int | str = r.status
+            except TimeoutError:
+                status = "timeout"
+            except aiohttp.ClientError:
+                status = "connection"
+            if status != 200:
+                self._fail(str(status))
+                return
+            ms = (time.perf_counter() - t0) * 1e3
+            self.ok += 1
+            self._win["ok"] += 1
+            self._win_lat.record(ms)
+            self.latency.record(ms)
         except asyncio.CancelledError:
             self._fail("cancelled at shutdown")
             raise
 
 
-def json_payloads(x: np.ndarray) -> Callable[[int], bytes]:
-    """Request bodies cycling over real items: ``{"inputs": [item], "ids": [i]}``."""
-    items = [json.dumps(row.tolist()) for row in x.reshape(x.shape[0], -1)]
+def oip_payloads(x: np.ndarray, metadata: dict[str, Any]) -> Callable[[int], bytes]:
+    """Open Inference Protocol request bodies (JSON), one real item each, cycling over `x`.
+
+    `metadata` is the model's ``GET /v2/models/{name}`` answer: it gives the input's name and datatype.
+    """
+    meta = metadata["inputs"][0]
+    shape = [1, *(d if d > 0 else -1 for d in meta["shape"][1:])]
+    items = [x.reshape(x.shape[0], -1)[k] for k in range(x.shape[0])]
+    if -1 in shape:  # variable item dims: take the item's own shape
+        shape = [1, *x.shape[1:]]
+    head = f'{{"inputs": [{{"name": {json.dumps(meta["name"])}, "datatype": "{meta["datatype"]}", "shape": {json.dumps(shape)}, "data": '
+    bodies = [head + json.dumps(row.tolist()) for row in items]
 
     def payload(i: int) -> bytes:
-        return f'{{"inputs": [{items[i % len(items)]}], "ids": [{i}]}}'.encode()
+        return f'{bodies[i % len(bodies)]}}}], "id": "{i}"}}'.encode()
 
     return payload

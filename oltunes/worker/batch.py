@@ -35,7 +35,7 @@ from oltunes.atomic import (
 from oltunes.errors import ConfigError, DataError, invalid
 from oltunes.worker.dataset import Dataset, read_dataset
 from oltunes.worker.session import Device, ModelSession, SessionPool
-from oltunes.worker.stats import latency_summary
+from oltunes.worker.stats import LatencyHistogram, latency_summary
 
 JOB_FILE = "_job.json"
 SHARD_GLOB = "part-*.parquet"
@@ -86,6 +86,7 @@ class BatchReport(BaseModel):
     latency_p99_ms: float | None
     latency_mean_ms: float | None
     latency_max_ms: float | None
+    latency_hdr: str | None = Field(default=None, description="the batch latencies as an encoded HDR histogram (exact merging of parts)")
     accuracy: float | None = Field(description="on this run's items, when the input has labels")
     cpu_time_s: float = Field(description="process CPU time (user+system, all threads) used by this run")
     device: str
@@ -284,6 +285,7 @@ def run_batch(
         compute_s=round(sum(latencies) / 1e3, 6),
         throughput_items_per_s=round(items / wall, 3) if wall > 0 else 0.0,
         **latency_summary(latencies),
+        latency_hdr=_encoded(latencies),
         accuracy=(correct / items) if (items and data.labels is not None) else None,
         cpu_time_s=round(time.process_time() - cpu0, 6),
         device=first.device_kind,
@@ -307,3 +309,12 @@ def read_predictions(output: Path | str) -> pa.Table:
     if not paths:
         raise DataError(f"no prediction shards ({SHARD_GLOB}) in {output}")
     return pa.concat_tables([pq.read_table(p) for p in paths])
+
+
+def _encoded(latencies: list[float]) -> str | None:
+    if not latencies:
+        return None
+    h = LatencyHistogram()
+    for ms in latencies:
+        h.record(ms)
+    return h.encode()

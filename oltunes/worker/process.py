@@ -85,6 +85,8 @@ def serve_process(
     threads: int = 1,
     concurrency: int = 1,
     device: str = "auto",
+    model_name: str | None = None,
+    max_queue_ms: float = 1000.0,
     startup_timeout_s: float = 60.0,
     log_path: Path | str | None = None,
     env: dict[str, str] | None = None,
@@ -122,6 +124,9 @@ def serve_process(
         str(concurrency),
         "--device",
         device,
+        "--max-queue-ms",
+        str(max_queue_ms),
+        *(["--name", model_name] if model_name else []),
     ]
     with open(log_path, "wb") as log:
         proc = spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})  # dies with us

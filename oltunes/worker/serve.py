@@ -1,43 +1,55 @@
-"""Serve mode: HTTP inference with dynamic batching.
+"""Serve mode: the Open Inference Protocol (KServe v2 REST) over dynamic batching (`oltunes.worker.batcher`).
 
-Requests are queued; a collector takes queued requests into one batch until it holds ``max_batch`` items or
-the oldest request has waited ``max_delay_ms``, runs one session call for the batch on a free lane
-(``concurrency`` sessions, each with ``threads`` intra-op threads) and hands every request its slice of the
-result. While all lanes are busy, requests keep queueing, so batches grow with load.
+Endpoints: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{name}[/ready]``,
+``POST /v2/models/{name}[/versions/{v}]/infer`` (typed tensors, JSON or binary; `oltunes.gateway.protocol`);
+``GET /metrics`` (Prometheus text format); ``GET /window[?reset=true]`` (the JSON window the control loop reads;
+it restarts after a read with ``reset=true``); ``GET /health`` and ``POST /infer`` ``{"inputs": [item, ...]}``
+(the plain JSON form the launchers and the CLI use).
 
-Endpoints: ``POST /infer`` ``{"inputs": [item, ...], "ids": [...]?}`` -> ``{"predictions": [...], ...}``;
-``GET /health``; ``GET /metrics[?reset=true]`` (the window restarts after a read with ``reset=true``).
-A request larger than ``max_batch`` runs as one batch of its own; one larger than ``max_request_items`` is
-refused with 413. On shutdown (SIGTERM/SIGINT) the server stops accepting, then answers everything queued.
+Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
+declared or received size is over); more than ``max_request_items`` items 413; a request whose predicted
+queueing delay (from the throughput this worker measured) exceeds ``max_queue_ms`` gets 429 with
+``Retry-After`` at once. Errors are ``{"error": ...}`` and never repeat the input. On SIGTERM/SIGINT the server
+stops accepting (503), then answers everything queued.
 """
 
 from __future__ import annotations
 
-import asyncio
+import math
 import signal
 import sys
 import time
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.errors import DataError, OLTunesError, invalid
-from oltunes.worker.session import Device, ModelSession, SessionPool
-from oltunes.worker.stats import latency_summary
-
-WINDOW_SAMPLES = 100_000  # latency samples kept per metrics window (oldest dropped beyond this)
+from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES, read_limited
+from oltunes.gateway.protocol import (
+    HEADER_LENGTH,
+    ModelMetadata,
+    ProtocolError,
+    TensorMetadata,
+    datatype_of,
+    decode_request,
+    encode_response,
+    error_body,
+)
+from oltunes.gateway.server import KEEP_ALIVE_S
+from oltunes.gateway.telemetry import ServingMetrics
+from oltunes.worker.batcher import DynamicBatcher, Metrics
+from oltunes.worker.session import Device, ModelSession, predictions
 
 
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Path
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="served model name (default: the file's stem)")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     max_batch: int = Field(default=32, ge=1, description="items per session call")
@@ -46,7 +58,12 @@ class ServeConfig(BaseModel):
     concurrency: int = Field(default=1, ge=1, description="batches running at once (one session each)")
     device: Device = "auto"
     max_request_items: int = Field(default=4096, ge=1)
-    max_queue_items: int = Field(default=100_000, ge=1, description="beyond this, requests get 503 (back-pressure)")
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_queue_ms: float = Field(default=1000.0, gt=0, description="refuse (429) when the predicted queueing delay is over this (the SLO)")
+
+    @property
+    def served_name(self) -> str:
+        return self.name or self.model.stem
 
 
 def serve_config(**kwargs: Any) -> ServeConfig:
@@ -71,258 +88,213 @@ class InferResponse(BaseModel):
     latency_ms: float
 
 
-@dataclass
-class _Pending:
-    x: np.ndarray
-    future: asyncio.Future
-    enqueued: float
+class Worker:
+    """The serving core behind the routes: admission, preparation, batching, accounting."""
 
-
-@dataclass
-class Metrics:
-    """Counters and latency samples of the current window (all updates happen on the event loop thread)."""
-
-    started: float = field(default_factory=time.perf_counter)
-    cpu_started: float = field(default_factory=time.process_time)
-    requests: int = 0
-    items: int = 0
-    errors: Counter = field(default_factory=Counter)
-    request_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW_SAMPLES))
-    batch_ms: deque = field(default_factory=lambda: deque(maxlen=WINDOW_SAMPLES))
-    batch_sizes: Counter = field(default_factory=Counter)
-
-    def snapshot(self) -> dict[str, Any]:
-        window = max(time.perf_counter() - self.started, 1e-9)
-        batches = sum(self.batch_sizes.values())
-        batch = latency_summary(self.batch_ms, "batch_latency")
-        return {
-            "window_s": round(window, 6),
-            "requests": self.requests,
-            "items": self.items,
-            "errors": sum(self.errors.values()),
-            "errors_by_status": {str(k): v for k, v in sorted(self.errors.items())},
-            "throughput_items_per_s": round(self.items / window, 3),
-            "throughput_requests_per_s": round(self.requests / window, 3),
-            **latency_summary(self.request_ms, "request_latency"),
-            **batch,
-            # Same keys as a batch-mode record: latency of one session call (one batch).
-            **{k.replace("batch_latency", "latency"): v for k, v in batch.items()},
-            "batches": batches,
-            "batch_size_mean": round(sum(k * v for k, v in self.batch_sizes.items()) / batches, 4) if batches else None,
-            "batch_size_histogram": {str(k): v for k, v in sorted(self.batch_sizes.items())},
-            "cpu_time_s": round(time.process_time() - self.cpu_started, 6),
-        }
-
-
-class DynamicBatcher:
-    """Collects queued requests into batches and runs them on `sessions` (one lane per session)."""
-
-    def __init__(self, sessions: list[ModelSession], max_batch: int, max_delay_ms: float, metrics: Metrics) -> None:
-        self.max_batch = max_batch
-        self.max_delay = max_delay_ms / 1e3
-        self.metrics = metrics
-        self.pending: deque[_Pending] = deque()
-        self.pending_items = 0
-        self.in_flight = 0
-        self._arrived = asyncio.Event()
-        self._lanes = asyncio.Semaphore(len(sessions))
-        self._pool = SessionPool(sessions)
-        self._executor = ThreadPoolExecutor(len(sessions), thread_name_prefix="oltunes-infer")
-        self._closing = False
-        self._flush = False  # draining: dispatch at once instead of waiting for the queue delay
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._collector: asyncio.Task | None = None
+    def __init__(self, cfg: ServeConfig) -> None:
+        self.cfg = cfg
+        self.sessions = [ModelSession(cfg.model, threads=cfg.threads, device=cfg.device) for _ in range(cfg.concurrency)]
+        self.first = self.sessions[0]
+        self.window = Metrics()
+        self.prom = ServingMetrics("worker")
+        self.name = cfg.served_name
+        self.draining = False
+        self.batcher: DynamicBatcher | None = None
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._collector = self._loop.create_task(self._collect())
+        batch_hist = self.prom.batch_size.labels(self.name)
+        self.batcher = DynamicBatcher(self.sessions, self.cfg.max_batch, self.cfg.max_delay_ms, self.window,
+                                      on_batch=lambda n, _ms: batch_hist.observe(n))  # fmt: skip
+        self.batcher.start()
+        self.prom.queue_depth.labels(self.name).set_function(lambda: self.batcher.pending_items if self.batcher else 0)
 
-    def drain_soon(self) -> None:
-        """Thread/signal-safe: stop waiting for batches to fill, so queued requests are answered now."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._drain)
+    def reset_window(self) -> dict[str, Any]:
+        snap = self.window.snapshot()
+        self.window = Metrics()
+        if self.batcher is not None:
+            self.batcher.metrics = self.window
+        return snap
 
-    def _drain(self) -> None:
-        self._flush = True
-        self._arrived.set()
+    def count(self, status: int, seconds: float | None = None) -> None:
+        self.window.requests += 1
+        if status != 200:
+            self.window.errors[status] += 1
+        self.prom.requests.labels(self.name, str(status)).inc()
+        if seconds is not None:
+            self.prom.latency.labels(self.name).observe(seconds)
 
-    async def submit(self, x: np.ndarray) -> tuple[np.ndarray, int]:
-        """Queue prepared items `x`; returns their predictions and the size of the batch they ran in."""
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.append(_Pending(x, fut, time.perf_counter()))
-        self.pending_items += len(x)
-        self._arrived.set()
-        return await fut
+    def metadata(self) -> ModelMetadata:
+        s = self.first
+        dims = [-1 if d is None else d for d in s.input_shape]
+        out = s.session.get_outputs()[0]
+        out_dims = [-1 if not isinstance(d, int) or d <= 0 else d for d in out.shape]
+        out_type = {"tensor(float)": "FP32", "tensor(double)": "FP64", "tensor(int64)": "INT64", "tensor(float16)": "FP16"}.get(out.type, "FP32")
+        return ModelMetadata(
+            name=self.name,
+            inputs=[TensorMetadata(name=s.input_name, datatype=datatype_of(s.input_dtype), shape=dims)],
+            outputs=[TensorMetadata(name=s.output_name, datatype=out_type, shape=out_dims)],
+        )
 
-    def _take(self) -> list[_Pending]:
-        batch = [self.pending.popleft()]
-        items = len(batch[0].x)
-        while self.pending and items + len(self.pending[0].x) <= self.max_batch:
-            items += len(self.pending[0].x)
-            batch.append(self.pending.popleft())
-        self.pending_items -= items
-        return batch
+    def check_name(self, name: str) -> None:
+        if name != self.name:
+            raise ProtocolError(404, f"unknown model; this worker serves '{self.name}'")
 
-    async def _collect(self) -> None:
-        while True:
-            await self._lanes.acquire()  # wait for a free lane first: queued requests meanwhile make bigger batches
-            while True:
-                if not self.pending:
-                    if self._closing:
-                        self._lanes.release()
-                        return
-                    self._arrived.clear()
-                    await self._arrived.wait()
-                    continue
-                wait = self.pending[0].enqueued + self.max_delay - time.perf_counter()
-                if self.pending_items >= self.max_batch or wait <= 0 or self._closing or self._flush:
-                    break
-                self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), wait)
-                except TimeoutError:
-                    pass
-            task = asyncio.get_running_loop().create_task(self._run(self._take()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, batch: list[_Pending]) -> None:
-        self.in_flight += 1
+    async def run(self, x: np.ndarray) -> tuple[np.ndarray, int]:
+        """Raw outputs of items `x` (any numeric array, items along axis 0) and the batch size they ran in."""
+        batcher = self.batcher
+        assert batcher is not None, "start() first"
+        n = len(x)
+        if n > self.cfg.max_request_items:
+            raise ProtocolError(413, f"{n} items in one request; the limit is {self.cfg.max_request_items}")
+        if self.draining:
+            raise ProtocolError(503, "server is shutting down; retry on another worker")
+        wait_ms = batcher.predicted_wait_ms(n)
+        if wait_ms > self.cfg.max_queue_ms:
+            retry_s = max(1, math.ceil((wait_ms - self.cfg.max_queue_ms) / 1e3))
+            raise ProtocolError(429, f"predicted queueing delay {wait_ms:.0f} ms is over the {self.cfg.max_queue_ms:.0f} ms budget",
+                                {"retry-after": str(retry_s)})  # fmt: skip
         try:
-            x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
-            try:
-                preds, ms = await asyncio.get_running_loop().run_in_executor(self._executor, self._pool.predict, x)
-            except Exception as e:  # a model failure fails this batch's requests, not the server
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(e)
-                return
-            self.metrics.batch_ms.append(ms)
-            self.metrics.batch_sizes[len(x)] += 1
-            start = 0
-            for p in batch:
-                if not p.future.done():  # the client may have gone away
-                    p.future.set_result((preds[start : start + len(p.x)], len(x)))
-                start += len(p.x)
-        finally:
-            self.in_flight -= 1
-            self._lanes.release()
-
-    async def close(self) -> None:
-        """Answer everything queued, then stop."""
-        self._closing = True
-        self._arrived.set()
-        if self._collector is not None:
-            await self._collector
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+            prepared = self.first.prepare(x)
+        except DataError as e:
+            raise ProtocolError(400, str(e)) from None
+        try:
+            return await batcher.submit(prepared)
+        except OLTunesError as e:
+            raise ProtocolError(500, str(e)) from None
 
 
 def create_app(cfg: ServeConfig) -> Any:
     """The FastAPI app for `cfg` (sessions are loaded here, so a bad model fails before binding the port)."""
-    from fastapi import FastAPI, HTTPException, Query, Request
-    from fastapi.exception_handlers import request_validation_exception_handler
+    from fastapi import FastAPI, Query
     from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
 
-    sessions = [ModelSession(cfg.model, threads=cfg.threads, device=cfg.device) for _ in range(cfg.concurrency)]
-    first = sessions[0]
-    state: dict[str, Any] = {"metrics": Metrics(), "draining": False}
+    w = Worker(cfg)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        batcher = DynamicBatcher(sessions, cfg.max_batch, cfg.max_delay_ms, state["metrics"])
-        batcher.start()
-        state["batcher"] = batcher
+        w.start()
         try:
             yield
         finally:
-            state["draining"] = True
-            await batcher.close()
+            w.draining = True
+            if w.batcher is not None:
+                await w.batcher.close()
 
     app = FastAPI(title="OLTunes worker", lifespan=lifespan)
-    app.state.oltunes = state  # the server's signal handler reaches the batcher through this
+    app.state.worker = w  # the server's signal handler reaches the batcher through this
 
-    def fail(status: int, reason: str) -> HTTPException:
-        state["metrics"].errors[status] += 1
-        return HTTPException(status_code=status, detail=reason)
+    def failed(e: ProtocolError) -> Response:
+        return Response(e.body(), status_code=e.status, headers=e.headers, media_type="application/json")
+
+    @app.exception_handler(ProtocolError)
+    async def _protocol(_request: Request, e: ProtocolError) -> Response:
+        return failed(e)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         if request.url.path == "/infer":
-            state["metrics"].requests += 1
-            state["metrics"].errors[422] += 1
-        return await request_validation_exception_handler(request, exc)
+            w.count(422)
+        where = "; ".join(f"field {'.'.join(map(str, e['loc']))!r}: {e['msg']}" for e in exc.errors()[:5])
+        return Response(error_body(f"invalid request: {where}"), status_code=422, media_type="application/json")
 
-    @app.post("/infer", response_model=InferResponse)
-    async def infer(req: InferRequest) -> InferResponse:
+    # -- Open Inference Protocol --------------------------------------------------------------------------
+    @app.get("/v2")
+    async def server_metadata() -> dict[str, Any]:
+        return {"name": "oltunes-worker", "version": "2", "extensions": ["binary_tensor_data"]}
+
+    @app.get("/v2/health/live")
+    async def live() -> dict[str, bool]:
+        return {"live": True}
+
+    def readiness() -> Response:
+        if w.draining:
+            return failed(ProtocolError(503, "draining: this worker is shutting down"))
+        return JSONResponse({"ready": True})
+
+    @app.get("/v2/health/ready")
+    async def ready() -> Response:
+        return readiness()
+
+    @app.get("/v2/models/{name}")
+    @app.get("/v2/models/{name}/versions/{version}")
+    async def model_metadata(name: str) -> dict[str, Any]:
+        w.check_name(name)
+        return w.metadata().model_dump()
+
+    @app.get("/v2/models/{name}/ready")
+    @app.get("/v2/models/{name}/versions/{version}/ready")
+    async def model_ready(name: str) -> Response:
+        w.check_name(name)
+        return readiness()
+
+    @app.post("/v2/models/{name}/infer")
+    @app.post("/v2/models/{name}/versions/{version}/infer")
+    async def v2_infer(name: str, request: Request) -> Response:
         t0 = time.perf_counter()
-        metrics: Metrics = state["metrics"]
-        batcher: DynamicBatcher = state["batcher"]
-        metrics.requests += 1
-        if len(req.inputs) > cfg.max_request_items:
-            raise fail(413, f"{len(req.inputs)} items in one request; the limit is {cfg.max_request_items}")
-        if req.ids is not None and len(req.ids) != len(req.inputs):
-            raise fail(400, f"'ids' has {len(req.ids)} entries but 'inputs' has {len(req.inputs)}")
-        if state["draining"]:
-            raise fail(503, "server is shutting down")
-        if batcher.pending_items + len(req.inputs) > cfg.max_queue_items:
-            raise fail(503, f"queue full ({batcher.pending_items} items waiting); retry later")
         try:
-            x = np.asarray(req.inputs, dtype=first.input_dtype)
-        except (ValueError, TypeError) as e:
-            raise fail(400, f"'inputs' must be a list of equally shaped numeric items: {e}") from None
+            w.check_name(name)
+            body = await read_limited(request.stream(), request.headers.get("content-length"), cfg.max_body_bytes)
+            req, tensors = decode_request(body, request.headers.get(HEADER_LENGTH))
+            if len(tensors) != 1 or w.first.input_name not in tensors:
+                raise ProtocolError(400, f"'inputs' must hold exactly one tensor named '{w.first.input_name}'")
+            out, _ = await w.run(tensors[w.first.input_name])
+            content, headers = encode_response(req, w.name, {w.first.output_name: out})
+        except ProtocolError as e:
+            w.count(e.status)
+            return failed(e)
+        seconds = time.perf_counter() - t0
+        w.count(200, seconds)
+        w.window.request_ms.record(seconds * 1e3)
+        w.window.items += len(out)
+        return Response(content, headers=headers)
+
+    # -- plain JSON and operations --------------------------------------------------------------------------
+    @app.post("/infer", response_model=InferResponse)
+    async def infer(req: InferRequest) -> Response | InferResponse:
+        t0 = time.perf_counter()
         try:
-            x = first.prepare(x)
-        except DataError as e:
-            raise fail(400, str(e)) from None
-        try:
-            preds, batch_items = await batcher.submit(x)
-        except OLTunesError as e:
-            raise fail(500, str(e)) from None
-        ms = (time.perf_counter() - t0) * 1e3
-        metrics = state["metrics"]  # the window may have been reset while this request waited
-        metrics.request_ms.append(ms)
-        metrics.items += len(x)
-        return InferResponse(
-            predictions=preds.tolist(),
-            ids=req.ids,
-            model=cfg.model.name,
-            batch_items=batch_items,
-            latency_ms=round(ms, 4),
-        )
+            if req.ids is not None and len(req.ids) != len(req.inputs):
+                raise ProtocolError(400, f"'ids' has {len(req.ids)} entries but 'inputs' has {len(req.inputs)}")
+            try:
+                x = np.asarray(req.inputs, dtype=w.first.input_dtype)
+            except (ValueError, TypeError):
+                raise ProtocolError(400, "'inputs' must be a list of equally shaped numeric items") from None
+            out, batch_items = await w.run(x)
+        except ProtocolError as e:
+            w.count(e.status)
+            return failed(e)
+        seconds = time.perf_counter() - t0
+        w.count(200, seconds)
+        w.window.request_ms.record(seconds * 1e3)
+        w.window.items += len(out)
+        return InferResponse(predictions=predictions(out).tolist(), ids=req.ids, model=w.name, batch_items=batch_items,
+                             latency_ms=round(seconds * 1e3, 4))  # fmt: skip
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {
-            "status": "draining" if state["draining"] else "ok",
-            "model": str(cfg.model),
-            "provider": first.provider,
-            "device": first.device_kind,
-            "input_name": first.input_name,
-            "input_shape": list(first.input_shape),
-            "input_dtype": str(first.input_dtype),
-        }
+        s = w.first
+        return {"status": "draining" if w.draining else "ok", "model": str(cfg.model), "name": w.name,
+                "provider": s.provider, "device": s.device_kind, "input_name": s.input_name,
+                "input_shape": list(s.input_shape), "input_dtype": str(s.input_dtype)}  # fmt: skip
 
     @app.get("/metrics")
-    async def metrics(reset: bool = Query(False, description="start a new window after this read")) -> dict[str, Any]:
-        batcher: DynamicBatcher = state["batcher"]
-        snap = state["metrics"].snapshot()
+    async def prometheus() -> Response:
+        body, content_type = w.prom.exposition()
+        return Response(body, media_type=content_type)
+
+    @app.get("/window")
+    async def window(reset: bool = Query(False, description="start a new window after this read")) -> dict[str, Any]:
+        b = w.batcher
+        assert b is not None
+        snap = w.reset_window() if reset else w.window.snapshot()
         snap.update(
-            queue_depth=batcher.pending_items,
-            queue_requests=len(batcher.pending),
-            in_flight_batches=batcher.in_flight,
-            model=str(cfg.model),
-            provider=first.provider,
-            device=first.device_kind,
-            threads=cfg.threads,
-            concurrency=cfg.concurrency,
-            max_batch=cfg.max_batch,
-            max_delay_ms=cfg.max_delay_ms,
-        )
-        if reset:
-            state["metrics"] = batcher.metrics = Metrics()
+            queue_depth=b.pending_items, queue_requests=len(b.pending), in_flight_batches=b.in_flight,
+            measured_items_per_s=None if b.items_per_s is None else round(b.items_per_s * b.lanes, 3),
+            model=str(cfg.model), name=w.name, provider=w.first.provider, device=w.first.device_kind,
+            threads=cfg.threads, concurrency=cfg.concurrency, max_batch=cfg.max_batch, max_delay_ms=cfg.max_delay_ms,
+            max_queue_ms=cfg.max_queue_ms,
+        )  # fmt: skip
         return snap
 
     return app
@@ -338,10 +310,10 @@ def serve(cfg: ServeConfig) -> None:
         def handle_exit(self, sig: int, frame: Any) -> None:
             # On the signal, flush the queue at once: waiting requests must not sit out their queue delay while
             # uvicorn waits for them to finish. New requests get 503 from here on.
-            app.state.oltunes["draining"] = True
-            batcher = app.state.oltunes.get("batcher")
-            if batcher is not None:
-                batcher.drain_soon()
+            w: Worker = app.state.worker
+            w.draining = True
+            if w.batcher is not None:
+                w.batcher.drain_soon()
             super().handle_exit(sig, frame)
 
     # uvicorn drains, then re-raises the captured signal with the previous handler: make that a clean exit
@@ -349,6 +321,7 @@ def serve(cfg: ServeConfig) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
     config = uvicorn.Config(
-        app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30
+        app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
+        timeout_keep_alive=KEEP_ALIVE_S,  # longer than the gateway keeps idle connections: no reuse race
     )
     _Server(config).run()

@@ -191,12 +191,17 @@ class SessionPool:
         for s in sessions:
             self._idle.put(s)
 
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, float]:
-        """Predictions for the prepared batch `x` and the session call's latency in milliseconds."""
+    def run(self, x: np.ndarray) -> tuple[np.ndarray, float]:
+        """The raw first output for the prepared batch `x` and the session call's latency in milliseconds."""
         session = self._idle.get()
         try:
             t = time.perf_counter()
-            out = predictions(session.run(x))
+            out = session.run(x)
             return out, (time.perf_counter() - t) * 1e3
         finally:
             self._idle.put(session)
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, float]:
+        """Predictions (class ids) for the prepared batch `x` and the session call's latency in milliseconds."""
+        out, ms = self.run(x)
+        return predictions(out), ms

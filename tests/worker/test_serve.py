@@ -35,7 +35,7 @@ def server(built_zoo):
 @pytest.fixture
 def client(server):
     with httpx.Client(base_url=server.url, timeout=30) as c:
-        c.get("/metrics", params={"reset": "true"})
+        c.get("/window", params={"reset": "true"})
         yield c
 
 
@@ -77,7 +77,7 @@ def test_malformed_requests_get_4xx_with_a_reason_and_the_server_keeps_serving(c
     assert r.status_code == 422
     good = client.post("/infer", json={"inputs": x[:1].tolist()})
     assert good.status_code == 200 and good.json()["predictions"] == expected[:1].tolist()
-    m = client.get("/metrics").json()
+    m = client.get("/window").json()
     assert m["requests"] == len(BAD) + 2 and m["errors"] == len(BAD) + 1
     assert m["errors_by_status"] == {"400": 4, "413": 1, "422": 3}
     assert m["items"] == 1
@@ -93,7 +93,7 @@ def test_concurrent_requests_are_batched(server, client, items):
     with ThreadPoolExecutor(n) as pool:
         answers = list(pool.map(one, range(n)))
     assert [a["predictions"][0] for a in answers] == expected[:n].tolist()
-    m = client.get("/metrics", params={"reset": "true"}).json()
+    m = client.get("/window", params={"reset": "true"}).json()
     assert m["requests"] == m["items"] == n and m["errors"] == 0
     assert m["batches"] < n and m["batch_size_mean"] > 1  # requests really shared session calls
     assert max(a["batch_items"] for a in answers) > 1
@@ -104,7 +104,7 @@ def test_concurrent_requests_are_batched(server, client, items):
     assert m["request_latency_p50_ms"] >= m["batch_latency_p50_ms"]
     assert m["throughput_items_per_s"] > 0 and m["queue_depth"] == 0
     # the read above reset the window
-    after = client.get("/metrics").json()
+    after = client.get("/window").json()
     assert after["requests"] == 0 and after["batches"] == 0 and after["request_latency_p99_ms"] is None
 
 
@@ -130,9 +130,9 @@ def test_shutdown_answers_every_queued_request(built_zoo, items):
         for t in threads:
             t.start()
         deadline = time.monotonic() + 10
-        while httpx.get(f"{srv.url}/metrics").json()["queue_requests"] < 5 and time.monotonic() < deadline:
+        while httpx.get(f"{srv.url}/window").json()["queue_requests"] < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
-        m = httpx.get(f"{srv.url}/metrics").json()
+        m = httpx.get(f"{srv.url}/window").json()
         assert (m["queue_depth"], m["concurrency"]) == (5, 2)
         t0 = time.monotonic()
         code = srv.stop()  # SIGTERM while 5 requests wait in the queue
@@ -149,3 +149,72 @@ def test_serve_process_reports_why_it_could_not_start(tmp_path):
     bad.write_bytes(b"\x00" * 64)
     with pytest.raises(WorkerError, match="could not be loaded"):
         serve_process(bad, startup_timeout_s=60)
+
+
+# -- Open Inference Protocol, limits, admission, Prometheus ---------------------------------------------------
+def test_tritonclient_infers_with_binary_and_json_tensors(server, items):
+    import tritonclient.http as triton
+
+    x, expected = items
+    c = triton.InferenceServerClient(server.url.removeprefix("http://"))
+    name = "cnn-s-fp32"  # default served name: the model file stem
+    assert c.is_server_live() and c.is_server_ready() and c.is_model_ready(name)
+    meta = c.get_model_metadata(name)
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 1, 8, 8]}]
+    assert meta["outputs"][0]["shape"] == [-1, 10]
+    for binary in (True, False):
+        inp = triton.InferInput("x", [4, 1, 8, 8], "FP32")
+        inp.set_data_from_numpy(x[:4], binary_data=binary)
+        res = c.infer(name, [inp], outputs=[triton.InferRequestedOutput("logits", binary_data=binary)], request_id="r-7")
+        assert res.as_numpy("logits").argmax(1).tolist() == expected[:4].tolist()
+        assert res.get_response()["id"] == "r-7"
+    with pytest.raises(triton.InferenceServerException, match="unknown model"):
+        c.infer("other", [inp])
+
+
+def test_oversized_body_gets_413_before_parsing_and_is_not_echoed(server):
+    body = b'{"inputs": [' + b'"Zq7",' * 3_000_000 + b'"Zq7"]}'  # 18 MB, over the 16 MiB default
+    r = httpx.post(f"{server.url}/v2/models/cnn-s-fp32/infer", content=body, timeout=60)
+    assert r.status_code == 413 and "over the limit" in r.json()["error"] and b"Zq7" not in r.content
+    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+
+
+def test_admission_refuses_with_429_once_the_predicted_wait_is_over_the_budget(built_zoo, items):
+    x, _ = items
+    body = {"inputs": x[:1].tolist()}
+    # a budget no request can meet once the worker has measured one batch
+    with serve_process(built_zoo / MODEL, max_delay_ms=0, max_queue_ms=1e-6) as srv:
+        first = httpx.post(f"{srv.url}/infer", json=body, timeout=30)
+        second = httpx.post(f"{srv.url}/infer", json=body, timeout=30)
+        window = httpx.get(f"{srv.url}/window").json()
+        text = httpx.get(f"{srv.url}/metrics").text
+    assert first.status_code == 200  # nothing measured yet: admitted
+    assert second.status_code == 429 and int(second.headers["retry-after"]) >= 1
+    assert "queueing delay" in second.json()["error"] and window["measured_items_per_s"] > 0
+    assert 'oltunes_worker_requests_total{model="cnn-s-fp32",status="429"} 1.0' in text
+    assert 'oltunes_worker_requests_total{model="cnn-s-fp32",status="200"} 1.0' in text
+
+
+def test_prometheus_metrics_count_requests_batches_and_latency(server, client, items):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    x, _ = items
+
+    def samples() -> dict[tuple, float]:
+        text = client.get("/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+    before = samples()
+    for k in range(3):
+        assert client.post("/infer", json={"inputs": x[k : k + 2].tolist()}).status_code == 200
+    assert client.post("/infer", json={"inputs": []}).status_code == 422
+    after = samples()
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted({"model": "cnn-s-fp32", **labels}.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("oltunes_worker_requests_total", status="200") == 3
+    assert delta("oltunes_worker_request_latency_seconds_count") == 3
+    assert delta("oltunes_worker_batch_size_sum") == 6  # items, whatever the batching
+    assert ("oltunes_worker_queue_depth", (("model", "cnn-s-fp32"),)) in after

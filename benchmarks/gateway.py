@@ -1,0 +1,261 @@
+"""Gateway benchmark: added latency and throughput vs calling the worker directly, overload, live switches, memory.
+
+All on loopback, bounded in time. One worker (``cnn-s-fp32``, ONNX Runtime CPU) behind a gateway running in its
+own process (``python -m oltunes.gateway``), clients in this process, direct and through-gateway rounds alternating:
+
+- ``gateway_added_p99_ms``: median over rounds of p99(gateway) - p99(direct) at a fixed open-loop rate;
+- ``gateway_throughput_ratio``: closed-loop saturation throughput through the gateway / direct (median of rounds);
+- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop at 2x the capacity measured
+  through the gateway; answered p99, goodput / that capacity, and the refusals (429 from admission control);
+- ``failed_during_switches``, ``dropped``: ten live switches between two decisions (in-process gateway + supervisor,
+  as the streaming flow runs them) under steady load; failed = error answers, dropped = no answer at all;
+- ``max_rss_mb``: peak RSS of the gateway and the worker while 8 clients each send a 50 MB body at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+
+from benchmarks.common import median, parser, print_table, write_json
+
+MODEL = "cnn"
+
+
+def _payload(meta: dict[str, Any]) -> Any:
+    from oltunes.launchers.traffic import oip_payloads
+
+    x = np.random.default_rng(0).normal(size=(64, 1, 8, 8)).astype(np.float32)
+    return oip_payloads(x, meta)
+
+
+async def _open_loop(url: str, payload: Any, rate: float, seconds: float, max_in_flight: int = 1024) -> dict[str, Any]:
+    from oltunes.launchers.traffic import LoadGenerator
+
+    n = int(rate * seconds)
+    gen = LoadGenerator(url, MODEL, np.arange(n) / rate, payload, max_in_flight=max_in_flight, request_timeout_s=30)
+    t0 = time.perf_counter()
+    await gen.run(asyncio.Event())
+    wall = time.perf_counter() - t0
+    return {"p99_ms": gen.latency.percentile(99), "p50_ms": gen.latency.percentile(50), "ok": gen.ok,
+            "failed": gen.failed, "failures": dict(gen.failures), "wall_s": wall, "sent": gen.sent, "shed": gen.shed}  # fmt: skip
+
+
+async def _closed_loop(url: str, payload: Any, clients: int, seconds: float) -> float:
+    """Requests per second answered by `clients` back-to-back clients."""
+    import aiohttp
+
+    done = 0
+    stop = time.perf_counter() + seconds
+    endpoint = f"{url}/v2/models/{MODEL}/infer"
+
+    async def one(k: int, http: aiohttp.ClientSession) -> None:
+        nonlocal done
+        i = k
+        while time.perf_counter() < stop:
+            async with http.post(endpoint, data=payload(i), headers={"content-type": "application/json"}) as r:
+                await r.read()
+                done += r.status == 200
+            i += clients
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as http:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(k, http) for k in range(clients)))
+        return done / (time.perf_counter() - t0)
+
+
+def _start_gateway(routes: dict[str, str], slo_ms: float | None = None) -> tuple[subprocess.Popen, str]:
+    argv = [sys.executable, "-m", "oltunes.gateway", *(a for n, u in routes.items() for a in ("--route", f"{n}={u}"))]
+    argv += ["--slo-ms", str(slo_ms)] if slo_ms else []
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip() if proc.stdout else ""
+    if not url.startswith("http"):
+        proc.kill()
+        raise RuntimeError("gateway did not start")
+    return proc, url
+
+
+def _peak_rss_mb(pids: list[int], stop: threading.Event, out: dict[int, float]) -> None:
+    procs = {p: psutil.Process(p) for p in pids}
+    while not stop.is_set():
+        for pid, pr in procs.items():
+            try:
+                out[pid] = max(out.get(pid, 0.0), pr.memory_info().rss / 2**20)
+            except psutil.Error:
+                pass
+        time.sleep(0.02)
+
+
+def _big_bodies(url: str, n: int, mb: int) -> list[str]:
+    body = b"[" + b"0," * (mb * 2**19) + b"0]"
+    outcomes: list[str] = []
+
+    def one() -> None:
+        try:
+            r = httpx.post(f"{url}/v2/models/{MODEL}/infer", content=body, headers={"content-type": "application/json"}, timeout=60)
+            outcomes.append(f"{r.status_code} ({len(r.content)} B)")
+        except httpx.HTTPError as e:
+            outcomes.append(type(e).__name__)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return outcomes
+
+
+async def _switches(model_path: str, variants: list[Any], rate: float, n_switches: int) -> dict[str, Any]:
+    """Ten live switches behind an in-process gateway (as the streaming flow does) under steady load."""
+    from oltunes.config import REPO_ROOT
+    from oltunes.gateway import Gateway, GatewayServer
+    from oltunes.inventory import load_inventory
+    from oltunes.launchers import Launcher, WorkerSpec
+    from oltunes.launchers.supervisor import ServeSupervisor
+    from oltunes.launchers.traffic import LoadGenerator
+    from oltunes.types import Candidate, Decision, Explanation, JobSpec, Prediction
+
+    pool = load_inventory(REPO_ROOT / "infra/inventory.local.yaml")[0]
+    job = JobSpec(job_id="bench-gw", kind="streaming", family=MODEL, slo_ms=1000)
+    pred = Prediction(latency_p99_ms=1, energy_j_per_item=0.1, throughput_items_per_s=100)
+    decisions = [Decision(job_id=job.job_id, candidate=Candidate(pool=pool.name, accelerator="cpu", variant=v, batch_size=b),
+                          explanation=Explanation(predicted=pred, n_candidates=2, n_feasible=2))
+                 for v, b in zip(variants, (8, 16), strict=False)]  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="oltunes-bench-gw-"))
+
+    def spec_for(d: Decision, gen: int) -> WorkerSpec:
+        return WorkerSpec(mode="serve", job=job, candidate=d.candidate, pool=pool, run_dir=work / f"gen-{gen}", max_delay_ms=2.0)
+
+    gw = Gateway()
+    route = gw.add(MODEL, job.slo_ms)
+    sup = ServeSupervisor(Launcher.make("local"), route, spec_for)
+    async with GatewayServer(gw) as srv:
+        await sup.start(decisions[0])
+        async with httpx.AsyncClient(timeout=30) as http:
+            meta = (await http.get(f"{srv.url}/v2/models/{MODEL}")).json()
+        seconds = 3.0 * n_switches + 6
+        gen = LoadGenerator(srv.url, MODEL, np.arange(int(rate * seconds)) / rate, _payload(meta), max_in_flight=4096)
+        traffic = asyncio.create_task(gen.run(asyncio.Event()))
+        try:
+            for k in range(n_switches):
+                await asyncio.sleep(1.0)
+                await sup.switch(decisions[(k + 1) % len(decisions)])
+            await traffic
+        finally:
+            await sup.stop()
+    return {"sent": gen.sent, "ok": gen.ok, "failed": gen.failed, "failures": dict(gen.failures),
+            "switches": len(sup.switches), "drained": sum(r.drained for r in sup.switches),
+            "gateway_retries": sum(s.value for m in gw.prom.retries.collect() for s in m.samples if s.name.endswith("_total")),
+            "p99_ms": gen.latency.percentile(99)}  # fmt: skip
+
+
+def _overload(variants: list[Any], args: Any) -> dict[str, Any]:
+    """2x the service's capacity, through the gateway, on a worker whose model (not HTTP) is the bottleneck."""
+    from oltunes.worker import serve_process
+
+    heavy = next(v for v in variants if v.name == args.overload_variant)
+    with serve_process(heavy.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
+        gw, gw_url = _start_gateway({MODEL: worker.url}, slo_ms=args.slo_ms)
+        try:
+            payload = _payload(httpx.get(f"{gw_url}/v2/models/{MODEL}").json())
+            capacity = median([asyncio.run(_closed_loop(gw_url, payload, args.clients, args.seconds)) for _ in range(args.rounds)])
+            over = asyncio.run(_open_loop(gw_url, payload, 2 * capacity, 2 * args.seconds, max_in_flight=1024))
+        finally:
+            gw.terminate()
+            gw.wait(10)
+    return {"overload_variant": heavy.name, "service_capacity_rps": capacity, "overload_offered_rps": 2 * capacity,
+            "overload_answered_p99_ms": over["p99_ms"], "overload_goodput_ratio": over["ok"] / over["wall_s"] / capacity,
+            "overload_refusals": over["failures"], "overload_shed_by_client": over["shed"], "overload_slo_ms": args.slo_ms}  # fmt: skip
+
+
+def main() -> None:
+    ap = parser(__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=300.0, help="open-loop rate for the added-latency comparison")
+    ap.add_argument("--seconds", type=float, default=6.0, help="length of each measured round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=32, help="closed-loop clients at saturation")
+    ap.add_argument("--slo-ms", type=float, default=100.0, help="the SLO of the overload test (gateway and worker)")
+    ap.add_argument("--variant", default="cnn-s-fp32", help="light model: the gateway's own cost shows most")
+    ap.add_argument("--overload-variant", default="cnn-l-fp32", help="a model whose inference bounds the worker")
+    ap.add_argument("--switch-rate", type=float, default=100.0)
+    ap.add_argument("--switches", type=int, default=10)
+    args = ap.parse_args()
+
+    from oltunes.config import get_settings
+    from oltunes.worker import serve_process
+    from oltunes.zoo import build_zoo, list_variants
+
+    build_zoo(families=[MODEL])  # cached: a no-op when built
+    variants = sorted((v for v in list_variants(get_settings().zoo_dir) if v.family == MODEL), key=lambda v: v.name)
+    small = next(v for v in variants if v.name == args.variant)
+    results: dict[str, Any] = {}
+    with serve_process(small.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
+        gw, gw_url = _start_gateway({MODEL: worker.url})
+        try:
+            meta = httpx.get(f"{gw_url}/v2/models/{MODEL}").json()
+            payload = _payload(meta)
+            added, ratios, caps, gw_caps, direct_p99, gw_p99, rates = [], [], [], [], [], [], []
+            for _ in range(args.rounds):
+                cap_d = asyncio.run(_closed_loop(worker.url, payload, args.clients, args.seconds))
+                cap_g = asyncio.run(_closed_loop(gw_url, payload, args.clients, args.seconds))
+                caps.append(cap_d)
+                gw_caps.append(cap_g)
+                ratios.append(cap_g / cap_d)
+                # the fixed rate, but never above 60% of what the worker answers right now (a shared, busy machine)
+                rate = min(args.rate, 0.6 * cap_g)
+                rates.append(rate)
+                d = asyncio.run(_open_loop(worker.url, payload, rate, args.seconds))
+                g = asyncio.run(_open_loop(gw_url, payload, rate, args.seconds))
+                direct_p99.append(d["p99_ms"])
+                gw_p99.append(g["p99_ms"])
+                added.append(g["p99_ms"] - d["p99_ms"])
+            capacity = median(caps)
+            results.update(
+                gateway_added_p99_ms=median(added), latency_rate_rps=median(rates), direct_p99_ms=median(direct_p99),
+                gateway_p99_ms=median(gw_p99), gateway_throughput_ratio=median(ratios), capacity_rps=capacity,
+            )  # fmt: skip
+            base = {p: psutil.Process(p).memory_info().rss / 2**20 for p in (gw.pid, worker.pid)}
+            peaks: dict[int, float] = {}
+            stop = threading.Event()
+            sampler = threading.Thread(target=_peak_rss_mb, args=([gw.pid, worker.pid], stop, peaks))
+            sampler.start()
+            via_gw = _big_bodies(gw_url, 8, 50)
+            direct = _big_bodies(worker.url, 8, 50)
+            stop.set()
+            sampler.join()
+            results.update(max_rss_mb=max(peaks.values()), rss_before_mb={"gateway": base[gw.pid], "worker": base[worker.pid]},
+                           rss_peak_mb={"gateway": peaks.get(gw.pid), "worker": peaks.get(worker.pid)},
+                           big_body_outcomes={"gateway": sorted(set(via_gw)), "worker": sorted(set(direct))})  # fmt: skip
+        finally:
+            gw.terminate()
+            gw.wait(10)
+    results.update(_overload(variants, args))
+    sw = asyncio.run(_switches(str(small.path), [small, next(v for v in variants if v.name == "cnn-m-fp32")], args.switch_rate, args.switches))
+    results.update(failed_during_switches=sw["failed"], dropped=sw["sent"] - sw["ok"] - sw["failed"], switches=sw)
+    rows = [
+        ("gateway_added_p99_ms", results["gateway_added_p99_ms"], f"≤ 1.0 at {results['latency_rate_rps']:.0f} req/s (direct p99 {results['direct_p99_ms']:.2f} ms)"),
+        ("gateway_throughput_ratio", results["gateway_throughput_ratio"], f"≥ 0.9 (direct {capacity:.0f} req/s, {args.clients} clients)"),
+        ("overload_answered_p99_ms", results["overload_answered_p99_ms"], f"≤ {2 * args.slo_ms:.0f} (2× SLO) at {results['overload_offered_rps']:.0f} req/s ({results['overload_variant']})"),
+        ("overload_goodput_ratio", results["overload_goodput_ratio"], f"≥ 0.9; refusals {results['overload_refusals']}"),
+        ("failed_during_switches", sw["failed"], f"= 0 over {sw['switches']} switches, {sw['sent']} requests"),
+        ("dropped", results["dropped"], "= 0"),
+        ("max_rss_mb", results["max_rss_mb"], f"8 × 50 MB bodies: {results['big_body_outcomes']}"),
+    ]
+    print_table("Gateway vs direct (medians of rounds)", ["metric", "value", "goal / context"], rows)
+    write_json(args.json, {"benchmark": "gateway", "args": vars(args) | {"json": str(args.json)}, **results})
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    main()

@@ -1,0 +1,232 @@
+"""The gateway over real HTTP on loopback: the real tritonclient across live switches and a crash, protocol errors,
+limits, admission control, auth and Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.http as triton
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from oltunes.config import REPO_ROOT
+from oltunes.errors import ConfigError
+from oltunes.gateway import Gateway, GatewayServer, Route
+from oltunes.inventory import load_inventory
+from oltunes.launchers import Launcher, WorkerSpec
+from oltunes.launchers.supervisor import ServeSupervisor
+from oltunes.types import Candidate, Decision, Explanation, JobSpec, Prediction
+from oltunes.worker import serve_process
+from oltunes.zoo import list_variants
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def decisions_for(zoo, names: list[str], batch: int = 8) -> tuple[JobSpec, list[Decision]]:
+    variants = {v.name: v for v in list_variants(zoo, family="cnn")}
+    pool = load_inventory(REPO_ROOT / "infra/inventory.local.yaml")[0]
+    job = JobSpec(job_id="gw-test", kind="streaming", family="cnn", slo_ms=5_000)
+    pred = Prediction(latency_p99_ms=1, energy_j_per_item=0.1, throughput_items_per_s=100)
+    return job, [Decision(job_id=job.job_id, candidate=Candidate(pool=pool.name, accelerator="cpu", variant=variants[n], batch_size=batch),
+                          explanation=Explanation(predicted=pred, n_candidates=2, n_feasible=2)) for n in names]  # fmt: skip
+
+
+def test_tritonclient_sees_no_error_across_live_switches_and_a_worker_crash(built_zoo, tmp_path):
+    job, (small, medium) = decisions_for(built_zoo, ["cnn-s-fp32", "cnn-m-fp32"])
+    x = np.random.default_rng(0).normal(size=(3, 1, 8, 8)).astype(np.float32)
+    expected = {d.variant.name: ort.InferenceSession(str(d.variant.path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+                for d in (small, medium)}  # fmt: skip
+
+    def spec_for(d: Decision, gen: int) -> WorkerSpec:
+        return WorkerSpec(mode="serve", job=job, candidate=d.candidate, pool=load_inventory(REPO_ROOT / "infra/inventory.local.yaml")[0],
+                          run_dir=tmp_path / f"gen-{gen}", max_delay_ms=2.0)  # fmt: skip
+
+    answers: list[np.ndarray] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def client(url: str) -> None:  # an ordinary Triton client: knows only the address and the protocol
+        c = triton.InferenceServerClient(url.removeprefix("http://"), network_timeout=120.0, connection_timeout=120.0)
+        assert c.is_server_live() and c.is_model_ready("cnn")
+        meta = c.get_model_metadata("cnn")
+        assert meta["inputs"][0]["name"] == "x" and meta["inputs"][0]["datatype"] == "FP32"
+        while not stop.is_set():
+            binary = len(answers) % 2 == 0  # both tensor encodings, alternately
+            inp = triton.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=binary)
+            out = [triton.InferRequestedOutput("logits", binary_data=binary)]
+            try:
+                answers.append(c.infer("cnn", [inp], outputs=out).as_numpy("logits"))
+            except InferenceServerException as e:
+                errors.append(str(e))
+
+    async def scenario() -> tuple[Gateway, ServeSupervisor]:
+        gw = Gateway()
+        route = gw.add("cnn", slo_ms=job.slo_ms)
+        sup = ServeSupervisor(Launcher.make("local"), route, spec_for)
+        watch_stop = asyncio.Event()
+        async with GatewayServer(gw) as srv:
+            await sup.start(small)
+            watcher = asyncio.create_task(sup.watch(watch_stop))
+            thread = threading.Thread(target=client, args=(srv.url,))
+            thread.start()
+            try:
+                for d in (medium, small, medium):
+                    await asyncio.sleep(1.0)
+                    await sup.switch(d)
+                await asyncio.sleep(1.0)
+                os.kill(sup.active.pid, signal.SIGKILL)  # a crash under load
+                for _ in range(600):
+                    if sup.restarts:
+                        break
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(1.0)
+            finally:
+                stop.set()
+                await asyncio.to_thread(thread.join, 180)
+                watch_stop.set()
+                await watcher
+                await sup.stop()
+            metrics = (await asyncio.to_thread(httpx.get, f"{srv.url}/metrics")).text
+        gw.metrics_text = metrics  # type: ignore[attr-defined]
+        return gw, sup
+
+    gw, sup = asyncio.run(scenario())
+    assert errors == [] and gw.failures == {}
+    assert len(sup.switches) == 3 and sup.restarts == 1 and all(r.drained for r in sup.switches)
+    assert len(answers) > 10
+    for a in answers:  # every answer is one of the two variants' real output for this input
+        assert any(np.allclose(a, e, atol=1e-4) for e in expected.values())
+    text = gw.metrics_text  # type: ignore[attr-defined]
+    assert metric(text, "oltunes_gateway_switches_total", model="cnn") == 3
+    assert metric(text, "oltunes_gateway_restarts_total", model="cnn") == 1
+    assert metric(text, "oltunes_gateway_requests_total", model="cnn", status="200") == len(answers)
+
+
+@pytest.fixture(scope="module")
+def worker(built_zoo):
+    with serve_process(built_zoo / "models" / "cnn-s-fp32.onnx", model_name="cnn", max_delay_ms=1.0) as w:
+        yield w
+
+
+def run_gateway(fn, **gateway_kw):
+    """Run `fn(url, gateway)` in a thread while a gateway serves in this thread's event loop."""
+
+    async def main():
+        gw = Gateway(**gateway_kw)
+        async with GatewayServer(gw) as srv:
+            return await asyncio.to_thread(fn, srv.url, gw)
+
+    return asyncio.run(main())
+
+
+def test_protocol_errors_have_the_protocols_shape_and_never_echo_the_input(worker):
+    secret = "Zq7-echo-marker"
+
+    def check(url: str, gw: Gateway) -> None:
+        gw.add("cnn").switch(worker.url, "start")
+        with httpx.Client(base_url=url, timeout=30) as h:
+            r = h.post(f"/v2/models/{secret}/infer", json={"inputs": []})
+            assert r.status_code == 404 and "unknown model" in r.json()["error"] and secret not in r.text
+            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [secret] * 64}]})
+            assert r.status_code == 400 and "inputs[0].data" in r.json()["error"] and secret not in r.text
+            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [2, 64], "datatype": "FP32", "data": [0.0] * 64}]})
+            assert r.status_code == 400 and "needs 128" in r.json()["error"]
+            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": secret, "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]})
+            assert r.status_code == 400 and "named 'x'" in r.json()["error"] and secret not in r.text
+            r = h.post("/v2/models/cnn/infer", content=secret.encode())
+            assert r.status_code == 400 and r.json() == {"error": "the request body is not valid JSON"}
+            assert h.get("/v2/models/cnn/infer").status_code == 405
+            assert h.get("/nowhere").json()["error"].startswith("no such endpoint")
+            ok = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]})
+            assert ok.status_code == 200 and ok.json()["outputs"][0]["shape"] == [1, 10]
+
+    run_gateway(check)
+
+
+def test_body_limit_refuses_before_reading_whether_declared_or_streamed(worker):
+    def check(url: str, gw: Gateway) -> None:
+        gw.add("cnn").switch(worker.url, "start")
+        body = b"Zq7" * 20_000  # 60 kB, over the 32 kB limit
+        with httpx.Client(base_url=url, timeout=30) as h:
+            r = h.post("/v2/models/cnn/infer", content=body)
+            assert r.status_code == 413 and "limit of 32768 bytes" in r.json()["error"] and b"Zq7" not in r.content
+
+            def chunks():  # no content-length: refused once the running total is over
+                for _ in range(20):
+                    yield b"Zq7" * 1000
+
+            r = h.post("/v2/models/cnn/infer", content=chunks())
+            assert r.status_code == 413 and b"Zq7" not in r.content
+            assert h.get("/v2/health/live").status_code == 200  # still serving
+        assert metric(httpx.get(f"{url}/metrics").text, "oltunes_gateway_requests_total", model="cnn", status="413") == 2
+
+    run_gateway(check, max_body_bytes=32_768)
+
+
+def test_admission_refuses_at_once_with_429_and_retry_after_when_the_predicted_wait_exceeds_the_slo(worker):
+    def check(url: str, gw: Gateway) -> None:
+        route = gw.add("cnn", slo_ms=1e-3)  # any measured service time predicts a wait over this SLO
+        route.switch(worker.url, "start")
+        body = {"inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]}
+        with httpx.Client(base_url=url, timeout=30) as h:
+            assert h.post("/v2/models/cnn/infer", json=body).status_code == 200  # no queue seen yet: admitted
+            assert route.service_s is None  # a lone request says nothing about the service time
+            with ThreadPoolExecutor(16) as pool:  # a burst: completions while others wait measure the service time
+                codes = list(pool.map(lambda _: h.post("/v2/models/cnn/infer", json=body).status_code, range(16)))
+            assert codes.count(200) >= 2 and set(codes) <= {200, 429} and route.service_s is not None
+            r = h.post("/v2/models/cnn/infer", json=body)
+            assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and "SLO" in r.json()["error"]
+        route.slo_ms = 60_000.0
+        assert httpx.post(f"{url}/v2/models/cnn/infer", json=body, timeout=30).status_code == 200
+
+    run_gateway(check)
+
+
+def test_predicted_wait_is_outstanding_requests_times_the_service_time_measured_under_a_queue():
+    r = Route("m", slo_ms=100)
+    r.begin("u")
+    r.end("u", answered=True)
+    r.begin("u")
+    r.end("u", answered=True)
+    assert r.service_s is None and r.predicted_wait_ms() == 0  # one at a time: no queue, nothing learnt, admit
+    for _ in range(3):
+        r.begin("u")
+    r.end("u", answered=True)  # two still waiting: the next gaps are service time
+    r.end("u", answered=True)
+    assert r.service_s is not None
+    r.service_s = 0.010
+    r.in_flight["u"] = 4
+    assert r.predicted_wait_ms() == pytest.approx(50.0)  # 4 ahead + this one, 10 ms each
+    r.switch("v", "switch")
+    assert r.service_s is None  # a new decision is measured afresh
+
+
+def test_token_is_required_off_loopback_and_checked_on_every_route_but_health():
+    with pytest.raises(ConfigError, match="non-loopback.*OLTUNES_GATEWAY_TOKEN"):
+        GatewayServer(Gateway(), host="0.0.0.0")
+    GatewayServer(Gateway(token="t0ken"), host="0.0.0.0")  # allowed with a token (not started)
+
+    def check(url: str, gw: Gateway) -> None:
+        gw.add("cnn")
+        assert httpx.get(f"{url}/v2/health/live").status_code == 200
+        for path in ("/v2/models/cnn", "/metrics", "/v2"):
+            r = httpx.get(f"{url}{path}", headers={"authorization": "Bearer wrong"})
+            assert r.status_code == 401 and "bearer token" in r.json()["error"]
+        assert httpx.get(f"{url}/v2", headers={"authorization": "Bearer t0ken"}).json()["models"] == ["cnn"]
+
+    run_gateway(check, token="t0ken")
