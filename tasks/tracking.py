@@ -1,4 +1,4 @@
-"""Tracking tasks: MLflow runs, history, model registry. MLflow being down is not a failure: records are buffered."""
+"""Tracking tasks: MLflow runs, warm start, model registry. MLflow being down is not a failure: records are buffered."""
 
 from __future__ import annotations
 
@@ -18,17 +18,6 @@ from oltunes.tracking.report import decision_markdown
 from oltunes.types import Decision, Measurement, Variant
 
 log = logging.getLogger(__name__)
-
-
-@task(name="mlflow-history", cache_policy=NO_CACHE, timeout_seconds=120)
-async def history(tracker: Tracker, kinds: tuple[str, ...], simulated: bool) -> list[Measurement]:
-    """Logged measurements of these kinds (real or simulated ones); empty, with a warning, if MLflow is down."""
-    try:
-        found = await asyncio.to_thread(tracker.history, kinds, include_simulated=simulated)
-    except OLTunesError as e:
-        log.warning("tuner warm start skipped: %s", e)
-        return []
-    return [m for m in found if m.simulated == simulated]
 
 
 @task(name="warm-start-from-mlflow", cache_policy=NO_CACHE, timeout_seconds=600)

@@ -17,15 +17,6 @@ from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placemen
 log = logging.getLogger(__name__)
 
 
-@task(name="warm-start-tuner", cache_policy=NO_CACHE, timeout_seconds=120)
-async def warm_start(tuner: Any, history: list[Measurement]) -> int:
-    """Replay logged measurements into the tuner; each is observed at most once, so replaying again is harmless."""
-    replay = getattr(tuner, "replay", None)
-    if replay is None or not history:
-        return 0
-    return await asyncio.to_thread(replay, history)
-
-
 @task(name="recommend", cache_policy=NO_CACHE, timeout_seconds=60)
 async def recommend(tuner: Any, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
     """Ask the tuner; an HTTP tuner that cannot be reached answers with its safe default (source='fallback').
