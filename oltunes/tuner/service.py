@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from oltunes.errors import ConfigError, OLTunesError
@@ -51,6 +51,7 @@ from oltunes.tuner.api import (
     VariantsRequest,
     VariantsResponse,
 )
+from oltunes.tuner.metrics import TunerMetrics
 from oltunes.tuner.served import Persister, ServedTuner, TunerService
 from oltunes.types import Pool
 
@@ -119,6 +120,7 @@ def create_app(
     """
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     persister = Persister(service, persist_every_s)
+    metrics = TunerMetrics(observed_total=lambda: service.tuner.n_observed)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -181,12 +183,16 @@ def create_app(
 
     @private.post("/recommend", response_model=RecommendResponse)
     async def recommend(req: RecommendRequest) -> RecommendResponse:
-        return RecommendResponse(decision=service.recommend(req))
+        t0 = time.perf_counter()
+        decision = service.recommend(req)
+        metrics.decided(decision, time.perf_counter() - t0)
+        return RecommendResponse(decision=decision)
 
     @private.post("/observe", response_model=ObserveResponse)
     async def observe(req: ObserveRequest) -> ObserveResponse:
         answer = service.observe(req.measurements)
         await run_in_threadpool(service.sync)  # durable before the answer; the loop serves others meanwhile
+        metrics.observed(answer.accepted, answer.duplicates)
         return answer
 
     @private.get("/state")
@@ -200,6 +206,11 @@ def create_app(
     @private.post("/variants", response_model=VariantsResponse)
     def add_variants(req: VariantsRequest) -> VariantsResponse:
         return VariantsResponse(variants=service.add_variants(req.variants))
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:  # for scrapers, beside /v1 as on the gateway and the workers
+        body, content_type = metrics.exposition()
+        return Response(content=body, media_type=content_type)
 
     app.include_router(public)
     app.include_router(private)

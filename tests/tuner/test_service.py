@@ -311,3 +311,22 @@ def test_remote_decide_carries_current_and_stays_put_like_in_process(served, tmp
     assert remote.candidate.key == expected.candidate.key
     assert (remote.group.pool, remote.group.device) == (current.pool, 1)
     assert "kept the current placement" in remote.explanation.note
+
+
+def test_prometheus_metrics_count_decisions_and_observations_without_a_token(served, tmp_path):
+    from oltunes.tuner.client import TunerClient
+
+    url, _ = served
+    before = httpx.get(f"{url}/metrics", timeout=5)
+    assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
+    with TunerClient(url, token=TOKEN, timeout_s=10, outbox_dir=tmp_path / "outbox") as c:
+        d = c.recommend(JOB, make_cluster())
+        assert [c.observe(make_measurement(d.candidate, i)) for i in (1, 2)] == [True, True]
+        assert c.observe(make_measurement(d.candidate, 1)) is False  # a duplicate
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    feasible = str(d.feasible).lower()
+    assert f'oltunes_tuner_decisions_total{{feasible="{feasible}",source="{d.source}"}} 1.0' in text
+    assert 'oltunes_tuner_observations_total{outcome="accepted"} 2.0' in text
+    assert 'oltunes_tuner_observations_total{outcome="duplicate"} 1.0' in text
+    assert "oltunes_tuner_observed 2.0" in text
+    assert "oltunes_tuner_recommend_latency_seconds_count 1.0" in text
