@@ -20,13 +20,13 @@ from typing import Any
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, validate
+from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, run_id, run_name, validate
 from oltunes.config import get_settings
 from oltunes.errors import DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
 from oltunes.locks import lock_dir
-from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant, new_id
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant
 from tasks import tracking as track
 from tasks import tuning
 from tasks.workers import check_dataset, plan_job_parts, run_worker
@@ -85,7 +85,7 @@ class BatchOutcome(BaseModel):
     job_wall_s: float
 
 
-@flow(name="batch-inference", flow_run_name="batch-{family}", validate_parameters=True)
+@flow(name="batch-inference", flow_run_name=run_name("batch"), validate_parameters=True)
 async def batch_inference(
     family: str,
     dataset: str | None = None,
@@ -153,7 +153,7 @@ async def batch_inference(
     n_items = p.items if p.dataset is None else await check_dataset(p.dataset, family_variants)
     if not n_items:
         raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")
-    jid = p.job_id or new_id()
+    jid = p.job_id or run_id()
     out = p.output or settings.home / "outputs" / jid
     cluster = cluster_for(backend, p.inventory)
     job = JobSpec(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +15,34 @@ from oltunes.inventory import load_inventory
 from oltunes.launchers import Launcher
 from oltunes.lifeline import kill_with_me
 from oltunes.tracking import Tracker
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant, new_id
 
 if TYPE_CHECKING:
     from oltunes.policies import Policy
 
 log = logging.getLogger(__name__)
+
+
+def run_id() -> str:
+    """This flow run's id as a job id (hex): a job without an id of its own is named after its Prefect run."""
+    from prefect.runtime import flow_run
+
+    return (flow_run.id or new_id()).replace("-", "")
+
+
+def run_name(kind: str) -> Callable[[], str]:
+    """Flow-run names that tell runs apart in the Prefect UI: ``<kind>-<families>-<job or service id>``."""
+
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        p = flow_run.parameters
+        models = p.get("models") or []
+        families = p.get("family") or "+".join(str(m.get("family") if isinstance(m, dict) else getattr(m, "family", "?"))
+                                               for m in models)  # fmt: skip
+        return f"{kind}-{families or 'job'}-{p.get('job_id') or p.get('service_id') or run_id()[:8]}"
+
+    return name
 
 
 def validate(model: type[BaseModel], **params: Any) -> Any:

@@ -25,7 +25,9 @@ import httpx
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, validate
+from flows.common import (
+    bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, run_id, run_name, validate,
+)
 from flows.streaming_service import ModelParams, ServedModel, first_decisions, gather_steps, placement, run_dir
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
@@ -34,7 +36,7 @@ from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, load_arrivals, oip_payloads
 from oltunes.tracking import conventions as cv
-from oltunes.types import Decision, Id, JobSpec, Measurement, new_id
+from oltunes.types import Decision, Id, JobSpec, Measurement
 from tasks import serving
 from tasks import tracking as track
 from tasks import tuning
@@ -149,7 +151,7 @@ async def _simulated_model(p: StreamParams, mp: ModelParams, job: JobSpec, clust
     return decisions, measurements
 
 
-@flow(name="streaming-inference", flow_run_name="streaming-{family}", validate_parameters=True)
+@flow(name="streaming-inference", flow_run_name=run_name("streaming"), validate_parameters=True)
 async def streaming_inference(
     family: str | None = None,
     slo_ms: float = 100.0,
@@ -222,7 +224,7 @@ async def streaming_inference(
     trace_path = resolve_trace(p.trace)
     arrivals = load_arrivals(trace_path, speedup=p.speedup, duration_s=p.duration_s)
     rate = len(arrivals) / p.duration_s
-    sid = p.service_id or f"svc-{'-'.join(names)}-{new_id()[:8]}"
+    sid = p.service_id or f"svc-{'-'.join(names)}-{run_id()[:8]}"
     workdir = settings.home / "streaming" / sid
     workdir.mkdir(parents=True, exist_ok=True)
     cluster = cluster_for(backend, p.inventory)

@@ -217,3 +217,21 @@ def test_simulated_launcher_drives_a_gpu_cluster_with_parallel_parts(settings_en
     # simulated measurements stay out of the real tuner's state
     real = tuner_state() if get_settings().tuner_state_path.exists() else None
     assert real is None or not real.has_seen(m.measurement_id)
+
+
+def test_flow_runs_are_named_after_their_job(settings_env, shared_data):
+    """Prefect runs tell jobs apart: the job id names the run; a job without one takes its run's id."""
+    from prefect import get_client
+
+    async def name_of(state) -> str:
+        async with get_client() as client:
+            return (await client.read_flow_run(state.state_details.flow_run_id)).name
+
+    settings_env()
+    kw = dict(family="resnet", launcher="simulated", items=1000, items_per_worker=1000, slo_ms=300.0)
+    named = asyncio.run(batch_inference(job_id="job-named", return_state=True, **kw))
+    assert asyncio.run(name_of(named)) == "batch-resnet-job-named"
+    anonymous = asyncio.run(batch_inference(return_state=True, **kw))
+    job_id = anonymous.result().measurement.job_id
+    assert job_id == str(anonymous.state_details.flow_run_id).replace("-", "")
+    assert asyncio.run(name_of(anonymous)) == f"batch-resnet-{job_id[:8]}"
