@@ -131,25 +131,32 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
         cap = pool.slots_per_device
         mem = pool.accelerator.memory_gb
         count = pool.count
-        occupied = {d: ms for d, ms in by_pool.get(pool.name, {}).items() if 0 <= d < count}
+        occupied = by_pool.get(pool.name, {})
+        if any(not 0 <= d < count for d in occupied):  # placements naming a device the pool lacks are ignored
+            occupied = {d: ms for d, ms in occupied.items() if 0 <= d < count}
         keep = include[1] if include is not None and include[0] == pool.name and 0 <= include[1] < count else None
         if not occupied and keep in (None, 0):  # the common case on a quiet cluster: device 0, empty
             out.append(PlacementOption(pool, 0, (), mem, cap - 1, count * cap - 1))
             continue
-        pool_free = count * cap - sum(len(ms) for ms in occupied.values())
+        used = 0
+        fullest, fullest_n = None, 0  # the fullest device with a free slot, lowest index among equals
+        for d, ms in occupied.items():
+            n = len(ms)
+            used += n
+            if n < cap and (n > fullest_n or (n == fullest_n and d < fullest)):
+                fullest, fullest_n = d, n
+        pool_free = count * cap - used
         empty = _first_empty(occupied, count)
         empty_free = empty if cap > 0 else None  # a pool without slots has no free device, empty or not
-        shared = [d for d, ms in occupied.items() if len(ms) < cap]
+        shared = () if fullest is None else (fullest,)
         if empty_free is None and not shared:
             if ignore_capacity:
                 i = empty if empty is not None else min(occupied, key=lambda k: (len(occupied[k]), k))
                 ms = occupied.get(i, [])
                 out.append(PlacementOption(pool, i, tuple(ms), mem - _used_gb(ms), 0, 0, _loads(ms, load_of)))
             continue
-        chosen = [] if empty_free is None else [empty_free]
-        if shared:
-            chosen.append(max(shared, key=lambda k: (len(occupied[k]), -k)))
-        if keep is not None and keep not in chosen and (keep in shared or (keep not in occupied and cap > 0)):
+        chosen = [*([] if empty_free is None else [empty_free]), *shared]
+        if keep is not None and keep not in chosen and len(occupied.get(keep, ())) < cap:
             chosen.append(keep)
         for i in chosen:
             ms = occupied.get(i, [])
