@@ -131,9 +131,7 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
         cap = pool.slots_per_device
         mem = pool.accelerator.memory_gb
         count = pool.count
-        occupied = by_pool.get(pool.name, {})
-        if any(not 0 <= d < count for d in occupied):  # placements naming a device the pool lacks are ignored
-            occupied = {d: ms for d, ms in occupied.items() if 0 <= d < count}
+        occupied = by_pool.get(pool.name, {})  # may name devices the pool lacks: those are ignored
         keep = include[1] if include is not None and include[0] == pool.name and 0 <= include[1] < count else None
         if not occupied and keep in (None, 0):  # the common case on a quiet cluster: device 0, empty
             out.append(PlacementOption(pool, 0, (), mem, cap - 1, count * cap - 1))
@@ -141,6 +139,8 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
         used = 0
         fullest, fullest_n = None, 0  # the fullest device with a free slot, lowest index among equals
         for d, ms in occupied.items():
+            if not 0 <= d < count:
+                continue
             n = len(ms)
             used += n
             if n < cap and (n > fullest_n or (n == fullest_n and d < fullest)):
@@ -151,7 +151,7 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
         shared = () if fullest is None else (fullest,)
         if empty_free is None and not shared:
             if ignore_capacity:
-                i = empty if empty is not None else min(occupied, key=lambda k: (len(occupied[k]), k))
+                i = empty if empty is not None else min(range(count), key=lambda k: (len(occupied[k]), k))
                 ms = occupied.get(i, [])
                 out.append(PlacementOption(pool, i, tuple(ms), mem - _used_gb(ms), 0, 0, _loads(ms, load_of)))
             continue
@@ -167,12 +167,10 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
 
 def _first_empty(occupied: dict[int, list[Placement]], count: int) -> int | None:
     """Lowest device index with no job on it (None when every device is occupied)."""
-    if len(occupied) >= count:
-        return None
     i = 0
-    while i in occupied:
+    while i in occupied:  # stops at the first gap: at most one step per occupied device
         i += 1
-    return i
+    return i if i < count else None
 
 
 def _loads(placements: list[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:

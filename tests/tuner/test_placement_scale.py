@@ -48,7 +48,10 @@ def random_cluster(rng: np.random.Generator, variants, *, max_count: int = 60) -
     placements = []
     for pool in pools:
         # crowd a few devices (some full, some not, indices anywhere) so every branch is reached
-        for d in rng.choice(pool.count, size=int(rng.integers(0, pool.count + 1)), replace=False):
+        devices = list(rng.choice(pool.count, size=int(rng.integers(0, pool.count + 1)), replace=False))
+        if rng.random() < 0.3:  # a stale placement naming a device the pool no longer has: ignored
+            devices.append(pool.count + int(rng.integers(3)))
+        for d in devices:
             for _ in range(int(rng.integers(1, pool.slots_per_device + 1))):
                 v = variants[int(rng.integers(len(variants)))]
                 placements.append(Placement(
