@@ -19,6 +19,11 @@ scheduler slice, which no code in this process can avoid.
 
 Goals (issue 3): p99 <= 1 ms in-process, <= 5 ms over HTTP, observe >= 2,000/s.
 
+At cluster scale (issue 14) the same tuner recommends on 40 pools (the catalogue's accelerators in turn) of
+1,000 and 10,000 devices in all, a quarter of the devices running one job each (placed on random devices):
+``recommend_p{50,99}_ms_{1k,10k}_devices`` are medians over ``--scale-repeats`` runs of in-process percentiles.
+Goals: <= 2 ms at 1k devices, <= 5 ms at 10k.
+
 Run: ``.venv/bin/python -m benchmarks.tuner_latency --json benchmarks/results/tuner_latency.json``
 """
 
@@ -39,7 +44,10 @@ from oltunes.tuner.client import TunerClient
 from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import Candidate, ClusterState, CoRunner, JobSpec, Measurement, Placement, Pool, Variant
 
-GOALS = {"recommend_p99_ms_inprocess": 1.0, "recommend_p99_ms_http": 5.0, "observe_per_s": 2000.0}
+GOALS = {"recommend_p99_ms_inprocess": 1.0, "recommend_p99_ms_http": 5.0, "observe_per_s": 2000.0,
+         "recommend_p99_ms_1k_devices": 2.0, "recommend_p99_ms_10k_devices": 5.0}
+SCALE_POOLS = 40
+SCALE_DEVICES = {"1k": 1_000, "10k": 10_000}
 
 # family -> size -> (parameters, fp32 accuracy); precision -> (relative compute, accuracy loss)
 FAMILIES = {
@@ -79,6 +87,32 @@ def synthetic_cluster(rng: np.random.Generator, variants: list[Variant], per_poo
 def _candidate(pool: Pool, v: Variant, rng: np.random.Generator, co: tuple[CoRunner, ...] = ()) -> Candidate:
     return Candidate(pool=pool.name, accelerator=pool.accelerator.name, variant=v,
                      batch_size=int(rng.choice(BATCHES)), concurrency=int(rng.choice(CONCURRENCIES)), co_runners=co)
+
+
+def scale_cluster(rng: np.random.Generator, variants: list[Variant], devices: int,
+                  occupied_share: float = 0.25) -> ClusterState:
+    """``devices`` spread over ``SCALE_POOLS`` pools; ``occupied_share`` of them run one job (random devices)."""
+    kinds = list(CATALOG)
+    per_pool = [devices // SCALE_POOLS + (i < devices % SCALE_POOLS) for i in range(SCALE_POOLS)]
+    pools = [Pool(name=f"{kinds[i % len(kinds)]}-{i}", accelerator=CATALOG[kinds[i % len(kinds)]], count=n,
+                  slots_per_device=4) for i, n in enumerate(per_pool)]
+    placements = [
+        Placement(job_id=f"running-{p.name}-{int(d)}", pool=p.name, device=int(d),
+                  candidate=_candidate(p, variants[int(rng.integers(len(variants)))], rng),
+                  slo_ms=100.0, arrival_rate_rps=float(rng.choice([0.0, 50.0])))
+        for p in pools for d in rng.choice(p.count, size=round(p.count * occupied_share), replace=False)
+    ]
+    return ClusterState(pools=pools, placements=placements)
+
+
+def scale_latency_ms(tuner: Tuner, cluster: ClusterState, jobs: list[JobSpec], calls: int,
+                     repeats: int) -> tuple[float, float]:
+    """Medians over ``repeats`` of the in-process recommend (p50, p99) on ``cluster`` (after warm-up calls)."""
+    for job in jobs[:4]:
+        tuner.recommend(job, cluster)
+    runs = [[_timed(lambda j=jobs[i % len(jobs)]: tuner.recommend(j, cluster)) for i in range(calls)]
+            for _ in range(repeats)]
+    return float(np.median([pct(r, 50) for r in runs])), float(np.median([pct(r, 99) for r in runs]))
 
 
 def true_latency_ms(c: Candidate) -> float:
@@ -194,6 +228,8 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=2000, help="recommend calls per path (in rounds)")
     p.add_argument("--observe", type=int, default=3000, help="observations timed for the observe rate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale-calls", type=int, default=300, help="recommend calls per repeat at cluster scale")
+    p.add_argument("--scale-repeats", type=int, default=3)
     args = p.parse_args()
 
     rng = np.random.default_rng(args.seed)
@@ -251,6 +287,9 @@ def main() -> None:
             encode.append(_timed(lambda: RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()))
             decode.append(_timed(lambda: RecommendResponse.model_validate_json(reply)))
 
+    scale_runs = {k: scale_latency_ms(tuner, scale_cluster(rng, variants, n), jobs, args.scale_calls,
+                                      args.scale_repeats) for k, n in SCALE_DEVICES.items()}
+    scale = {k: p99 for k, (_, p99) in scale_runs.items()}
     overhead = [h - s for h, s in zip(http, served.times_ms, strict=True)]
     bodies = [RecommendRequest(job=j, cluster=cluster).model_dump_json().encode() for j in jobs] * 8
     app_only = _asgi_overhead_ms(app, served, bodies, "bench-token")
@@ -268,6 +307,8 @@ def main() -> None:
         "service_app_overhead_p99_ms": pct(app_only, 99),
         "server_side_recommend_p50_ms": pct(served.times_ms[: len(http)], 50),
         "observe_per_s": observe_per_s,
+        **{f"recommend_p50_ms_{k}_devices": p50 for k, (p50, _) in scale_runs.items()},
+        **{f"recommend_p99_ms_{k}_devices": v for k, v in scale.items()},
         "observe_mean_ms": observe_s / args.observe * 1e3,
         "client_encode_p50_ms": pct(encode, 50),
         "client_decode_p50_ms": pct(decode, 50),
@@ -286,6 +327,8 @@ def main() -> None:
             "recommend_p99_ms_inprocess": pct(inproc, 99) <= GOALS["recommend_p99_ms_inprocess"],
             "recommend_p99_ms_http": pct(http, 99) <= GOALS["recommend_p99_ms_http"],
             "observe_per_s": observe_per_s >= GOALS["observe_per_s"],
+            **{f"recommend_p99_ms_{k}_devices": v <= GOALS[f"recommend_p99_ms_{k}_devices"]
+               for k, v in scale.items()},
         },
     }
     print_table(
@@ -300,6 +343,9 @@ def main() -> None:
              res["recommend_p99_ms_inprocess_empty_cluster"], "", ""],
             ["recommend HTTP loopback (ms)", res["recommend_p50_ms_http"], res["recommend_p99_ms_http"],
              "p99 <= 5", res["goals_met"]["recommend_p99_ms_http"]],
+            *[[f"recommend in-process, {n:,} devices / {SCALE_POOLS} pools (ms)", scale_runs[k][0], scale[k],
+               f"p99 <= {GOALS[f'recommend_p99_ms_{k}_devices']:g}", res["goals_met"][f"recommend_p99_ms_{k}_devices"]]
+              for k, n in SCALE_DEVICES.items()],
             ["observe (per s)", res["observe_mean_ms"], observe_per_s, ">= 2000", res["goals_met"]["observe_per_s"]],
             ["HTTP stack only: total - server-side tuner (ms)", res["http_overhead_p50_ms"],
              res["http_overhead_p99_ms"], "", ""],

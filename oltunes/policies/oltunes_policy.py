@@ -16,9 +16,17 @@ is preferred while near-best.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement
+
+
+def _has_free_slot(state: ClusterState) -> bool:
+    """Some pool has a free slot (one pass over the placements, not one per pool)."""
+    used = Counter(pl.pool for pl in state.placements)
+    return any(p.count * p.slots_per_device - used[p.name] > 0 for p in state.pools)
 
 
 class OLTunesPolicy(Policy, name="oltunes"):
@@ -62,7 +70,7 @@ class OLTunesPolicy(Policy, name="oltunes"):
         return rows
 
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
-        if current is None and all(state.free_slots(p.name) <= 0 for p in state.pools):
+        if current is None and not _has_free_slot(state):
             return None
         return self.tuner.recommend(job, state, **({} if current is None else {"current": current}))
 

@@ -119,44 +119,58 @@ def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
     device, so that staying is one of the candidates). With ``ignore_capacity`` every pool yields its
     least-loaded device even when full (used only to name a best-available candidate when nothing fits).
     ``load_of`` gives each placed job's busy share of its device (default: 1.0, assume it keeps it busy).
+
+    Empty devices of a pool are interchangeable, so they are one option, represented by the lowest index;
+    the work per pool grows with its occupied devices, never with its size.
     """
-    by_pool: dict[str, list[Placement]] = {}
+    by_pool: dict[str, dict[int, list[Placement]]] = {}
     for pl in cluster.placements:
-        by_pool.setdefault(pl.pool, []).append(pl)
+        by_pool.setdefault(pl.pool, {}).setdefault(pl.device, []).append(pl)
     out: list[PlacementOption] = []
     for pool in cluster.pools:
         cap = pool.slots_per_device
         mem = pool.accelerator.memory_gb
-        placed = by_pool.get(pool.name)
-        keep = include[1] if include is not None and include[0] == pool.name and 0 <= include[1] < pool.count else None
-        if not placed and keep in (None, 0):  # the common case on a quiet cluster: device 0, empty
-            out.append(PlacementOption(pool, 0, (), mem, cap - 1, pool.count * cap - 1))
+        count = pool.count
+        occupied = by_pool.get(pool.name, {})  # may name devices the pool lacks: those are ignored
+        keep = include[1] if include is not None and include[0] == pool.name and 0 <= include[1] < count else None
+        if not occupied and keep in (None, 0):  # the common case on a quiet cluster: device 0, empty
+            out.append(PlacementOption(pool, 0, (), mem, cap - 1, count * cap - 1))
             continue
-        devices: list[list[Placement]] = [[] for _ in range(pool.count)]
-        for pl in placed or ():
-            if 0 <= pl.device < pool.count:
-                devices[pl.device].append(pl)
-        pool_free = pool.count * cap - sum(len(d) for d in devices)
-        free_devs = [i for i, d in enumerate(devices) if len(d) < cap]
-        if not free_devs:
+        used = 0
+        fullest, fullest_n = None, 0  # the fullest device with a free slot, lowest index among equals
+        for d, ms in occupied.items():
+            if not 0 <= d < count:
+                continue
+            n = len(ms)
+            used += n
+            if n < cap and (n > fullest_n or (n == fullest_n and d < fullest)):
+                fullest, fullest_n = d, n
+        pool_free = count * cap - used
+        empty = _first_empty(occupied, count)
+        empty_free = empty if cap > 0 else None  # a pool without slots has no free device, empty or not
+        shared = () if fullest is None else (fullest,)
+        if empty_free is None and not shared:
             if ignore_capacity:
-                i = min(range(pool.count), key=lambda k: len(devices[k]))
-                out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]), 0, 0,
-                                           _loads(devices[i], load_of)))
+                i = empty if empty is not None else min(range(count), key=lambda k: (len(occupied[k]), k))
+                ms = occupied.get(i, [])
+                out.append(PlacementOption(pool, i, tuple(ms), mem - _used_gb(ms), 0, 0, _loads(ms, load_of)))
             continue
-        chosen = []
-        empty = next((i for i in free_devs if not devices[i]), None)
-        if empty is not None:
-            chosen.append(empty)
-        shared = [i for i in free_devs if devices[i]]
-        if shared:
-            chosen.append(max(shared, key=lambda k: (len(devices[k]), -k)))
-        if keep is not None and keep in free_devs and keep not in chosen:
+        chosen = [*([] if empty_free is None else [empty_free]), *shared]
+        if keep is not None and keep not in chosen and len(occupied.get(keep, ())) < cap:
             chosen.append(keep)
         for i in chosen:
-            out.append(PlacementOption(pool, i, tuple(devices[i]), mem - _used_gb(devices[i]),
-                                       cap - len(devices[i]) - 1, pool_free - 1, _loads(devices[i], load_of)))
+            ms = occupied.get(i, [])
+            out.append(PlacementOption(pool, i, tuple(ms), mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1,
+                                       _loads(ms, load_of)))
     return out
+
+
+def _first_empty(occupied: dict[int, list[Placement]], count: int) -> int | None:
+    """Lowest device index with no job on it (None when every device is occupied)."""
+    i = 0
+    while i in occupied:  # stops at the first gap: at most one step per occupied device
+        i += 1
+    return i if i < count else None
 
 
 def _loads(placements: list[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:
