@@ -15,7 +15,7 @@ import uvicorn
 
 from oltunes.errors import ConfigError
 from oltunes.gateway.app import Gateway
-from oltunes.tuner.service import is_loopback
+from oltunes.netaddr import is_loopback
 
 KEEP_ALIVE_S = 75  # server side; our clients keep idle connections for less (app.CLIENT_KEEP_ALIVE_S)
 

@@ -24,7 +24,6 @@ Safety rules
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import socket
 import threading
@@ -39,6 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from oltunes.errors import ConfigError, OLTunesError
+from oltunes.netaddr import is_loopback
 from oltunes.tuner import guards
 from oltunes.tuner.api import (
     API_PREFIX,
@@ -215,19 +215,6 @@ def create_app(
     app.include_router(public)
     app.include_router(private)
     return app
-
-
-def is_loopback(host: str) -> bool:
-    """True when every address `host` resolves to is a loopback address (unresolvable: False)."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
 
 
 def check_bind(host: str, token: str | None) -> None:

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from oltunes.errors import MissingDependency, WorkerError
+from oltunes.errors import InputRejected, MissingDependency, WorkerError
 from oltunes.inventory import CATALOG
 from oltunes.launchers import WorkerSpec, docker_adaptor
 from oltunes.launchers.batch_job import measurement_from_results
@@ -141,16 +141,16 @@ def test_a_timed_out_or_stopped_batch_is_removed(small_zoo, worker_image, client
     assert not launcher.alive(handle)
 
 
-def test_a_failing_worker_reports_its_log_and_is_removed(small_zoo, worker_image, client, tmp_path):
+def test_a_worker_refusing_its_input_reports_why_and_is_removed(small_zoo, worker_image, client, tmp_path):
     variant, data = small_zoo
     bad = tmp_path / "in" / "broken.parquet"
     bad.parent.mkdir()
     bad.write_bytes(b"not parquet")
     spec = make_spec(variant, tmp_path, data=data, job_id="job-docker-fail").model_copy(update={"input_path": bad})
     launcher = DockerLauncher(image=worker_image)
-    with pytest.raises(WorkerError, match="exited with 2") as e:
+    # exit 2 in the container is bad input, as with the local launcher: InputRejected, which is never retried
+    with pytest.raises(InputRejected, match=r"rejected its input: dataset .*broken.parquet cannot be read"):
         launcher.wait(launcher.start(spec), timeout_s=300)
-    assert "error" in str(e.value).lower()
     assert containers_of(client, spec.job.job_id) == []
 
 
