@@ -76,25 +76,23 @@ def test_bad_dataset_is_refused_before_any_work_naming_file_and_column(settings_
 
 def test_the_reason_reaches_the_flow_runs_failure_message(settings_env, tmp_path):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
-    from prefect.client.schemas.sorting import FlowRunSort
 
     settings_env()
     data = tmp_path / "nan.parquet"
     pq.write_table(table(fill=nan_rows), data)
+    state = asyncio.run(
+        batch_inference(family="cnn", dataset=str(data), output=str(tmp_path / "o"), slo_ms=500.0, return_state=True)
+    )
     with pytest.raises(DataError):
-        asyncio.run(batch_inference(family="cnn", dataset=str(data), output=str(tmp_path / "o"), slo_ms=500.0))
+        state.result()
 
-    async def latest_failed():
+    async def stored_state():  # what the Prefect API (and its UI) shows for this run
         async with get_client() as c:
-            runs = await c.read_flow_runs(
-                flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["batch-cnn"])), sort=FlowRunSort.START_TIME_DESC, limit=1
-            )  # fmt: skip
-            return runs[0].state
+            return (await c.read_flow_run(state.state_details.flow_run_id)).state
 
-    state = asyncio.run(latest_failed())
-    assert state.is_failed()
-    assert "3 of 40 rows with NaN or Inf" in state.message and str(data) in state.message
+    stored = asyncio.run(stored_state())
+    assert stored.is_failed()
+    assert "3 of 40 rows with NaN or Inf" in stored.message and str(data) in stored.message
 
 
 @flow(name="one-worker")
