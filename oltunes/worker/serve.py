@@ -123,6 +123,12 @@ class Worker:
         if seconds is not None:
             self.prom.latency.labels(self.name).observe(seconds)
 
+    def answered(self, seconds: float, items: int) -> None:
+        """Book one successful request (both routes): counters, latency histogram and the control loop's window."""
+        self.count(200, seconds)
+        self.window.request_ms.record(seconds * 1e3)
+        self.window.items += items
+
     def metadata(self) -> ModelMetadata:
         s = self.first
         dims = [-1 if d is None else d for d in s.input_shape]
@@ -244,9 +250,7 @@ def create_app(cfg: ServeConfig) -> Any:
             w.count(e.status)
             return failed(e)
         seconds = time.perf_counter() - t0
-        w.count(200, seconds)
-        w.window.request_ms.record(seconds * 1e3)
-        w.window.items += len(out)
+        w.answered(seconds, len(out))
         return Response(content, headers=headers)
 
     # -- plain JSON and operations --------------------------------------------------------------------------
@@ -265,9 +269,7 @@ def create_app(cfg: ServeConfig) -> Any:
             w.count(e.status)
             return failed(e)
         seconds = time.perf_counter() - t0
-        w.count(200, seconds)
-        w.window.request_ms.record(seconds * 1e3)
-        w.window.items += len(out)
+        w.answered(seconds, len(out))
         return InferResponse(predictions=predictions(out).tolist(), ids=req.ids, model=w.name, batch_items=batch_items,
                              latency_ms=round(seconds * 1e3, 4))  # fmt: skip
 
