@@ -145,8 +145,6 @@ def warm_start(tracker: Any, tuner: Any, state_path: Path, kinds: Iterable[str],
     Reads runs ended after the cursor beside `state_path` (or all of them, with a progress bar, when there is no
     valid cursor); saves the tuner (if it saves) and only then advances the cursor.
     """
-    if getattr(tuner, "replay", None) is None:  # a policy that does not learn has nothing to warm
-        return 0
     path = cursor_path(state_path)
     cur = _load_cursor(path, tracker.uri, tuner, state_path)
     names = experiments_for(kinds, simulated)
