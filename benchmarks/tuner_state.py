@@ -1,16 +1,19 @@
 """Tuner state at scale: save time and file size after 100,000 observations, and what a durable observe costs.
 
 1. A tuner observes ``--n`` synthetic measurements (the generators of ``tuner_latency``; ids are uuid hex like
-   the real ones), then ``Tuner.save`` (state_dict + JSON + temp file + fsync + rename) is timed ``--saves``
-   times. The same state with the seen ids stored the old way (a JSON list of every id, up to a million) is
-   written side by side, alternating, so the ratio is measured under the same machine noise.
+   the real ones), then ``Tuner.save`` (state_dict + finiteness check + orjson + temp file + fsync + rename,
+   format version 2) is timed ``--saves`` times, alternating with the same state written the version-1 way
+   (standard-library ``json.dumps`` of the same content with the correction as nested lists and RNG states as
+   integers, through the same atomic durable write), so the before/after ratio is measured under the same
+   machine noise. The version-1 figure includes converting today's state to the old layout (a few ms, reported
+   as ``v1_layout_ms``). Both files are loaded back (version 1 must keep loading).
 2. Observe over HTTP, one measurement per request through `TunerClient`, against a service with a state file
    (every answer waits for the journal's fsync) and one without (nothing durable until shutdown), alternating
    in rounds: the price of "an answered observe survives SIGKILL".
 
 Targets (issue 10): ``save_ms_100k`` <= 50 ms, ``state_bytes_100k`` <= 5 MB. ``save_cpu_ms_100k`` (CPU time of the
-save, fsync wait excluded) and the load average are reported too: on a shared, oversubscribed machine the wall
-time mostly measures the wait for a core.
+save, fsync wait excluded), the parts of a save and the load average are reported too: on a shared,
+oversubscribed machine the wall time also measures the wait for a core and for the disk.
 
 Run: ``.venv/bin/python -m benchmarks.tuner_state --json benchmarks/results/tuner_state.json``
 """
@@ -23,6 +26,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +38,12 @@ from benchmarks.tuner_latency import (
     synthetic_measurement,
     synthetic_variants,
 )
+from oltunes.atomic import atomic_write, atomic_write_text
+from oltunes.jsonstate import find_nonfinite, set_rng_state, unpack_floats
 from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.service import create_app, serve_in_thread
-from oltunes.tuner.state import write_json_atomic
+from oltunes.tuner.state import encode_state
 
 GOALS = {"save_ms_100k": 50.0, "state_bytes_100k": 5_000_000}
 
@@ -55,10 +61,32 @@ def _cpu_ms(fn) -> float:
     return (time.process_time() - t0) * 1e3
 
 
+def _int_rng(state: dict[str, Any]) -> dict[str, Any]:
+    g = np.random.default_rng()
+    set_rng_state(g, state)
+    return g.bit_generator.state
+
+
+def v1_layout(d: dict[str, Any]) -> dict[str, Any]:
+    """Today's state in the version-1 layout: correction groups as nested lists, RNG states as integers."""
+    c = d["correction"]
+    groups = {k: [s, n] for k, s, n in zip(c["keys"], unpack_floats(c["sums"]).tolist(),
+                                            unpack_floats(c["counts"]).tolist())}
+    model = {**d["model"], "rng": _int_rng(d["model"]["rng"]), "replay_rng": _int_rng(d["model"]["replay_rng"])}
+    return {**d, "version": 1, "model": model, "rng": _int_rng(d["rng"]),
+            "correction": {"root_k": c["root_k"], "decay": c["decay"], "groups": groups}}
+
+
+def save_v1(tuner: Tuner, path: Path) -> None:
+    """How version 1 was saved: ``json.dumps(allow_nan=False)`` then the atomic, durable write."""
+    text = json.dumps(v1_layout(tuner.state_dict()), allow_nan=False, separators=(",", ":"))
+    atomic_write_text(path, text, durable=True)
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=100_000, help="observations before the saves are timed")
-    p.add_argument("--saves", type=int, default=7, help="timed saves per format")
+    p.add_argument("--saves", type=int, default=9, help="timed saves per format")
     p.add_argument("--http-observes", type=int, default=200, help="observes over HTTP per service (in rounds)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
@@ -74,50 +102,65 @@ def main() -> None:
     observe_s = time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory(prefix="oltunes-bench-") as tmp:
-        new_path, old_path = Path(tmp) / "state.json", Path(tmp) / "state-list-of-ids.json"
-
-        def save_old() -> None:  # the format before: every id as a JSON string
-            write_json_atomic(old_path, {**tuner.state_dict(), "seen": ids[-1_000_000:]})
-
+        new_path, old_path = Path(tmp) / "state.json", Path(tmp) / "state-v1.json"
         load_before = os.getloadavg()[0]
-        times = alternate({"new": lambda: _timed_ms(lambda: tuner.save(new_path)),
-                           "old": lambda: _timed_ms(save_old),
-                           "new_cpu": lambda: _cpu_ms(lambda: tuner.save(new_path))}, args.saves)
-        state_dict_ms = median([_timed_ms(tuner.state_dict) for _ in range(args.saves)])
-        encode_ms = median([_timed_ms(lambda d=tuner.state_dict(): json.dumps(d, allow_nan=False,
-                                                                             separators=(",", ":")))
-                            for _ in range(args.saves)])
+        times = alternate({"v2": lambda: _timed_ms(lambda: tuner.save(new_path)),
+                           "v1": lambda: _timed_ms(lambda: save_v1(tuner, old_path)),
+                           "v2_cpu": lambda: _cpu_ms(lambda: tuner.save(new_path)),
+                           "v1_cpu": lambda: _cpu_ms(lambda: save_v1(tuner, old_path))}, args.saves)
+        d = tuner.state_dict()
+        data = encode_state(d)
+        parts = {
+            "state_dict_ms": median([_cpu_ms(tuner.state_dict) for _ in range(args.saves)]),
+            "finite_check_ms": median([_cpu_ms(lambda: find_nonfinite(d)) for _ in range(args.saves)]),
+            "check_and_orjson_ms": median([_cpu_ms(lambda: encode_state(d)) for _ in range(args.saves)]),
+            "write_fsync_ms": median([_timed_ms(lambda: atomic_write(new_path, lambda t: t.write_bytes(data),
+                                                                     durable=True)) for _ in range(args.saves)]),
+            "v1_layout_ms": median([_cpu_ms(lambda: v1_layout(d)) for _ in range(args.saves)]),
+            "v1_json_dumps_ms": median([_cpu_ms(lambda: json.dumps(v1_layout(d), allow_nan=False))
+                                        for _ in range(args.saves)]),
+        }
+        load_ms = alternate({"v2": lambda: _timed_ms(lambda: Tuner.load(new_path)),
+                             "v1": lambda: _timed_ms(lambda: Tuner.load(old_path))}, 3)
         new_bytes, old_bytes = new_path.stat().st_size, old_path.stat().st_size
-        parts = {k: len(json.dumps(v)) for k, v in tuner.state_dict().items()}
-        assert Tuner.load(new_path).has_seen(ids[-1])
-
+        part_bytes = {k: len(json.dumps(v)) for k, v in d.items()}
+        for path in (new_path, old_path):  # both formats load back to the same tuner
+            assert Tuner.load(path).has_seen(ids[-1]) and Tuner.load(path).n_observed == tuner.n_observed
         http = _durable_observe_rates(args, rng, cluster, variants, Path(tmp))
 
     res = {
         "n_observations": args.n,
-        "save_ms_100k": median(times["new"]),
-        "save_ms_100k_list_of_ids": median(times["old"]),
-        "save_speedup": median(times["old"]) / median(times["new"]),
-        "save_cpu_ms_100k": median(times["new_cpu"]),
+        "save_ms_100k": median(times["v2"]),
+        "save_cpu_ms_100k": median(times["v2_cpu"]),
+        "save_ms_100k_v1": median(times["v1"]),
+        "save_cpu_ms_100k_v1": median(times["v1_cpu"]),
+        "save_speedup": median(times["v1"]) / median(times["v2"]),
+        "save_cpu_speedup": median(times["v1_cpu"]) / median(times["v2_cpu"]),
         "load_average_1min": [load_before, os.getloadavg()[0]],
         "state_bytes_100k": new_bytes,
-        "state_bytes_100k_list_of_ids": old_bytes,
-        "state_dict_ms": state_dict_ms,
-        "json_encode_ms": encode_ms,
-        "state_part_bytes": parts,
+        "state_bytes_100k_v1": old_bytes,
+        "load_ms_100k": median(load_ms["v2"]),
+        "load_ms_100k_v1": median(load_ms["v1"]),
+        "save_parts_ms": parts,
+        "state_part_bytes": part_bytes,
         "observe_per_s_inprocess": args.n / observe_s,
         **http,
         "goals": GOALS,
-        "goals_met": {"save_ms_100k": median(times["new"]) <= GOALS["save_ms_100k"],
+        "goals_met": {"save_ms_100k": median(times["v2"]) <= GOALS["save_ms_100k"],
                       "state_bytes_100k": new_bytes <= GOALS["state_bytes_100k"]},
     }
-    print_table(f"tuner state after {args.n:,} observations (medians of {args.saves})", ["metric", "value"], [
-        ["save ms (hashed seen ids)", res["save_ms_100k"]], ["save CPU ms (hashed seen ids)", res["save_cpu_ms_100k"]],
-        ["save ms (JSON list of ids)", res["save_ms_100k_list_of_ids"]],
-        ["state bytes (hashed)", new_bytes], ["state bytes (list of ids)", old_bytes],
-        ["state_dict ms", state_dict_ms], ["JSON encode ms", encode_ms],
-        ["observe/s over HTTP, journaled (fsync per answer)", http["observe_http_per_s_durable"]],
-        ["observe/s over HTTP, no state file", http["observe_http_per_s_volatile"]],
+    print_table(f"tuner state after {args.n:,} observations (medians of {args.saves}, alternating)",
+                ["metric", "version 2 (orjson)", "version 1 (json)", "v1 / v2"], [
+        ["save ms (wall)", res["save_ms_100k"], res["save_ms_100k_v1"], res["save_speedup"]],
+        ["save CPU ms", res["save_cpu_ms_100k"], res["save_cpu_ms_100k_v1"], res["save_cpu_speedup"]],
+        ["state bytes", new_bytes, old_bytes, old_bytes / new_bytes],
+        ["load ms", res["load_ms_100k"], res["load_ms_100k_v1"], res["load_ms_100k_v1"] / res["load_ms_100k"]],
+    ])
+    print_table("parts of a version-2 save (ms; CPU except the write)", ["part", "ms"],
+                [[k, v] for k, v in parts.items()])
+    print_table("durable observe over HTTP", ["metric", "value"], [
+        ["observe/s, journaled (fsync per answer)", http["observe_http_per_s_durable"]],
+        ["observe/s, no state file", http["observe_http_per_s_volatile"]],
     ])
     write_json(args.json, res)
 

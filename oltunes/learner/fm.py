@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from river import base, facto, optim
 
+from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.ftml import FTML
 
 __all__ = ["ONLINE_SETTINGS", "FMRegressor", "MultiFMRegressor", "RiverFMRegressor"]
@@ -404,9 +405,9 @@ class _FMBase(base.Base):
             "features": list(self._index),
             "W": self._W[:n].tolist(),
             "V": self._V[:n].tolist(),
-            "rng": self._rng.bit_generator.state,
+            "rng": rng_state(self._rng),
             "n_learned": self.n_learned,
-            "replay_rng": self._replay_rng.bit_generator.state,
+            "replay_rng": rng_state(self._replay_rng),
             "buffer": [[r.tolist(), v.tolist(), y.tolist(), m.tolist(), w] for r, v, y, m, w in self._buffer],
             "residual_scale": self._scale.tolist(),
             "residual_scale_n": self._n_scale.tolist(),
@@ -427,11 +428,11 @@ class _FMBase(base.Base):
         self._V = np.zeros((cap, self._n_targets, self.n_factors))
         self._W[: len(feats)] = np.asarray(d["W"], dtype=float).reshape(len(feats), self._n_targets)
         self._V[: len(feats)] = np.asarray(d["V"], dtype=float).reshape(len(feats), self._n_targets, self.n_factors)
-        self._rng.bit_generator.state = d["rng"]
+        set_rng_state(self._rng, d["rng"])
         self.n_learned = int(d["n_learned"])
         # Keys added with replay / robust weighting: absent in older state files (then: empty, cold).
         if "replay_rng" in d:
-            self._replay_rng.bit_generator.state = d["replay_rng"]
+            set_rng_state(self._replay_rng, d["replay_rng"])
         for r, v, y, m, w in d.get("buffer", []):
             self._buffer.append((np.asarray(r, dtype=np.intp), np.asarray(v, dtype=float), np.asarray(y, dtype=float),
                                  np.asarray(m, dtype=bool), float(w)))
@@ -596,7 +597,8 @@ class RiverFMRegressor(facto.FMRegressor):
     Examples
     --------
     >>> from oltunes.learner.fm import RiverFMRegressor
-    >>> from oltunes.learner.ftml import FTML
+    >>> from oltunes.jsonstate import rng_state, set_rng_state
+from oltunes.learner.ftml import FTML
     >>> fm = RiverFMRegressor(n_factors=2, weight_optimizer=FTML(0.05), latent_optimizer=FTML(0.05),
     ...                       intercept_lr=0.05, seed=0)
     >>> for _ in range(300):

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from oltunes.errors import ConfigError, DataError
+from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.features import JobContext, job_context
 from oltunes.learner.fm import DEFAULT_LR
 from oltunes.tuner import explain
@@ -51,7 +52,7 @@ from oltunes.tuner.objectives import objective_for
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.seen import SeenIds
 from oltunes.tuner.selection import Selector
-from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_json_atomic
+from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_state
 from oltunes.types import (
     Candidate,
     ClusterState,
@@ -365,7 +366,7 @@ class Tuner:
                 **self.estimator.state_dict(),
                 "n_observed": self.n_observed,
                 "seen": self._seen.state_dict(),
-                "rng": self._rng.bit_generator.state,
+                "rng": rng_state(self._rng),
             }
 
     @classmethod
@@ -377,14 +378,14 @@ class Tuner:
             t.estimator.load_state_dict(d)
             t.n_observed = int(d["n_observed"])
             t._seen = SeenIds.from_state_dict(d["seen"])
-            t._rng.bit_generator.state = d["rng"]
+            set_rng_state(t._rng, d["rng"])
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"tuner state is malformed ({type(e).__name__}: {e}); delete it to start fresh") from e
         return t
 
     def save(self, path: str | Path) -> Path:
-        """Write the state as JSON, atomically (temp file + rename)."""
-        return write_json_atomic(path, self.state_dict())
+        """Write the state as JSON, atomically (temp file + rename); refused if it holds a non-finite number."""
+        return write_state(path, self.state_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> Tuner:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.types import Candidate, Variant
 
 __all__ = ["PooledCorrection"]
@@ -134,13 +135,25 @@ class PooledCorrection:
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"root_k": self.root_k, "decay": self.decay,
-                "groups": {k: [list(self._sums[k]), list(self._counts[k])] for k in self._sums}}
+        """Group keys, and their sums and counts as two packed (groups x targets) tables: thousands of groups
+        at scale, which as nested lists of decimals were the slowest part of a save."""
+        keys = list(self._sums)
+        shape = (len(keys), self.n_targets)
+        return {"root_k": self.root_k, "decay": self.decay, "keys": keys,
+                "sums": pack_floats(np.array([self._sums[k] for k in keys], dtype=float).reshape(shape)),
+                "counts": pack_floats(np.array([self._counts[k] for k in keys], dtype=float).reshape(shape))}
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
         pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]))
-        for key, (s, n) in d["groups"].items():
+        if "groups" in d:  # state version 1: {key: [sums, counts]}
+            groups = [(key, s, n) for key, (s, n) in d["groups"].items()]
+        else:
+            keys, sums, counts = d["keys"], unpack_floats(d["sums"]), unpack_floats(d["counts"])
+            if sums.shape != (len(keys), n_targets) or counts.shape != sums.shape:
+                raise ValueError(f"correction: {len(keys)} groups but tables of shape {sums.shape}, {counts.shape}")
+            groups = zip(keys, sums.tolist(), counts.tolist())
+        for key, s, n in groups:
             pc._sums[key] = [float(x) for x in s]
             pc._counts[key] = [float(x) for x in n]
             if key.startswith("cfg="):

@@ -16,7 +16,7 @@ from oltunes.errors import ConfigError, OLTunesError
 from oltunes.tuner import guards
 from oltunes.tuner.api import ObserveResponse, RecommendRequest
 from oltunes.tuner.journal import ObserveJournal, fsync_dir
-from oltunes.tuner.state import state_lock, write_json_atomic
+from oltunes.tuner.state import state_lock, write_state
 from oltunes.types import ClusterState, Decision, Measurement, Pool
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class TunerService:
                 sealed = self.journal.rotate() if self.journal is not None else None
             try:
                 with state_lock(self.state_path):
-                    write_json_atomic(self.state_path, state)
+                    write_state(self.state_path, state)
             except BaseException:
                 self._dirty = True  # retry next round
                 raise

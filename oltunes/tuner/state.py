@@ -1,5 +1,10 @@
 """Tuner state on disk: plain JSON, written atomically, versioned. Never pickle (a user could swap the file).
 
+Version 2 is written with orjson (a 3 MB state in a few ms, where the standard library takes ~50): 128-bit RNG
+states as strings and large float tables as base64 float64 (`oltunes.jsonstate`). orjson writes NaN as ``null``,
+so a state holding a non-finite number is refused before anything is written. Version 1 files (standard JSON,
+plain lists, RNG states as integers) still load.
+
 Loading validates the envelope (format name and version) and turns any malformed content into a
 ``DataError`` that says which file and what to do.
 """
@@ -13,23 +18,36 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from oltunes.atomic import atomic_write_text
-from oltunes.errors import DataError
+import orjson
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "write_json_atomic", "read_state", "state_lock"]
+from oltunes.atomic import atomic_write
+from oltunes.errors import DataError
+from oltunes.jsonstate import find_nonfinite
+
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "encode_state", "read_state", "state_lock", "write_state"]
 
 STATE_FORMAT = "oltunes.tuner"
-STATE_VERSION = 1
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: standard-library JSON, plain float lists, RNG states as integers
 
 
-def write_json_atomic(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` as JSON to ``path`` via a temp file in the same folder + ``os.replace``."""
-    path = Path(path)
+def encode_state(payload: dict[str, Any], where: str = "state") -> bytes:
+    """``payload`` as JSON bytes; a non-finite number anywhere (a diverged model) is refused, naming where."""
+    bad = find_nonfinite(payload)
+    if bad is not None:
+        raise DataError(f"{where}: the tuner state holds a non-finite number at {bad}, not saving "
+                        "(the model diverged; the last saved state is kept)")
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except ValueError as e:  # NaN/inf: a diverged model is refused rather than saved
-        raise DataError(f"{path}: state holds a non-finite number, not saving: {e}") from e
-    return atomic_write_text(path, text, durable=True)
+        return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError as e:
+        raise DataError(f"{where}: the tuner state is not JSON-serialisable ({e}), not saving") from e
+
+
+def write_state(path: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``path`` atomically and durably (temp file beside it, fsync, rename; umask mode)."""
+    path = Path(path)
+    data = encode_state(payload, str(path))
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data), durable=True)
 
 
 @contextmanager
@@ -50,9 +68,13 @@ def read_state(path: str | Path) -> dict[str, Any]:
     """Read and check a tuner state file written by ``Tuner.save``."""
     path = Path(path)
     try:
-        d = json.loads(path.read_text())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"tuner state file not found: {path}") from None
+    try:
+        d = orjson.loads(raw)
+        if isinstance(d, dict) and d.get("version") == 1:
+            d = json.loads(raw)  # its RNG states are integers beyond 64 bits, which orjson reads as rounded floats
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: not a JSON tuner state ({e}); delete it to start fresh or restore a backup") from e
     check_envelope(d, str(path))
@@ -62,5 +84,6 @@ def read_state(path: str | Path) -> dict[str, Any]:
 def check_envelope(d: Any, where: str = "state") -> None:
     if not isinstance(d, dict) or d.get("format") != STATE_FORMAT:
         raise DataError(f"{where}: not an OLTunes tuner state (missing format={STATE_FORMAT!r})")
-    if d.get("version") != STATE_VERSION:
-        raise DataError(f"{where}: tuner state version {d.get('version')!r}, this OLTunes reads {STATE_VERSION}")
+    if d.get("version") not in READABLE_VERSIONS:
+        raise DataError(f"{where}: tuner state version {d.get('version')!r}, this OLTunes reads versions "
+                        f"{', '.join(map(str, READABLE_VERSIONS))}")

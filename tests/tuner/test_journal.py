@@ -25,7 +25,7 @@ def test_a_failed_save_keeps_the_journal_and_a_torn_last_line_is_skipped(tmp_pat
     def disk_full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(served, "write_json_atomic", disk_full)
+    monkeypatch.setattr(served, "write_state", disk_full)
     with pytest.raises(OSError):
         svc.persist()
     assert svc.observe(ms[2:]).accepted == 1  # still serving, still journaling

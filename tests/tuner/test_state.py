@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from oltunes.errors import DataError
+from oltunes.jsonstate import find_nonfinite, pack_floats, unpack_floats
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Prior, Tuner
+from oltunes.tuner.state import STATE_VERSION
 from oltunes.types import Accelerator, Candidate, ClusterState, JobSpec, Measurement, Pool, Variant
 
 VARIANTS = [Variant(family="cnn", name=f"cnn-{s}", size=s, accuracy=a, params=p)
@@ -103,3 +108,75 @@ def test_bad_state_files_are_refused_with_a_reason(tmp_path, content):
 def test_missing_state_file(tmp_path):
     with pytest.raises(DataError, match="not found"):
         Tuner.load(tmp_path / "nope.json")
+
+
+# A state written by OLTunes 9900f8b (format version 1: standard-library JSON, plain float lists, RNG states as
+# integers beyond 64 bits) from `trained(explore_rate=0.5, learner_replay=True)` after one recommend per job.
+V1_STATE = Path(__file__).parent / "data" / "tuner_state_v1.json"
+
+
+def test_a_version_1_state_file_still_loads_exactly_and_is_rewritten_as_version_2(tmp_path):
+    raw = json.loads(V1_STATE.read_text())
+    assert raw["version"] == 1 and isinstance(raw["rng"]["state"]["state"], int)
+    old = Tuner.load(V1_STATE)
+    assert old.n_observed == 60 and all(old.has_seen(m.measurement_id) for m in history())
+    d = old.state_dict()  # what was read is what the file held, number for number
+    assert d["model"]["W"] == raw["model"]["W"] and d["residuals"] == raw["residuals"]
+    groups = {k: [s, n] for k, s, n in zip(d["correction"]["keys"], unpack_floats(d["correction"]["sums"]).tolist(),
+                                          unpack_floats(d["correction"]["counts"]).tolist())}
+    assert groups == raw["correction"]["groups"]
+    assert old._rng.bit_generator.state == raw["rng"]
+
+    path = old.save(tmp_path / "tuner.json")
+    written = json.loads(path.read_text())
+    assert written["version"] == STATE_VERSION == 2 and isinstance(written["rng"]["state"]["state"], str)
+    new = Tuner.load(path)
+    assert new.state_dict() == d
+    cands = [Candidate(pool=p.name, accelerator=p.accelerator.name, variant=v, batch_size=4)
+             for p in CLUSTER.pools for v in VARIANTS]
+    assert new.predict(JOBS[1], cands) == old.predict(JOBS[1], cands)
+    for job in JOBS * 3:  # exploration draws continue identically from the restored RNG
+        a, b = old.recommend(job, CLUSTER), new.recommend(job, CLUSTER)
+        assert (a.candidate, a.source) == (b.candidate, b.source)
+
+
+@pytest.mark.parametrize("where", ["correction", "model"])
+def test_a_non_finite_number_is_refused_naming_where_and_the_saved_state_is_kept(tmp_path, where):
+    t = trained()
+    path = t.save(tmp_path / "tuner.json")
+    before = path.read_bytes()
+    if where == "correction":
+        t.estimator.correction._sums[next(iter(t.estimator.correction._sums))][1] = math.nan
+    else:
+        t.estimator.model._W[2, 0] = math.inf
+    with pytest.raises(DataError, match=rf"non-finite number at {where}\.(sums|W)\[\d+\]"):
+        t.save(path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["tuner.json"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_state_file_mode_follows_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        path = trained().save(tmp_path / "tuner.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_packed_floats_are_bit_exact_and_plain_lists_still_read():
+    a = np.array([[0.1, -0.0, 5e-324], [1e308, -2.5, np.pi]])
+    back = unpack_floats(json.loads(json.dumps(pack_floats(a))))
+    assert back.tobytes() == a.tobytes() and back.flags.writeable
+    assert unpack_floats(a.tolist()).tobytes() == a.tobytes()
+
+
+def test_find_nonfinite_looks_everywhere_and_only_at_numbers():
+    ok = {"ids": ["nan", "inf"], "n": [1, True], "x": [[0.5, 1.0], [2.0, 3.0]], "mixed": ["a", 1.5],
+          "p": pack_floats(np.ones(4)), "none": None}
+    assert find_nonfinite(ok) is None
+    assert find_nonfinite({**ok, "x": [[0.5, 1.0], [2.0, math.nan]]}) == "x[3]"
+    assert find_nonfinite({"a": {"b": [{"c": -math.inf}]}}) == "a.b[0].c"
+    assert find_nonfinite({"p": pack_floats([1.0, math.nan])}) == "p[1]"
+    assert find_nonfinite({"r": [0.0, 1.0, math.nan]}) == "r[2]"
+    assert find_nonfinite({"s": np.float64("nan")}) == "s"
