@@ -20,6 +20,7 @@ The FM then learns what is left (co-runner interference, batch and concurrency s
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,10 +139,14 @@ class PooledCorrection:
         """Group keys, and their sums and counts as two packed (groups x targets) tables: thousands of groups
         at scale, which as nested lists of decimals were the slowest part of a save."""
         keys = list(self._sums)
-        shape = (len(keys), self.n_targets)
+
+        def table(rows: dict[str, list[float]]) -> dict[str, Any]:
+            flat = itertools.chain.from_iterable(rows[k] for k in keys)
+            n, t = len(keys), self.n_targets
+            return pack_floats(np.fromiter(flat, float, n * t).reshape(n, t))
+
         return {"root_k": self.root_k, "decay": self.decay, "keys": keys,
-                "sums": pack_floats(np.array([self._sums[k] for k in keys], dtype=float).reshape(shape)),
-                "counts": pack_floats(np.array([self._counts[k] for k in keys], dtype=float).reshape(shape))}
+                "sums": table(self._sums), "counts": table(self._counts)}
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
