@@ -8,10 +8,12 @@ import pytest
 from mlflow import MlflowClient
 
 from oltunes.tracking import Tracker, warm_start
+from oltunes.tracking import conventions as cv
 from oltunes.tracking import history as hist
+from oltunes.tracking import store as store_module
 from oltunes.tracking.history import cursor_path
 from oltunes.tuner.core import Tuner
-from tests.tracking.test_tracking import CAND, VARIANT, make_measurement
+from tests.tracking.test_tracking import CAND, VARIANT, closed_port_uri, make_measurement
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -100,3 +102,60 @@ def test_simulated_and_real_history_do_not_mix(setup):
     assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 2
     sim_state = state.with_name("sim.json")
     assert warm_start(tracker, Tuner([VARIANT], seed=1), sim_state, ("batch",), simulated=True) == 1
+
+
+def test_a_rebuild_reads_the_history_page_by_page_with_a_progress_bar(setup, monkeypatch):
+    tracker, state = setup
+    log_batch_runs(tracker, 5, days_ago=1)
+    monkeypatch.setattr(hist, "PAGE", 2)
+    pages: list[int] = []
+    client = tracker._client()
+    real_search = client.search_runs
+    monkeypatch.setattr(client, "search_runs", lambda *a, **k: (p := real_search(*a, **k), pages.append(len(p)))[0])
+    bars: list[bool] = []
+    real_progress = hist._progress
+    monkeypatch.setattr(hist, "_progress", lambda enabled: (bars.append(enabled), real_progress(enabled))[1])
+    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 5
+    assert pages == [2, 2, 1] and bars == [True]  # no state: every run, in pages, with a bar
+    log_batch_runs(tracker, 1, start=50)
+    pages.clear()
+    assert warm_start(tracker, Tuner.load(state), state, ("batch",), simulated=False) == 1
+    assert bars == [True, False] and sum(pages) < 5  # incremental: no bar, and not the whole history
+
+
+def test_runs_written_by_older_versions_warm_start_exactly_once(setup):
+    """Runs from before the step artifacts: every measurement a JSON tag ``oltunes.measurement.<id>``."""
+    tracker, state = setup
+    c = MlflowClient(tracker.uri)
+    steps = [make_measurement(kind="streaming", job_id="svc-old") for _ in range(3)]
+    job = make_measurement(job_id="batch-old")
+    for kind, key_tag, ms in (("streaming", cv.TAG_SERVICE, steps), ("batch", cv.TAG_KEY, [job])):
+        tags = {key_tag: ms[0].job_id, **{cv.TAG_MEASUREMENT_PREFIX + m.measurement_id: m.model_dump_json() for m in ms}}
+        run = c.create_run(tracker._experiment_id(cv.experiment_for(kind)), tags=tags)
+        c.set_terminated(run.info.run_id)
+    kinds = ("batch", "streaming")
+    tuner = Tuner([VARIANT], seed=1)
+    assert warm_start(tracker, tuner, state, kinds, simulated=False) == 4
+    assert all(tuner.has_seen(m.measurement_id) for m in [*steps, job])
+    assert warm_start(tracker, Tuner.load(state), state, kinds, simulated=False) == 0
+    state.unlink()  # a new machine rebuilds the same four
+    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, kinds, simulated=False) == 4
+
+
+def test_a_run_buffered_long_ago_is_read_by_the_next_warm_start_once_it_lands(setup, tmp_path, monkeypatch):
+    """A replayed run ends when it lands, so a cursor that moved on meanwhile still reads it."""
+    tracker, state = setup
+    log_batch_runs(tracker, 2)
+    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 2
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    other_host = tmp_path / "other-host-buffer"
+    late = make_measurement(job_id="late")
+    with monkeypatch.context() as mp:  # another host ran a job a day ago while MLflow was down
+        day_ago = time.time() - DAY_MS / 1000
+        mp.setattr(store_module, "now_ms", lambda: int(day_ago * 1000))
+        down = Tracker(uri=closed_port_uri(), buffer_dir=other_host)
+        assert down.log_measurement(late, started_at=day_ago - 60) is None and down.pending() == 1
+    up = Tracker(uri=tracker.uri, buffer_dir=other_host, artifact_root=tmp_path / "artifacts")
+    assert up.flush() == 1
+    restored = Tuner.load(state)
+    assert warm_start(tracker, restored, state, ("batch",), simulated=False) == 1 and restored.has_seen(late.measurement_id)

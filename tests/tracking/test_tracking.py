@@ -153,6 +153,7 @@ def test_streaming_service_logs_steps_in_one_run_and_replay_skips_landed_steps(t
     assert [(h.step, h.value) for h in sorted(hist, key=lambda h: h.step)] == [(0, 10.0), (1, 11.0), (2, 12.0)]
     assert [h.value for h in sorted(c.get_metric_history(rid, cv.SLO_MET), key=lambda h: h.step)] == [1, 1, 0]
     assert runs[0].data.params["trace"] == "x" and runs[0].info.status == "FINISHED"
+    assert runs[0].info.start_time == svc.start_ms <= runs[0].info.end_time  # the run spans the service
     assert not any(k.startswith(cv.TAG_MEASUREMENT) for k in runs[0].data.tags)  # records are artifacts
     assert sorted(f.path for f in c.list_artifacts(rid, cv.STEPS_DIR)) == [cv.steps_chunk(0, 1), cv.steps_chunk(2, 2)]
     got = {m.measurement_id for m in tracker.history(kinds=("streaming",))}
@@ -229,3 +230,27 @@ def test_streaming_run_carries_mlflow_system_metrics(tracker, store):
     svc.end()
     metrics = c.get_run(svc.run_id).data.metrics
     assert "system/cpu_utilization_percentage" in metrics and "system/system_memory_usage_megabytes" in metrics
+
+
+def test_a_batch_run_spans_its_job_logs_its_dataset_and_takes_its_status_from_the_outcome(tracker, store, tmp_path):
+    import json
+    import time
+
+    from oltunes.atomic import sha256_file
+
+    data = tmp_path / "inputs" / "images.parquet"
+    data.parent.mkdir()
+    data.write_bytes(b"PAR1 not really, but a file with content" * 10)
+    m = make_measurement(job_id="job-span")
+    started = time.time() - 30.0
+    rid = tracker.log_measurement(m, experiment="t-span", dataset=data, started_at=started)
+    run = MlflowClient(store[0]).get_run(rid)
+    assert run.info.start_time == int(started * 1000) and run.info.end_time - run.info.start_time >= 30_000
+    assert run.info.status == "FINISHED"
+    (ds,) = run.inputs.dataset_inputs
+    assert (ds.dataset.name, ds.dataset.digest) == ("images", sha256_file(data)[:16])
+    assert json.loads(ds.dataset.source)["uri"] == data.resolve().as_uri()
+    assert json.loads(ds.dataset.profile)["num_rows"] == m.items
+    failed = tracker.log_run(experiment="t-span", key="job-span-failed", params=cv.decision_params(CAND),
+                             started_at=started, status="FAILED")  # fmt: skip
+    assert MlflowClient(store[0]).get_run(failed).info.status == "FAILED"
