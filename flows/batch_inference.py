@@ -205,7 +205,15 @@ async def _run_job(
             return await run_worker.with_options(timeout_seconds=p.part_timeout_s + 60)(p.launcher, spec, p.part_timeout_s)
 
     t0 = time.monotonic()
-    results = await asyncio.gather(*(run(part) for part in parts))
+    try:
+        results = await asyncio.gather(*(run(part) for part in parts))
+    except Exception as e:  # the job's run still spans it, with the outcome as its status
+        await track.log_failed_job(
+            tracker, decision, f"{type(e).__name__}: {e}", simulated=backend.simulated, policy=p.policy,
+            run_name=f"batch-{p.family}-{jid[:8]}", dataset=p.dataset, rows=job.items, started_at=started_at,
+            extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+        )  # fmt: skip
+        raise
     job_wall = time.monotonic() - t0
     m = measurement_from_results(job, decision.candidate, list(results), decision)
 

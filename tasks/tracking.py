@@ -39,6 +39,12 @@ async def log_measurement(tracker: Tracker, m: Measurement, **kwargs: Any) -> st
     return await asyncio.to_thread(lambda: tracker.log_measurement(m, **kwargs))
 
 
+@task(name="mlflow-log-failed-job", cache_policy=NO_CACHE, timeout_seconds=120)
+async def log_failed_job(tracker: Tracker, decision: Decision, reason: str, **kwargs: Any) -> str | None:
+    """The FAILED run of a job that failed after its decision (None = buffered)."""
+    return await asyncio.to_thread(lambda: tracker.log_failed_job(decision, reason, **kwargs))
+
+
 @task(name="mlflow-register-variants", cache_policy=NO_CACHE, timeout_seconds=600)
 async def register_variants(
     tracker: Tracker, variants: list[Variant], preferred: Variant, accuracy: float | None

@@ -49,6 +49,7 @@ TAG_SERVICE = "oltunes.service_id"  # one run per streaming service
 TAG_MEASUREMENT = "oltunes.measurement"  # a batch run's Measurement as JSON
 TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # older runs: + measurement_id (read, no longer written)
 STEPS_DIR = "oltunes/steps"  # streaming runs: <first>-<last>.jsonl, one Measurement JSON per line
+TAG_FAILURE = "oltunes.failure"  # a job that failed: why (its run has status FAILED and no measurement)
 LAST_STEP = "oltunes.last_step"  # metric: the last step whose chunk landed (replay skips chunks up to it)
 
 
@@ -107,14 +108,19 @@ def measurement_metrics(m: Measurement, slo_ms: float | None = None) -> dict[str
 
 
 def measurement_tags(m: Measurement, policy: str = "", decision: Decision | None = None) -> dict[str, str]:
-    tags = {
-        TAG_JOB: m.job_id,
+    return {
         TAG_MEASUREMENT_ID: m.measurement_id,
-        TAG_KIND: m.kind,
         TAG_ENERGY_SOURCE: m.energy_source,
-        TAG_SIMULATED: str(m.simulated).lower(),
         TAG_MEASUREMENT: m.model_dump_json(),
+        **job_tags(m.job_id, m.kind, m.simulated, policy, decision),
     }
+
+
+def job_tags(
+    job_id: str, kind: str, simulated: bool, policy: str = "", decision: Decision | None = None
+) -> dict[str, str]:
+    """The ids and labels of a job's run, measured or not."""
+    tags = {TAG_JOB: job_id, TAG_KIND: kind, TAG_SIMULATED: str(simulated).lower()}
     if policy:
         tags[TAG_POLICY] = policy
     if decision is not None:

@@ -218,6 +218,34 @@ class Tracker:
             started_at=started_at if started_at is not None else m.timestamp - m.wall_s,
         )
 
+    def log_failed_job(
+        self,
+        decision: Decision,
+        reason: str,
+        *,
+        kind: str = "batch",
+        simulated: bool = False,
+        policy: str = "",
+        run_name: str = "",
+        extra_params: Mapping[str, Any] = {},
+        dataset: Path | None = None,
+        rows: int = 0,
+        started_at: float | None = None,
+    ) -> str | None:
+        """The run of a job that failed after its decision: status FAILED, the decision as params, the reason as
+        a tag, no metrics (nothing was measured, so nothing is learnt from it). One per decision."""
+        tags = {**cv.job_tags(decision.job_id, kind, simulated, policy, decision), cv.TAG_FAILURE: reason[:2000]}
+        return self.log_run(
+            experiment=cv.experiment_for("simulation" if simulated else kind),
+            key=f"failed-{decision.decision_id}",
+            run_name=run_name or f"{kind}-{decision.job_id[:8]}",
+            params={**cv.decision_params(decision.candidate, decision), **extra_params},
+            tags=tags,
+            datasets=[cv.dataset_record(dataset, rows)] if dataset is not None else (),
+            started_at=started_at,
+            status="FAILED",
+        )
+
     def service(self, service_id: str, **kwargs: Any) -> Any:
         """The one run of a streaming service (see `oltunes.tracking.service.ServiceRun`)."""
         from oltunes.tracking.service import ServiceRun

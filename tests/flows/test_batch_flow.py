@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
-from oltunes.errors import ConfigError, DataError
+from oltunes.errors import ConfigError, DataError, WorkerError
 from oltunes.launchers import Launcher
 from oltunes.launchers.batch_job import job_outputs
 from oltunes.tracking import Tracker
@@ -235,3 +235,18 @@ def test_flow_runs_are_named_after_their_job(settings_env, shared_data):
     job_id = anonymous.result().measurement.job_id
     assert job_id == str(anonymous.state_details.flow_run_id).replace("-", "")
     assert asyncio.run(name_of(anonymous)) == f"batch-resnet-{job_id[:8]}"
+
+
+def test_a_job_that_fails_after_its_decision_leaves_a_failed_run_spanning_it(settings_env, dataset, tmp_path):
+    """A part that cannot finish in time (a real worker, a real timeout, retried) fails the job; its run says so."""
+    settings_env()
+    t0 = time.time()
+    with pytest.raises(WorkerError, match="timeout"):
+        asyncio.run(batch_inference(family="cnn", dataset=str(dataset), output=str(tmp_path / "o"), slo_ms=500.0,
+                                    job_id="job-fails", part_timeout_s=0.2))  # fmt: skip
+    (run,) = runs_of("job-fails")
+    assert run.info.status == "FAILED" and t0 * 1000 <= run.info.start_time < run.info.end_time
+    assert run.data.tags[cv.TAG_FAILURE].startswith("WorkerError") and run.data.metrics == {}
+    assert run.data.params["variant"] and run.data.tags[cv.TAG_DECISION_ID]
+    (ds,) = run.inputs.dataset_inputs
+    assert ds.dataset.name == dataset.stem

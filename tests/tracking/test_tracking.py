@@ -254,3 +254,18 @@ def test_a_batch_run_spans_its_job_logs_its_dataset_and_takes_its_status_from_th
     failed = tracker.log_run(experiment="t-span", key="job-span-failed", params=cv.decision_params(CAND),
                              started_at=started, status="FAILED")  # fmt: skip
     assert MlflowClient(store[0]).get_run(failed).info.status == "FAILED"
+
+
+def test_a_job_failed_after_its_decision_has_one_failed_run_and_nothing_to_learn(tracker, store):
+    import time
+
+    d = decision().model_copy(update={"job_id": "job-failed"})
+    started = time.time() - 5.0
+    rid = tracker.log_failed_job(d, "WorkerError: part 0 timed out", policy="fm-ftml", started_at=started)
+    assert tracker.log_failed_job(d, "WorkerError: part 0 timed out", started_at=started) == rid  # once per decision
+    run = MlflowClient(store[0]).get_run(rid)
+    assert run.info.status == "FAILED" and run.info.start_time == int(started * 1000) < run.info.end_time
+    assert run.data.params["variant"] == CAND.variant.name and "decision_id" not in run.data.params
+    assert run.data.tags[cv.TAG_DECISION_ID] == d.decision_id and run.data.tags[cv.TAG_JOB] == "job-failed"
+    assert run.data.tags[cv.TAG_FAILURE] == "WorkerError: part 0 timed out" and run.data.metrics == {}
+    assert not [m for m in tracker.history() if m.job_id == "job-failed"]
