@@ -85,11 +85,11 @@ def find_nonfinite(x: Any, where: str = "") -> str | None:
             try:
                 if all(map(math.isfinite, x)):  # the common case: a flat list of numbers
                     return None
-            except TypeError:  # nested lists, or not only numbers
+            except (TypeError, OverflowError):  # nested lists, not only numbers, or an int beyond any float
                 pass
             try:
                 arr = np.asarray(x)
-            except ValueError:  # ragged
+            except (TypeError, ValueError):  # ragged
                 arr = None
             if arr is not None and arr.dtype.kind in "biuf":
                 return _in_array(arr, where)

@@ -172,7 +172,7 @@ def test_packed_floats_are_bit_exact_and_plain_lists_still_read():
 
 
 def test_find_nonfinite_looks_everywhere_and_only_at_numbers():
-    ok = {"ids": ["nan", "inf"], "n": [1, True], "x": [[0.5, 1.0], [2.0, 3.0]], "mixed": ["a", 1.5],
+    ok = {"ids": ["nan", "inf"], "n": [1, True, 10**400], "x": [[0.5, 1.0], [2.0, 3.0]], "mixed": ["a", 1.5],
           "p": pack_floats(np.ones(4)), "none": None}
     assert find_nonfinite(ok) is None
     assert find_nonfinite({**ok, "x": [[0.5, 1.0], [2.0, math.nan]]}) == "x[3]"
