@@ -243,7 +243,7 @@ def test_a_job_that_fails_after_its_decision_leaves_a_failed_run_spanning_it(set
     t0 = time.time()
     with pytest.raises(WorkerError, match="timeout"):
         asyncio.run(batch_inference(family="cnn", dataset=str(dataset), output=str(tmp_path / "o"), slo_ms=500.0,
-                                    job_id="job-fails", part_timeout_s=0.2))  # fmt: skip
+                                    job_id="job-fails", part_timeout_s=0.05))  # fmt: skip
     (run,) = runs_of("job-fails")
     assert run.info.status == "FAILED" and t0 * 1000 <= run.info.start_time < run.info.end_time
     assert run.data.tags[cv.TAG_FAILURE].startswith("WorkerError") and run.data.metrics == {}
