@@ -157,6 +157,7 @@ class Gateway:
                 return refusal(e)
         route: Route = req.context
         t0 = time.perf_counter()
+        position = route.outstanding + 1
         fwd = [(k, req.headers[k]) for k in FORWARD_REQUEST if k in req.headers]
         try:
             answer = _answer(*await self.forward(route, b"POST", req.raw_path, req.body, fwd))
@@ -164,7 +165,9 @@ class Gateway:
             answer = refusal(e)
         self._count(route.name, answer.status)
         if answer.status == 200:
-            self.prom.latency.labels(route.name).observe(time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            route.answered(position, seconds)
+            self.prom.latency.labels(route.name).observe(seconds)
         return answer
 
     async def forward(self, route: Route, method: bytes, path: bytes, body: bytes,
@@ -186,7 +189,7 @@ class Gateway:
                 except OSError:  # refused, reset, closed: the worker died or is restarting
                     reason = "connection"
                 finally:
-                    route.end(url, answered=status == 200 and method == b"POST")
+                    route.end(url)
                 if status and status not in RETRYABLE:
                     return status, out, content
                 if status:

@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 from oltunes.config import REPO_ROOT
 from oltunes.errors import ConfigError
 from oltunes.gateway import Gateway, GatewayServer, Route
+from oltunes.gateway.routing import MIN_ANSWERS
 from oltunes.inventory import load_inventory
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.supervisor import ServeSupervisor
@@ -184,11 +185,11 @@ def test_admission_refuses_at_once_with_429_and_retry_after_when_the_predicted_w
         route.switch(worker.url, "start")
         body = {"inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]}
         with httpx.Client(base_url=url, timeout=30) as h:
-            assert h.post("/v2/models/cnn/infer", json=body).status_code == 200  # no queue seen yet: admitted
-            assert route.service_s is None  # a lone request says nothing about the service time
-            with ThreadPoolExecutor(16) as pool:  # a burst: completions while others wait measure the service time
+            assert h.post("/v2/models/cnn/infer", json=body).status_code == 200  # nothing learnt yet: admitted
+            assert route.waits.coefficients() is None  # one answer is not enough to refuse anything
+            with ThreadPoolExecutor(16) as pool:  # a burst: its answers fit the wait model
                 codes = list(pool.map(lambda _: h.post("/v2/models/cnn/infer", json=body).status_code, range(16)))
-            assert codes.count(200) >= 2 and set(codes) <= {200, 429} and route.service_s is not None
+            assert codes.count(200) >= MIN_ANSWERS - 1 and set(codes) <= {200, 429} and route.waits.coefficients() is not None
             r = h.post("/v2/models/cnn/infer", json=body)
             assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and "SLO" in r.json()["error"]
         route.slo_ms = 60_000.0
@@ -197,23 +198,29 @@ def test_admission_refuses_at_once_with_429_and_retry_after_when_the_predicted_w
     run_gateway(check)
 
 
-def test_predicted_wait_is_outstanding_requests_times_the_service_time_measured_under_a_queue():
+def test_predicted_wait_fits_latency_against_queue_position_and_is_measured_afresh_after_a_switch():
     r = Route("m", slo_ms=100)
-    r.begin("u")
-    r.end("u", answered=True)
-    r.begin("u")
-    r.end("u", answered=True)
-    assert r.service_s is None and r.predicted_wait_ms() == 0  # one at a time: no queue, nothing learnt, admit
-    for _ in range(3):
-        r.begin("u")
-    r.end("u", answered=True)  # two still waiting: the next gaps are service time
-    r.end("u", answered=True)
-    assert r.service_s is not None
-    r.service_s = 0.010
-    r.in_flight["u"] = 4
-    assert r.predicted_wait_ms() == pytest.approx(50.0)  # 4 ahead + this one, 10 ms each
+    for k in range(MIN_ANSWERS - 1):
+        r.answered(1 + k % 20, 0.003 + 0.002 * (1 + k % 20))
+    assert r.predicted_wait_ms() == 0  # too few answers: nothing is refused
+    for k in range(MIN_ANSWERS - 1, 60):  # 3 ms fixed + 2 ms per request ahead, positions 1..20
+        pos = 1 + k % 20
+        r.answered(pos, 0.003 + 0.002 * pos)
+    fixed, per_request = r.waits.coefficients()
+    assert fixed == pytest.approx(0.003, rel=1e-6) and per_request == pytest.approx(0.002, rel=1e-6)
+    r.in_flight["u"] = 9
+    assert r.predicted_wait_ms() == pytest.approx(3 + 2 * 10)  # 9 ahead + this one
+    for _ in range(300):  # the worker slows down (a busy machine): the fit follows the latencies it now sees
+        pos = 1 + _ % 20
+        r.answered(pos, 0.003 + 0.010 * pos)
+    assert r.predicted_wait_ms() == pytest.approx(3 + 10 * 10, rel=0.01)
+    lone = Route("n")
+    for _ in range(MIN_ANSWERS):
+        lone.answered(1, 0.005)  # never a queue: no slope to fit, the latency is taken as per request
+    lone.in_flight["u"] = 3
+    assert lone.predicted_wait_ms() == pytest.approx(20.0)
     r.switch("v", "switch")
-    assert r.service_s is None  # a new decision is measured afresh
+    assert r.waits.coefficients() is None  # a new decision is measured afresh
 
 
 def test_token_is_required_off_loopback_and_checked_on_every_route_but_health():
