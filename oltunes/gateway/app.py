@@ -23,6 +23,7 @@ import math
 import re
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import orjson
 
@@ -133,13 +134,22 @@ class Gateway:
             length = req.headers.get(b"content-length")
             check_declared(length.decode("latin-1") if length else None, self.max_body_bytes)
             admit(route)
+            # outstanding from now, not from when the body is in: a burst arriving together is not all admitted
+            req.context = Admission(route, route.admit(), time.perf_counter())
         return None
 
     def too_large(self, req: Request) -> Response:
         e = ProtocolError(413, f"request body is over the limit of {self.max_body_bytes} bytes")
-        if isinstance(req.context, Route):
-            self._count(req.context.name, 413)
+        if isinstance(req.context, Admission):
+            req.context.route.unadmit()
+            self._count(req.context.route.name, 413)
         return refusal(e)
+
+    def abandoned(self, req: Request) -> None:
+        """The client went away (or broke the protocol) before its admitted request's body was in."""
+        if isinstance(req.context, Admission):
+            req.context.route.unadmit()
+            self._count(req.context.route.name, 499)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         if self.token is None:
@@ -155,9 +165,9 @@ class Gateway:
                 return _answer(*await self.forward(route, b"GET", req.raw_path, b"", []))
             except ProtocolError as e:
                 return refusal(e)
-        route: Route = req.context
-        t0 = time.perf_counter()
-        position = route.outstanding + 1
+        admission: Admission = req.context
+        route = admission.route
+        route.unadmit()  # in flight from here on (`forward` counts it before its first wait)
         fwd = [(k, req.headers[k]) for k in FORWARD_REQUEST if k in req.headers]
         try:
             answer = _answer(*await self.forward(route, b"POST", req.raw_path, req.body, fwd))
@@ -165,8 +175,8 @@ class Gateway:
             answer = refusal(e)
         self._count(route.name, answer.status)
         if answer.status == 200:
-            seconds = time.perf_counter() - t0
-            route.answered(position, seconds)
+            seconds = time.perf_counter() - admission.t0
+            route.answered(admission.position, seconds)
             self.prom.latency.labels(route.name).observe(seconds)
         return answer
 
@@ -209,9 +219,16 @@ class Gateway:
         counter.inc()  # type: ignore[attr-defined]
 
 
+@dataclass(slots=True)
+class Admission:
+    route: Route
+    position: int  # in the route's queue when admitted, itself included
+    t0: float  # perf_counter at admission
+
+
 def admit(route: Route) -> None:
     """Refuse (429 with Retry-After) a request that would wait longer than its model's SLO (module doc)."""
-    if route.slo_ms is None:
+    if route.slo_ms is None or route.outstanding == 0:  # an idle worker takes one: its answer keeps the fit current
         return
     wait_ms = route.predicted_wait_ms()
     if wait_ms > route.slo_ms:

@@ -70,6 +70,8 @@ class Handler(Protocol):
 
     def handle(self, request: Request) -> Awaitable[Response]: ...
 
+    def abandoned(self, request: Request) -> None: ...  # `head` let it through, but its body never came
+
 
 _STATUS_LINES: dict[int, bytes] = {}
 
@@ -120,6 +122,7 @@ class ServerConnection(asyncio.Protocol):
         self.size = 0
         self.request: Request | None = None
         self.answer: Response | None = None  # set early: a refusal (the body is dropped)
+        self.reading = False  # `head` let the request through and its body is arriving
 
     # -- asyncio -------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -129,6 +132,12 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self.discarding = True
+        self._abandon()
+
+    def _abandon(self) -> None:
+        if self.reading and self.request is not None:
+            self.reading = False
+            self.handler.abandoned(self.request)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
@@ -138,6 +147,7 @@ class ServerConnection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError:
             self.discarding = True
+            self._abandon()
             self._enqueue(None, Response(400, b'{"error":"malformed HTTP request"}', close=True), False)
 
     # -- httptools callbacks -------------------------------------------------------------------------------
@@ -171,8 +181,10 @@ class ServerConnection(asyncio.Protocol):
         if self.answer is not None and (self.answer.close or expects):
             self.answer.close = True  # the body stays unread: answer now, drop the rest
             self._refuse_now()
-        elif expects:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
+        else:
+            self.reading = self.answer is None
+            if expects:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
 
     def on_body(self, chunk: bytes) -> None:
         if self.answer is not None:
@@ -180,6 +192,7 @@ class ServerConnection(asyncio.Protocol):
         self.size += len(chunk)
         if self.size > self.handler.max_body_bytes:
             self.body.clear()
+            self.reading = False
             self.answer = self.handler.too_large(self.request)  # type: ignore[arg-type]
             self.answer.close = True
             self._refuse_now()
@@ -190,6 +203,7 @@ class ServerConnection(asyncio.Protocol):
         req = self.request
         if self.discarding or req is None:  # answered already (refused early, or the connection is gone)
             return
+        self.reading = False
         if self.answer is None:
             req.body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         self._enqueue(req, self.answer, self.parser.should_keep_alive())

@@ -10,7 +10,8 @@ with exponential forgetting (`WaitModel`). ``per_request`` is 1 / the throughput
 (the model, its HTTP handling, a busy machine: whatever limits it) and ``fixed`` the batching delay and the
 round trip. Fitting the latency itself, not only the completion rate, keeps the model honest when the
 worker slows down or the machine is busy: the latencies rise and the bound tightens. Until it has a few
-answers nothing is refused. A request whose predicted wait is over the model's SLO is refused at once (429),
+answers nothing is refused, and neither is a request that finds nothing outstanding (its answer updates the
+fit, so a model that once saw slow answers cannot refuse forever). A request whose predicted wait is over the model's SLO is refused at once (429),
 so answered requests keep to about the SLO under overload while the worker stays busy.
 """
 
@@ -51,8 +52,8 @@ class WaitModel:
             return None
         mx, my = self._x / self._w, self._y / self._w
         var = self._xx / self._w - mx * mx
-        if var < 0.25:  # (nearly) one position only: no slope to fit, latency taken as proportional to position
-            return 0.0, my / mx
+        if var < 0.25 or var < (0.1 * mx) ** 2:  # positions too close together to fit a slope (a line through
+            return 0.0, my / mx  # them extrapolates wildly): latency taken as proportional to the position
         slope = max((self._xy / self._w - mx * my) / var, 0.0)
         fixed = my - slope * mx
         if fixed < 0:  # the line would go below 0 at no queue: through the origin instead
@@ -72,7 +73,17 @@ class Route:
     in_flight: Counter = field(default_factory=Counter)
     on_switch: Callable[[str, SwitchReason], None] | None = None  # the gateway counts switches and restarts
     waits: WaitModel = field(default_factory=WaitModel)
+    admitted: int = 0  # admitted from their headers, not yet sent to a worker (their bodies are arriving)
     _moved: asyncio.Event | None = None
+
+    def admit(self) -> int:
+        """Count a request admitted now; its position in the queue (itself included)."""
+        self.admitted += 1
+        return self.outstanding
+
+    def unadmit(self) -> None:
+        """The admitted request is being sent (it is in `in_flight` from now) or was given up before."""
+        self.admitted -= 1
 
     def begin(self, url: str) -> None:
         self.in_flight[url] += 1
@@ -109,7 +120,7 @@ class Route:
 
     @property
     def outstanding(self) -> int:
-        return sum(self.in_flight.values())
+        return sum(self.in_flight.values()) + self.admitted
 
     async def drained(self, url: str, timeout_s: float) -> bool:
         """Wait until no request is in flight at `url`; False on timeout."""
