@@ -8,11 +8,13 @@ gateway saw: each answered request's latency against its position in the queue w
 requests outstanding then, itself included), ``latency = fixed + per_request x position``, a least-squares fit
 with exponential forgetting (`WaitModel`). ``per_request`` is 1 / the throughput the worker really sustains
 (the model, its HTTP handling, a busy machine: whatever limits it) and ``fixed`` the batching delay and the
-round trip. Fitting the latency itself, not only the completion rate, keeps the model honest when the
-worker slows down or the machine is busy: the latencies rise and the bound tightens. Until it has a few
-answers nothing is refused, and neither is a request that finds nothing outstanding (its answer updates the
-fit, so a model that once saw slow answers cannot refuse forever). A request whose predicted wait is over the model's SLO is refused at once (429),
-so answered requests keep to about the SLO under overload while the worker stays busy.
+round trip. Fitting the latency itself, not only the completion rate, keeps the model honest when the worker
+slows down or the machine is busy: the latencies rise and the bound tightens. Admission compares the fit plus
+two spreads of its relative residuals (`WaitModel.upper`) with the SLO, since the SLO bounds the p99, not the
+mean. A request over it is refused at once (429), so answered requests keep to about the SLO under overload
+while the worker stays busy. Until the fit has a few answers nothing is refused, and neither is a request that
+finds nothing outstanding (its answer updates the fit, so a model that once saw slow answers cannot refuse
+forever).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Literal
 SwitchReason = Literal["start", "switch", "restart"]
 FORGETTING = 0.02  # weight of the newest answer in the fit (about the last 50 answers count)
 MIN_ANSWERS = 8  # answers seen before the fit refuses anything
+UPPER_SPREADS = 2.0  # admission compares the fit + this many relative spreads of its residuals with the SLO
 
 
 @dataclass
@@ -39,9 +42,14 @@ class WaitModel:
     _y: float = 0.0
     _xx: float = 0.0
     _xy: float = 0.0
+    _rr: float = 0.0  # decayed sum of squared relative residuals, and its weight
+    _wr: float = 0.0
 
     def record(self, position: int, seconds: float) -> None:
         keep = 1 - FORGETTING
+        expected = self.predict(position)
+        if expected > 0:
+            self._rr, self._wr = keep * self._rr + ((seconds - expected) / expected) ** 2, keep * self._wr + 1
         self._w, self._x, self._y = keep * self._w + 1, keep * self._x + position, keep * self._y + seconds
         self._xx, self._xy = keep * self._xx + position * position, keep * self._xy + position * seconds
         self.answers += 1
@@ -61,8 +69,15 @@ class WaitModel:
         return fixed, slope
 
     def predict(self, position: int) -> float:
+        """The expected latency (s) at queue `position`; 0 until fitted."""
         c = self.coefficients()
         return 0.0 if c is None else c[0] + c[1] * position
+
+    def upper(self, position: int) -> float:
+        """A latency (s) at `position` that about 98 % of answers stay under: the fit + 2 relative spreads of its
+        residuals (SLOs are p99 targets; on a noisy machine the spread grows and the bound tightens)."""
+        spread = (self._rr / self._wr) ** 0.5 if self._wr else 0.0
+        return self.predict(position) * (1 + UPPER_SPREADS * spread)
 
 
 @dataclass
@@ -96,8 +111,8 @@ class Route:
         self.waits.record(position, seconds)
 
     def predicted_wait_ms(self) -> float:
-        """How long a request arriving now would take, from the requests outstanding and the fitted `WaitModel`."""
-        return self.waits.predict(self.outstanding + 1) * 1e3
+        """How long a request arriving now would take at most (`WaitModel.upper`, from the requests outstanding)."""
+        return self.waits.upper(self.outstanding + 1) * 1e3
 
     def switch(self, url: str, reason: SwitchReason = "switch") -> None:
         self.current = url
