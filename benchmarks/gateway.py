@@ -9,8 +9,9 @@ processes' CPU times) and as latency, not as the three processes starving each o
 
 - ``gateway_added_p99_ms``: median over rounds of p99(gateway) - p99(direct) at a fixed open-loop rate;
 - ``gateway_throughput_ratio``: closed-loop saturation throughput through the gateway / direct (median of rounds);
-- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop at 2x the capacity measured
-  through the gateway; answered p99, goodput / that capacity, and the refusals (429 from admission control);
+- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop through the gateway at 2x the
+  worker's capacity (closed loop, measured straight at the worker); answered p99, goodput / that capacity, and
+  the refusals (429 from admission control);
 - ``failed_during_switches``, ``dropped``: ten live switches between two decisions (in-process gateway + supervisor,
   as the streaming flow runs them) under steady load; failed = error answers, dropped = no answer at all;
 - ``max_rss_mb``: peak RSS of the gateway and the worker while 8 clients each send a 50 MB body at once.
@@ -260,11 +261,15 @@ async def _switches(model_path: str, variants: list[Any], rate: float, n_switche
             "p99_ms": gen.latency.percentile(99)}  # fmt: skip
 
 
-async def _capacity_then_overload(client: _Client, args: Any) -> tuple[float, dict[str, Any]]:
-    await _closed_loop(client, args.clients, 0.5)  # warm: connections open, the gateway's wait model fitted
-    capacity = median([await _closed_loop(client, args.clients, args.seconds) for _ in range(args.rounds)])
-    over = await _open_loop(client, 2 * capacity, 2 * args.seconds, max_in_flight=4096)
-    client.pool.close()
+async def _capacity_then_overload(direct: _Client, via: _Client, args: Any) -> tuple[float, dict[str, Any]]:
+    """The worker's capacity (closed loop, straight to it: no admission control to refuse the probe's own queue),
+    then 2x that through the gateway (after a short warm-up there, so its wait model has answers)."""
+    await _closed_loop(direct, args.clients, 0.5)
+    capacity = median([await _closed_loop(direct, args.clients, args.seconds) for _ in range(args.rounds)])
+    await _open_loop(via, 0.5 * capacity, 1.0)
+    over = await _open_loop(via, 2 * capacity, 2 * args.seconds, max_in_flight=4096)
+    direct.pool.close()
+    via.pool.close()
     return capacity, over
 
 
@@ -278,11 +283,11 @@ def _overload(variants: list[Any], args: Any, front: set[int], back: set[int]) -
         gw, gw_url = _start_gateway({MODEL: worker.url}, front, slo_ms=args.slo_ms)
         try:
             payload = _payload(httpx.get(f"{gw_url}/v2/models/{MODEL}").json())
-            capacity, over = asyncio.run(_capacity_then_overload(_Client(gw_url, payload), args))
+            capacity, over = asyncio.run(_capacity_then_overload(_Client(worker.url, payload), _Client(gw_url, payload), args))
         finally:
             gw.terminate()
             gw.wait(10)
-    return {"overload_variant": heavy.name, "service_capacity_rps": capacity, "overload_offered_rps": 2 * capacity,
+    return {"overload_variant": heavy.name, "overload_worker_capacity_rps": capacity, "overload_offered_rps": 2 * capacity,
             "overload_answered_p99_ms": over["p99_ms"], "overload_answered_p50_ms": over["p50_ms"],
             "overload_goodput_ratio": over["ok"] / over["wall_s"] / capacity,
             "overload_refusals": over["failures"], "overload_shed_by_client": over["shed"], "overload_slo_ms": args.slo_ms}  # fmt: skip
@@ -293,7 +298,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=300.0, help="open-loop rate for the added-latency comparison")
     ap.add_argument("--seconds", type=float, default=6.0, help="length of each measured round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--clients", type=int, default=32, help="closed-loop clients at saturation")
+    ap.add_argument("--clients", type=int, default=128,
+                    help="closed-loop clients: enough in flight that the worker stays busy (saturation) in both arms")  # fmt: skip
     ap.add_argument("--slo-ms", type=float, default=100.0, help="the SLO of the overload test (gateway and worker)")
     ap.add_argument("--variant", default="cnn-s-fp32", help="light model: the gateway's own cost shows most")
     ap.add_argument("--overload-variant", default="cnn-l-fp32", help="a model whose inference bounds the worker")

@@ -40,6 +40,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._fail(UpstreamClosed("the worker closed the connection"))
+        self.pool._forget(self)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -153,9 +154,17 @@ class UpstreamPool:
         while idle and (idle[0].closed or now - idle[0].idle_since > self.idle_timeout_s):
             idle.pop(0).close()  # the oldest idle ones: the server may be about to close them
 
+    def _forget(self, conn: _Connection) -> None:
+        """A closed connection leaves the pool (and a stopped worker's address with its last one)."""
+        idle = self._idle.get(conn.key)
+        if idle is not None and conn in idle:
+            idle.remove(conn)
+            if not idle:
+                del self._idle[conn.key]
+
     def close(self) -> None:
-        for idle in self._idle.values():
-            for conn in idle:
+        for idle in list(self._idle.values()):
+            for conn in list(idle):
                 conn.close()
         self._idle.clear()
 
