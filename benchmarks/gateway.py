@@ -1,12 +1,17 @@
 """Gateway benchmark: added latency and throughput vs calling the worker directly, overload, live switches, memory.
 
 All on loopback, bounded in time. One worker (``cnn-s-fp32``, ONNX Runtime CPU) behind a gateway running in its
-own process (``python -m oltunes.gateway``), clients in this process, direct and through-gateway rounds alternating:
+own process (``python -m oltunes.gateway``), clients in this process, direct and through-gateway rounds alternating.
+Pinning (``sched_setaffinity``, with two or more cores): the worker gets the last cores to itself; the client (a
+lean pooled HTTP/1.1 client, the same in both arms) and the gateway share the first. So the worker's CPU is the
+same in both arms, and what the gateway costs shows as its own CPU per request (``cpu_ms_per_request``, from the
+processes' CPU times) and as latency, not as the three processes starving each other on two cores.
 
 - ``gateway_added_p99_ms``: median over rounds of p99(gateway) - p99(direct) at a fixed open-loop rate;
 - ``gateway_throughput_ratio``: closed-loop saturation throughput through the gateway / direct (median of rounds);
-- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop at 2x the capacity measured
-  through the gateway; answered p99, goodput / that capacity, and the refusals (429 from admission control);
+- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop through the gateway at 2x the
+  worker's capacity (closed loop, measured straight at the worker); answered p99, goodput / that capacity, and
+  the refusals (429 from admission control);
 - ``failed_during_switches``, ``dropped``: ten live switches between two decisions (in-process gateway + supervisor,
   as the streaming flow runs them) under steady load; failed = error answers, dropped = no answer at all;
 - ``max_rss_mb``: peak RSS of the gateway and the worker while 8 clients each send a 50 MB body at once.
@@ -21,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +35,11 @@ import numpy as np
 import psutil
 
 from benchmarks.common import median, parser, print_table, write_json
+from oltunes.gateway.upstream import UpstreamPool
+from oltunes.worker.stats import LatencyHistogram
 
 MODEL = "cnn"
+JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def _payload(meta: dict[str, Any]) -> Any:
@@ -40,45 +49,137 @@ def _payload(meta: dict[str, Any]) -> Any:
     return oip_payloads(x, meta)
 
 
-async def _open_loop(url: str, payload: Any, rate: float, seconds: float, max_in_flight: int = 1024) -> dict[str, Any]:
-    from oltunes.launchers.traffic import LoadGenerator
+class _Client:
+    """A lean load generator (the gateway's own pooled HTTP/1.1 client): the same for direct and gateway rounds,
+    cheap, so that on two cores the client does not take the CPU the servers are measured on, and kept across
+    rounds, so no round pays for opening connections."""
 
-    n = int(rate * seconds)
-    gen = LoadGenerator(url, MODEL, np.arange(n) / rate, payload, max_in_flight=max_in_flight, request_timeout_s=30)
+    def __init__(self, url: str, payload: Any) -> None:
+        self.base, self.payload = url, payload
+        self.path = f"/v2/models/{MODEL}/infer".encode()
+        self.pool = UpstreamPool(frozenset(), 15)
+        self.reset()
+
+    def reset(self) -> None:
+        self.latency = LatencyHistogram()
+        self.statuses: Counter = Counter()
+
+    async def one(self, i: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            status, _, _ = await self.pool.request(self.base, b"POST", self.path, JSON_HEADERS, self.payload(i), 30.0)
+        except OSError as e:  # TimeoutError included
+            self.statuses[type(e).__name__] += 1
+            return
+        self.statuses[status] += 1
+        if status == 200:
+            self.latency.record((time.perf_counter() - t0) * 1e3)
+
+
+async def _open_loop(client: _Client, rate: float, seconds: float, max_in_flight: int = 1024) -> dict[str, Any]:
+    """`rate` requests per second for `seconds` at fixed arrival times (open loop: late answers do not slow it)."""
+    client.reset()
+    pending: set[asyncio.Task] = set()
+    shed = 0
     t0 = time.perf_counter()
-    await gen.run(asyncio.Event())
+    for i in range(int(rate * seconds)):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if len(pending) >= max_in_flight:
+            shed += 1
+            continue
+        task = asyncio.create_task(client.one(i))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    if pending:
+        await asyncio.wait(pending)
     wall = time.perf_counter() - t0
-    return {"p99_ms": gen.latency.percentile(99), "p50_ms": gen.latency.percentile(50), "ok": gen.ok,
-            "failed": gen.failed, "failures": dict(gen.failures), "wall_s": wall, "sent": gen.sent, "shed": gen.shed}  # fmt: skip
+    statuses = Counter(client.statuses)
+    ok = statuses.pop(200, 0)
+    return {"p99_ms": client.latency.percentile(99), "p50_ms": client.latency.percentile(50), "ok": ok,
+            "failures": {str(k): v for k, v in statuses.items()}, "wall_s": wall, "shed": shed}  # fmt: skip
 
 
-async def _closed_loop(url: str, payload: Any, clients: int, seconds: float) -> float:
-    """Requests per second answered by `clients` back-to-back clients."""
-    import aiohttp
-
-    done = 0
+async def _closed_loop(client: _Client, clients: int, seconds: float) -> float:
+    """Requests per second answered (200) by `clients` back-to-back clients."""
+    client.reset()
     stop = time.perf_counter() + seconds
-    endpoint = f"{url}/v2/models/{MODEL}/infer"
 
-    async def one(k: int, http: aiohttp.ClientSession) -> None:
-        nonlocal done
+    async def one(k: int) -> None:
         i = k
         while time.perf_counter() < stop:
-            async with http.post(endpoint, data=payload(i), headers={"content-type": "application/json"}) as r:
-                await r.read()
-                done += r.status == 200
+            await client.one(i)
             i += clients
 
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as http:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(k, http) for k in range(clients)))
-        return done / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(k) for k in range(clients)))
+    return client.statuses[200] / (time.perf_counter() - t0)
 
 
-def _start_gateway(routes: dict[str, str], slo_ms: float | None = None) -> tuple[subprocess.Popen, str]:
+async def _side_by_side(worker_url: str, gw_url: str, payload: Any, pids: dict[str, int], args: Any) -> dict[str, Any]:
+    """Alternating direct and gateway rounds: saturation throughput, CPU per request, p99 at a fixed rate."""
+    direct, via = _Client(worker_url, payload), _Client(gw_url, payload)
+    await _closed_loop(direct, args.clients, 0.5)  # open the connections both arms keep
+    await _closed_loop(via, args.clients, 0.5)
+    added, ratios, caps, direct_p99, gw_p99, rates = [], [], [], [], [], []
+    cpu: dict[str, list[float]] = {"gateway": [], "worker_direct": [], "worker_via_gateway": [], "client": []}
+    for _ in range(args.rounds):
+        c0, t0 = _cpu_s(pids), time.perf_counter()
+        cap_d = await _closed_loop(direct, args.clients, args.seconds)
+        c1, t1 = _cpu_s(pids), time.perf_counter()
+        cap_g = await _closed_loop(via, args.clients, args.seconds)
+        c2, t2 = _cpu_s(pids), time.perf_counter()
+        n_d, n_g = cap_d * (t1 - t0), cap_g * (t2 - t1)
+        cpu["worker_direct"].append((c1["worker"] - c0["worker"]) / n_d * 1e3)
+        cpu["client"].append((c1["client"] - c0["client"]) / n_d * 1e3)
+        cpu["worker_via_gateway"].append((c2["worker"] - c1["worker"]) / n_g * 1e3)
+        cpu["gateway"].append((c2["gateway"] - c1["gateway"]) / n_g * 1e3)
+        caps.append(cap_d)
+        ratios.append(cap_g / cap_d)
+        # the fixed rate, but never above 60% of what the worker answers right now (a shared, busy machine)
+        rate = min(args.rate, 0.6 * cap_g)
+        rates.append(rate)
+        d = await _open_loop(direct, rate, args.seconds)
+        g = await _open_loop(via, rate, args.seconds)
+        direct_p99.append(d["p99_ms"])
+        gw_p99.append(g["p99_ms"])
+        added.append(g["p99_ms"] - d["p99_ms"])
+    direct.pool.close()
+    via.pool.close()
+    return dict(
+        gateway_added_p99_ms=median(added), latency_rate_rps=median(rates), direct_p99_ms=median(direct_p99),
+        gateway_p99_ms=median(gw_p99), gateway_throughput_ratio=median(ratios), capacity_rps=median(caps),
+        throughput_ratios=ratios, added_p99_ms_by_round=added, cpu_ms_per_request={k: median(v) for k, v in cpu.items()},
+    )  # fmt: skip
+
+
+def _cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name, pid in pids.items():
+        t = psutil.Process(pid).cpu_times()
+        out[name] = t.user + t.system
+    return out
+
+
+def _pin(pid: int, cores: set[int]) -> None:
+    if cores:
+        os.sched_setaffinity(pid, cores)
+
+
+def _cores() -> tuple[set[int], set[int]]:
+    """(client + gateway cores, worker cores): the worker gets a core of its own when there are two or more."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return set(), set()
+    return {cores[0]}, set(cores[1:])
+
+
+def _start_gateway(routes: dict[str, str], cores: set[int], slo_ms: float | None = None) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "oltunes.gateway", *(a for n, u in routes.items() for a in ("--route", f"{n}={u}"))]
     argv += ["--slo-ms", str(slo_ms)] if slo_ms else []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    _pin(proc.pid, cores)
     url = proc.stdout.readline().strip() if proc.stdout else ""
     if not url.startswith("http"):
         proc.kill()
@@ -160,22 +261,35 @@ async def _switches(model_path: str, variants: list[Any], rate: float, n_switche
             "p99_ms": gen.latency.percentile(99)}  # fmt: skip
 
 
-def _overload(variants: list[Any], args: Any) -> dict[str, Any]:
+async def _capacity_then_overload(direct: _Client, via: _Client, args: Any) -> tuple[float, dict[str, Any]]:
+    """The worker's capacity (closed loop, straight to it: no admission control to refuse the probe's own queue),
+    then 2x that through the gateway (after a short warm-up there, so its wait model has answers)."""
+    await _closed_loop(direct, args.clients, 0.5)
+    capacity = median([await _closed_loop(direct, args.clients, args.seconds) for _ in range(args.rounds)])
+    await _open_loop(via, 0.5 * capacity, 1.0)
+    over = await _open_loop(via, 2 * capacity, 2 * args.seconds, max_in_flight=4096)
+    direct.pool.close()
+    via.pool.close()
+    return capacity, over
+
+
+def _overload(variants: list[Any], args: Any, front: set[int], back: set[int]) -> dict[str, Any]:
     """2x the service's capacity, through the gateway, on a worker whose model (not HTTP) is the bottleneck."""
     from oltunes.worker import serve_process
 
     heavy = next(v for v in variants if v.name == args.overload_variant)
     with serve_process(heavy.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
-        gw, gw_url = _start_gateway({MODEL: worker.url}, slo_ms=args.slo_ms)
+        _pin(worker.pid, back)
+        gw, gw_url = _start_gateway({MODEL: worker.url}, front, slo_ms=args.slo_ms)
         try:
             payload = _payload(httpx.get(f"{gw_url}/v2/models/{MODEL}").json())
-            capacity = median([asyncio.run(_closed_loop(gw_url, payload, args.clients, args.seconds)) for _ in range(args.rounds)])
-            over = asyncio.run(_open_loop(gw_url, payload, 2 * capacity, 2 * args.seconds, max_in_flight=1024))
+            capacity, over = asyncio.run(_capacity_then_overload(_Client(worker.url, payload), _Client(gw_url, payload), args))
         finally:
             gw.terminate()
             gw.wait(10)
-    return {"overload_variant": heavy.name, "service_capacity_rps": capacity, "overload_offered_rps": 2 * capacity,
-            "overload_answered_p99_ms": over["p99_ms"], "overload_goodput_ratio": over["ok"] / over["wall_s"] / capacity,
+    return {"overload_variant": heavy.name, "overload_worker_capacity_rps": capacity, "overload_offered_rps": 2 * capacity,
+            "overload_answered_p99_ms": over["p99_ms"], "overload_answered_p50_ms": over["p50_ms"],
+            "overload_goodput_ratio": over["ok"] / over["wall_s"] / capacity,
             "overload_refusals": over["failures"], "overload_shed_by_client": over["shed"], "overload_slo_ms": args.slo_ms}  # fmt: skip
 
 
@@ -184,7 +298,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=300.0, help="open-loop rate for the added-latency comparison")
     ap.add_argument("--seconds", type=float, default=6.0, help="length of each measured round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--clients", type=int, default=32, help="closed-loop clients at saturation")
+    ap.add_argument("--clients", type=int, default=128,
+                    help="closed-loop clients: enough in flight that the worker stays busy (saturation) in both arms")  # fmt: skip
     ap.add_argument("--slo-ms", type=float, default=100.0, help="the SLO of the overload test (gateway and worker)")
     ap.add_argument("--variant", default="cnn-s-fp32", help="light model: the gateway's own cost shows most")
     ap.add_argument("--overload-variant", default="cnn-l-fp32", help="a model whose inference bounds the worker")
@@ -200,31 +315,18 @@ def main() -> None:
     variants = sorted((v for v in list_variants(get_settings().zoo_dir) if v.family == MODEL), key=lambda v: v.name)
     small = next(v for v in variants if v.name == args.variant)
     results: dict[str, Any] = {}
+    front, back = _cores()
+    _pin(os.getpid(), front)
     with serve_process(small.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
-        gw, gw_url = _start_gateway({MODEL: worker.url})
+        _pin(worker.pid, back)
+        gw, gw_url = _start_gateway({MODEL: worker.url}, front)
         try:
             meta = httpx.get(f"{gw_url}/v2/models/{MODEL}").json()
             payload = _payload(meta)
-            added, ratios, caps, gw_caps, direct_p99, gw_p99, rates = [], [], [], [], [], [], []
-            for _ in range(args.rounds):
-                cap_d = asyncio.run(_closed_loop(worker.url, payload, args.clients, args.seconds))
-                cap_g = asyncio.run(_closed_loop(gw_url, payload, args.clients, args.seconds))
-                caps.append(cap_d)
-                gw_caps.append(cap_g)
-                ratios.append(cap_g / cap_d)
-                # the fixed rate, but never above 60% of what the worker answers right now (a shared, busy machine)
-                rate = min(args.rate, 0.6 * cap_g)
-                rates.append(rate)
-                d = asyncio.run(_open_loop(worker.url, payload, rate, args.seconds))
-                g = asyncio.run(_open_loop(gw_url, payload, rate, args.seconds))
-                direct_p99.append(d["p99_ms"])
-                gw_p99.append(g["p99_ms"])
-                added.append(g["p99_ms"] - d["p99_ms"])
-            capacity = median(caps)
-            results.update(
-                gateway_added_p99_ms=median(added), latency_rate_rps=median(rates), direct_p99_ms=median(direct_p99),
-                gateway_p99_ms=median(gw_p99), gateway_throughput_ratio=median(ratios), capacity_rps=capacity,
-            )  # fmt: skip
+            pids = {"gateway": gw.pid, "worker": worker.pid, "client": os.getpid()}
+            results.update(asyncio.run(_side_by_side(worker.url, gw_url, payload, pids, args)))
+            results["pinning"] = {"client_and_gateway": sorted(front), "worker": sorted(back)}
+            capacity = results["capacity_rps"]
             base = {p: psutil.Process(p).memory_info().rss / 2**20 for p in (gw.pid, worker.pid)}
             peaks: dict[int, float] = {}
             stop = threading.Event()
@@ -240,12 +342,13 @@ def main() -> None:
         finally:
             gw.terminate()
             gw.wait(10)
-    results.update(_overload(variants, args))
+    results.update(_overload(variants, args, front, back))
     sw = asyncio.run(_switches(str(small.path), [small, next(v for v in variants if v.name == "cnn-m-fp32")], args.switch_rate, args.switches))
     results.update(failed_during_switches=sw["failed"], dropped=sw["sent"] - sw["ok"] - sw["failed"], switches=sw)
     rows = [
         ("gateway_added_p99_ms", results["gateway_added_p99_ms"], f"≤ 1.0 at {results['latency_rate_rps']:.0f} req/s (direct p99 {results['direct_p99_ms']:.2f} ms)"),
         ("gateway_throughput_ratio", results["gateway_throughput_ratio"], f"≥ 0.9 (direct {capacity:.0f} req/s, {args.clients} clients)"),
+        ("gateway_cpu_ms_per_request", results["cpu_ms_per_request"]["gateway"], f"worker {results['cpu_ms_per_request']['worker_direct']:.3f}, client {results['cpu_ms_per_request']['client']:.3f}"),
         ("overload_answered_p99_ms", results["overload_answered_p99_ms"], f"≤ {2 * args.slo_ms:.0f} (2× SLO) at {results['overload_offered_rps']:.0f} req/s ({results['overload_variant']})"),
         ("overload_goodput_ratio", results["overload_goodput_ratio"], f"≥ 0.9; refusals {results['overload_refusals']}"),
         ("failed_during_switches", sw["failed"], f"= 0 over {sw['switches']} switches, {sw['sent']} requests"),

@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import signal
 
+import uvloop
+
 from oltunes.config import get_settings
 from oltunes.gateway.app import Gateway
 from oltunes.gateway.server import GatewayServer
@@ -41,7 +43,7 @@ def main() -> None:
             print(srv.url, flush=True)
             await stop.wait()
 
-    asyncio.run(run())
+    uvloop.run(run())  # libuv's event loop: less CPU per forwarded request than asyncio's
 
 
 if __name__ == "__main__":

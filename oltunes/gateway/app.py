@@ -1,13 +1,18 @@
 """The gateway: one stable Open Inference Protocol endpoint in front of every model's current worker.
 
-A plain ASGI app (no framework: it only routes by path and forwards bytes, so it adds little latency). Per
-request: token check (when a token is set; health probes stay open), body-size limit before anything is read past
-it (413), route by the model name in the path (404 in the protocol's shape for an unknown model), then forward the
-bytes to the route's current worker, unless the model's predicted wait is already over its SLO (429 with
-``Retry-After`` at once; `Route.predicted_wait_ms`). An attempt that finds the worker gone (connection refused or reset: it died
-or is restarting) or draining (502/503) is re-sent to whatever worker the route points at then, until
-``retry_window_s`` has passed; only then is it answered 503 and counted in ``failures``. Inference is idempotent,
-so a retried request is answered once. The worker's own answers, 429 with ``Retry-After`` included, pass through.
+Served by `oltunes.gateway.http1` (no framework: it routes by path and forwards bytes). Everything that can be
+decided from the request line and headers is decided before the body is read (`Gateway.head`): the token
+(health probes stay open), the route by the model name in the path (404 in the protocol's shape), the
+method, the declared body size (413), and admission control: a request whose predicted wait is already over
+its model's SLO gets 429 with ``Retry-After`` at once, before any work is done for it (`Route.predicted_wait_ms`).
+A body that grows over the limit without a declared size gets 413 as soon as it does.
+
+Admitted requests are forwarded as bytes over pooled keep-alive connections (`oltunes.gateway.upstream`) to
+the route's current worker; the tensors are never parsed here. An attempt that finds the worker gone
+(connection refused or reset: it died or is restarting) or draining (502/503) is re-sent to whatever worker
+the route points at then, until ``retry_window_s`` has passed; only then is it answered 503 and counted in
+``failures``. Inference is idempotent, so a retried request is answered once. The worker's own answers, 429
+with ``Retry-After`` included, pass through.
 """
 
 from __future__ import annotations
@@ -18,26 +23,25 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
 
-import aiohttp
 import orjson
 
-from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES, read_limited
+from oltunes.gateway.http1 import Request, Response
+from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES, check_declared
 from oltunes.gateway.protocol import HEADER_LENGTH, ProtocolError, error_body
 from oltunes.gateway.routing import Route, SwitchReason
 from oltunes.gateway.telemetry import ServingMetrics
+from oltunes.gateway.upstream import UpstreamPool
 
 CLIENT_KEEP_ALIVE_S = 15  # idle upstream connections are closed by us first (servers keep them for 75 s)
 
 MODEL_PATH = re.compile(r"^/v2/models/([^/]{1,128})(/versions/[^/]{1,32})?(/ready|/infer)?$")
 RETRYABLE = {502, 503}
-FORWARD_REQUEST = ("content-type", HEADER_LENGTH)
-FORWARD_RESPONSE = (b"content-type", b"inference-header-content-length", b"retry-after")
+FORWARD_REQUEST = (b"content-type", HEADER_LENGTH.encode())
+FORWARD_RESPONSE = frozenset((b"inference-header-content-length", b"retry-after"))  # + content-type, kept apart
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+NO_WORKER_RETRY_AFTER_S = b"1"
 
 
 class Gateway:
@@ -63,7 +67,8 @@ class Gateway:
         self.attempt_timeout_s = attempt_timeout_s
         self.prom = ServingMetrics("gateway")
         self.failures: Counter = Counter()  # requests given up on after the retry window, by reason
-        self._session: aiohttp.ClientSession | None = None
+        self.upstream: UpstreamPool | None = None
+        self._counters: dict[tuple[str, int], object] = {}  # (model, status) -> its Prometheus child (hot path)
 
     # -- routes -------------------------------------------------------------------------------------------
     def add(self, name: str, slo_ms: float | None = None) -> Route:
@@ -80,62 +85,41 @@ class Gateway:
         elif reason == "restart":
             self.prom.restarts.labels(name).inc()
 
-    # -- ASGI ---------------------------------------------------------------------------------------------
-    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        try:
-            await self._http(scope, receive, send)
-        except ProtocolError as e:
-            await respond(send, e.status, e.body(), headers=[(k.encode(), v.encode()) for k, v in e.headers.items()])
-
-    async def _lifespan(self, receive: Callable, send: Send) -> None:
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await self.open()
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await self.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
     async def open(self) -> None:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=CLIENT_KEEP_ALIVE_S)  # < the worker's keep-alive
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                                  timeout=aiohttp.ClientTimeout(total=self.attempt_timeout_s))  # fmt: skip
+        if self.upstream is None:
+            self.upstream = UpstreamPool(FORWARD_RESPONSE | {b"content-type"}, CLIENT_KEEP_ALIVE_S)  # < the worker's keep-alive
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        if self.token is None:
-            return True
-        given = headers.get(b"authorization", b"")
-        return given.startswith(b"Bearer ") and hmac.compare_digest(given[7:], self.token)
+    # -- before the body (http1.Handler) --------------------------------------------------------------------
+    def head(self, req: Request) -> Response | None:
+        """An answer now (health, metadata of the service, metrics, every refusal), or None to read the body."""
+        try:
+            return self._head(req)
+        except ProtocolError as e:
+            route = req.context
+            if isinstance(route, Route):
+                self._count(route.name, e.status)
+            return refusal(e)
 
-    async def _http(self, scope: dict[str, Any], receive: Callable, send: Send) -> None:
-        path, method = scope["path"], scope["method"]
-        headers = dict(scope["headers"])
-        if path not in OPEN_PATHS and not self._authorized(headers):
+    def _head(self, req: Request) -> Response | None:
+        path = req.path
+        if path not in OPEN_PATHS and not self._authorized(req.headers):
             raise ProtocolError(401, "missing or wrong bearer token (header 'Authorization: Bearer <token>')")
         if path == "/v2/health/live":
-            return await respond(send, 200, b'{"live":true}')
+            return Response(200, b'{"live":true}')
         if path == "/v2/health/ready":
             ready = bool(self.routes) and all(r.current for r in self.routes.values())
-            return await respond(send, 200 if ready else 503, b'{"ready":true}' if ready else error_body("no worker yet"))
+            return Response(200, b'{"ready":true}') if ready else Response(503, error_body("no worker yet"))
         if path == "/v2":
             body = {"name": "oltunes-gateway", "version": "2", "extensions": ["binary_tensor_data"], "models": sorted(self.routes)}
-            return await respond(send, 200, orjson.dumps(body))
+            return Response(200, orjson.dumps(body))
         if path == "/metrics":
             body, content_type = self.prom.exposition()
-            return await respond(send, 200, body, content_type=content_type.encode())
+            return Response(200, body, content_type=content_type.encode())
         match = MODEL_PATH.match(path)
         if match is None:
             raise ProtocolError(404, "no such endpoint; see /v2/models/{name}[/ready|/infer]")
@@ -143,81 +127,121 @@ class Gateway:
         if route is None:
             raise ProtocolError(404, f"unknown model; this service serves {', '.join(sorted(self.routes)) or 'nothing yet'}")
         is_infer = match.group(3) == "/infer"
-        if is_infer != (method == "POST") or method not in ("GET", "POST"):
+        if is_infer != (req.method == b"POST") or req.method not in (b"GET", b"POST"):
             raise ProtocolError(405, "method not allowed: infer is POST, metadata and ready are GET")
-        if not is_infer:
-            status, out_headers, content = await self.forward(route, "GET", path, b"", {})
-            return await respond(send, status, content, headers=out_headers)
-        await self._infer(route, path, headers, receive, send)
+        if is_infer:
+            req.context = route  # counted from here on
+            length = req.headers.get(b"content-length")
+            check_declared(length.decode("latin-1") if length else None, self.max_body_bytes)
+            admit(route)
+            # outstanding from now, not from when the body is in: a burst arriving together is not all admitted
+            req.context = Admission(route, route.admit(), time.perf_counter())
+        return None
 
-    async def _infer(self, route: Route, path: str, headers: dict[bytes, bytes], receive: Callable, send: Send) -> None:
-        t0 = time.perf_counter()
-        status = 500
+    def too_large(self, req: Request) -> Response:
+        e = ProtocolError(413, f"request body is over the limit of {self.max_body_bytes} bytes")
+        if isinstance(req.context, Admission):
+            req.context.route.unadmit()
+            self._count(req.context.route.name, 413)
+        return refusal(e)
+
+    def abandoned(self, req: Request) -> None:
+        """The client went away (or broke the protocol) before its admitted request's body was in."""
+        if isinstance(req.context, Admission):
+            req.context.route.unadmit()
+            self._count(req.context.route.name, 499)
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        if self.token is None:
+            return True
+        given = headers.get(b"authorization", b"")
+        return given.startswith(b"Bearer ") and hmac.compare_digest(given[7:], self.token)
+
+    # -- with the body ----------------------------------------------------------------------------------------
+    async def handle(self, req: Request) -> Response:
+        if req.context is None:  # model metadata or readiness: forwarded, not counted as inference
+            route = self.routes[MODEL_PATH.match(req.path).group(1)]  # type: ignore[union-attr]
+            try:
+                return _answer(*await self.forward(route, b"GET", req.raw_path, b"", []))
+            except ProtocolError as e:
+                return refusal(e)
+        admission: Admission = req.context
+        route = admission.route
+        route.unadmit()  # in flight from here on (`forward` counts it before its first wait)
+        fwd = [(k, req.headers[k]) for k in FORWARD_REQUEST if k in req.headers]
         try:
-            length = headers.get(b"content-length")
-            body = await read_limited(_chunks(receive), length.decode() if length else None, self.max_body_bytes)
-            wait_ms = route.predicted_wait_ms()
-            if route.slo_ms is not None and wait_ms > route.slo_ms:
-                retry_s = max(1, math.ceil((wait_ms - route.slo_ms) / 1e3))
-                raise ProtocolError(429, f"predicted wait {wait_ms:.0f} ms is over the model's {route.slo_ms:.0f} ms SLO; retry later",
-                                    {"retry-after": str(retry_s)})  # fmt: skip
-            fwd = {k: headers[k.encode()].decode() for k in FORWARD_REQUEST if k.encode() in headers}
-            status, out_headers, content = await self.forward(route, "POST", path, body, fwd)
+            answer = _answer(*await self.forward(route, b"POST", req.raw_path, req.body, fwd))
         except ProtocolError as e:
-            status = e.status
-            raise
-        finally:
-            self.prom.requests.labels(route.name, str(status)).inc()
-            if status == 200:
-                self.prom.latency.labels(route.name).observe(time.perf_counter() - t0)
-        await respond(send, status, content, headers=out_headers)
+            answer = refusal(e)
+        self._count(route.name, answer.status)
+        if answer.status == 200:
+            seconds = time.perf_counter() - admission.t0
+            route.answered(admission.position, seconds)
+            self.prom.latency.labels(route.name).observe(seconds)
+        return answer
 
-    async def forward(self, route: Route, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def forward(self, route: Route, method: bytes, path: bytes, body: bytes,
+                      headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
         """One answer from the route's current worker, re-sending across switches and crashes (see module doc)."""
-        assert self._session is not None, "the gateway is not open"
+        assert self.upstream is not None, "the gateway is not open"
         deadline = time.monotonic() + self.retry_window_s
         attempt = 0
         reason = "no worker"
         while True:
-            url = await route.wait_for_worker(deadline - time.monotonic())
+            url = route.current or await route.wait_for_worker(deadline - time.monotonic())
             if url is not None:
                 route.begin(url)
                 status = 0
                 try:
-                    async with self._session.request(method, url + path, data=body or None, headers=headers) as r:
-                        content = await r.read()
-                        status = r.status
-                        out = [(k, v) for k, v in r.raw_headers if k.lower() in FORWARD_RESPONSE]
-                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
-                    status, reason = 0, "connection"  # the worker died or is restarting
+                    status, out, content = await self.upstream.request(url, method, path, headers, body, self.attempt_timeout_s)
                 except TimeoutError:
-                    status, reason = 0, "timeout"
+                    reason = "timeout"
+                except OSError:  # refused, reset, closed: the worker died or is restarting
+                    reason = "connection"
                 finally:
-                    route.end(url, answered=status == 200 and method == "POST")
+                    route.end(url)
                 if status and status not in RETRYABLE:
                     return status, out, content
                 if status:
                     reason = str(status)
             if time.monotonic() >= deadline:
                 self.failures[reason] += 1
-                raise ProtocolError(503, f"no worker answered within {self.retry_window_s:.0f} s (last: {reason})")
+                raise ProtocolError(503, f"no worker answered within {self.retry_window_s:.0f} s (last: {reason})",
+                                    {"retry-after": NO_WORKER_RETRY_AFTER_S.decode()})  # fmt: skip
             attempt += 1
             self.prom.retries.labels(route.name).inc()
             await asyncio.sleep(min(0.01 * attempt, 0.2))
 
-
-async def _chunks(receive: Callable) -> AsyncIterator[bytes]:
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            raise ProtocolError(499, "client went away")
-        yield msg.get("body", b"")
-        if not msg.get("more_body", False):
-            return
+    def _count(self, model: str, status: int) -> None:
+        counter = self._counters.get((model, status))
+        if counter is None:
+            counter = self._counters[(model, status)] = self.prom.requests.labels(model, str(status))
+        counter.inc()  # type: ignore[attr-defined]
 
 
-async def respond(send: Send, status: int, body: bytes, *, headers: list[tuple[bytes, bytes]] | None = None,
-                  content_type: bytes = b"application/json") -> None:  # fmt: skip
-    hdrs = headers if headers and any(k.lower() == b"content-type" for k, _ in headers) else [(b"content-type", content_type), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": [*hdrs, (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+@dataclass(slots=True)
+class Admission:
+    route: Route
+    position: int  # in the route's queue when admitted, itself included
+    t0: float  # perf_counter at admission
+
+
+def admit(route: Route) -> None:
+    """Refuse (429 with Retry-After) a request that would wait longer than its model's SLO (module doc)."""
+    if route.slo_ms is None or route.outstanding == 0:  # an idle worker takes one: its answer keeps the fit current
+        return
+    wait_ms = route.predicted_wait_ms()
+    if wait_ms > route.slo_ms:
+        retry_s = max(1, math.ceil((wait_ms - route.slo_ms) / 1e3))
+        raise ProtocolError(429, f"predicted wait {wait_ms:.0f} ms is over the model's {route.slo_ms:.0f} ms SLO; retry later",
+                            {"retry-after": str(retry_s)})  # fmt: skip
+
+
+def refusal(e: ProtocolError) -> Response:
+    # a 413 leaves the body unread: the connection is closed after the answer rather than reading it
+    return Response(e.status, e.body(), [(k.encode(), v.encode()) for k, v in e.headers.items()], close=e.status == 413)
+
+
+def _answer(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
+    content_type = next((v for k, v in headers if k == b"content-type"), b"application/json")
+    return Response(status, body, [(k, v) for k, v in headers if k != b"content-type"], content_type=content_type)
