@@ -15,6 +15,7 @@ The routes exist when the service knows its cluster (``oltunes tuner serve --inv
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter
@@ -24,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from oltunes.errors import TunerUnavailable
 from oltunes.tuner.leases import MAX_TTL_S, BookView, Lease, LeaseAnswer, LeaseBook, LeaseRequest
 from oltunes.types import ID_PATTERN, MAX_ID_CHARS
+
+log = logging.getLogger(__name__)
 
 PathId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=MAX_ID_CHARS)]
 
@@ -73,11 +76,17 @@ def lease_router(book: LeaseBook) -> APIRouter:
 
 class RemoteLeases:
     """The `LeaseBook` interface (``acquire``/``renew``/``release``/``withdraw``/``view``) over a `TunerClient`'s
-    connection. No fallback: without the service there is no allocation, so an unreachable service raises
-    `TunerUnavailable` and the caller decides (keep waiting, or give up)."""
+    connection.
 
-    def __init__(self, client) -> None:  # a TunerClient (its connection, token and timeouts)
+    `fallback` (a book of this process's own) answers an ``acquire`` the service cannot (unreachable), so a job
+    still runs, on the client's safe default decision, as an unreachable tuner always allowed; its lease stays
+    in that book. Without a fallback an unreachable service raises `TunerUnavailable`.
+    """
+
+    def __init__(self, client, fallback: LeaseBook | None = None) -> None:  # client: a TunerClient
         self.client = client
+        self.fallback = fallback
+        self._local: set[str] = set()  # lease ids the fallback book granted
 
     def _call(self, method: str, path: str, body: str | None = None) -> bytes:
         from oltunes.tuner.client import _Unreachable
@@ -88,16 +97,33 @@ class RemoteLeases:
             raise TunerUnavailable(f"tuning service: {e}") from None
 
     def acquire(self, req: LeaseRequest) -> LeaseAnswer:
-        return LeaseAnswer.model_validate_json(self._call("POST", "/leases", req.model_dump_json()))
+        try:
+            return LeaseAnswer.model_validate_json(self._call("POST", "/leases", req.model_dump_json()))
+        except TunerUnavailable as e:
+            if self.fallback is None:
+                raise
+            log.warning("%s: job %s runs without the service's lease (an unshared one of this process)",
+                        e, req.job.job_id)
+            answer = self.fallback.acquire(req)
+            if answer.lease is not None:
+                self._local.add(answer.lease.lease_id)
+            return answer
 
     def renew(self, lease_id: str, ttl_s: float | None = None) -> Lease | None:
+        if lease_id in self._local:
+            return self.fallback.renew(lease_id, ttl_s)
         body = RenewRequest(ttl_s=ttl_s).model_dump_json()
         return RenewAnswer.model_validate_json(self._call("POST", f"/leases/{lease_id}/renew", body)).lease
 
     def release(self, lease_id: str) -> bool:
+        if lease_id in self._local:
+            self._local.discard(lease_id)
+            return self.fallback.release(lease_id)
         return ReleaseAnswer.model_validate_json(self._call("DELETE", f"/leases/{lease_id}")).released
 
     def withdraw(self, job_id: str) -> bool:
+        if self.fallback is not None:
+            self.fallback.withdraw(job_id)
         return ReleaseAnswer.model_validate_json(self._call("DELETE", f"/queue/{job_id}")).released
 
     def view(self) -> BookView:

@@ -42,15 +42,15 @@ class Leases(Protocol):
 
 
 def leases_for(tuner: Any, pools: Sequence[Pool]) -> Leases:
-    """The tuning service's book when `tuner` talks to one, else an in-process book deciding with `tuner`."""
+    """The tuning service's book when `tuner` talks to one (this process's own book if it is unreachable), else an
+    in-process book deciding with `tuner`."""
     from oltunes.tuner.client import TunerClient
     from oltunes.tuner.lease_api import RemoteLeases
 
     inner = getattr(tuner, "policy", None)
     client = tuner if isinstance(tuner, TunerClient) else getattr(inner, "tuner", None)
-    if isinstance(client, TunerClient):
-        return RemoteLeases(client)
-    return LeaseBook(pools, lambda job, cluster: tuner.recommend(job, cluster))
+    own = LeaseBook(pools, lambda job, cluster: tuner.recommend(job, cluster))
+    return RemoteLeases(client, fallback=own) if isinstance(client, TunerClient) else own
 
 
 def holder_name() -> str:
