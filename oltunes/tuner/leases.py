@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.atomic import atomic_write_json
 from oltunes.errors import ConfigError, DataError
+from oltunes.rltune.policies import QueuePolicy
 from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, new_id
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class Waiting(_Model):
     submitted_at: float
     expires_at: float
     decision: Decision | None = Field(default=None, description="a fixed decision (a resumed job): lease exactly it")
+    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False)
 
 
 class LeaseRequest(_Model):
@@ -81,6 +83,8 @@ class LeaseRequest(_Model):
     ttl_s: float = Field(default=60.0, gt=0, le=MAX_TTL_S, allow_inf_nan=False)
     holder: Label | None = Field(default=None, description="who holds it, for people reading the book (host:pid, flow run)")
     decision: Decision | None = Field(default=None, description="lease this decision's placement instead of deciding")
+    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False,
+                                              description="the job's expected run time, for queue policies that read it")
 
 
 class LeaseAnswer(_Model):
@@ -109,7 +113,8 @@ class LeaseBook:
     path
         JSON file the book is kept in (None: memory only).
     queue_policy
-        The queue's order, a `QueuePolicy` name (``fcfs``, ``sjf``, ``rltune``, ...).
+        The queue's order: a `QueuePolicy` name (``fcfs``, ``sjf``, ``slurm``, ...) or one already built (e.g.
+        ``QueuePolicy.make("rltune", weights=...)``).
     class_limits
         Accelerator name -> the most jobs leased at once on one host (``Pool.engine``) of that class, e.g.
         ``{"t4": 2}``; classes not named are bounded by their slots only.
@@ -118,15 +123,14 @@ class LeaseBook:
     """
 
     def __init__(self, pools: Sequence[Pool], decide: Decide, *, path: str | Path | None = None,
-                 queue_policy: str = "fcfs", class_limits: Mapping[str, int] | None = None,
+                 queue_policy: str | QueuePolicy = "fcfs", class_limits: Mapping[str, int] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        from oltunes.rltune.policies import QueuePolicy
-
         self.pools = {p.name: p for p in pools}
         self.decide = decide
         self.path = Path(path) if path is not None else None
-        self.queue_policy_name = queue_policy
-        self.queue_policy = QueuePolicy.make(queue_policy)  # an unknown name fails here, listing the known ones
+        # an unknown name fails here, listing the known ones
+        self.queue_policy = QueuePolicy.make(queue_policy) if isinstance(queue_policy, str) else queue_policy
+        self.queue_policy_name = self.queue_policy.name
         self.class_limits = dict(class_limits or {})
         for name, n in self.class_limits.items():
             if not isinstance(n, int) or n < 0:
@@ -151,7 +155,8 @@ class LeaseBook:
                     if len(self.waiting) >= MAX_WAITING:
                         raise DataError(f"queue: full ({MAX_WAITING} jobs waiting); try again later")
                     w = Waiting(job=req.job, holder=req.holder, ttl_s=req.ttl_s, submitted_at=now,
-                                expires_at=now + req.ttl_s, decision=req.decision)
+                                expires_at=now + req.ttl_s, decision=req.decision,
+                                expected_duration_s=req.expected_duration_s)
                     self.waiting[req.job.job_id] = w
                 else:
                     w = w.model_copy(update={"expires_at": now + req.ttl_s})
@@ -266,8 +271,8 @@ class LeaseBook:
         caps = [{"name": p.name, "gpus_per_node": min(max(p.slots_per_device, 1), 64),
                  "free_per_node": [max(min(p.slots_per_device - used[(p.name, d)], 64), 0) for d in range(p.count)]}
                 for p in self.pools.values() if p.count <= 4096]
-        waiting = [{"job_id": w.job.job_id, "gpus": 1, "submitted_s": w.submitted_at}
-                   for w in self.waiting.values()]
+        waiting = [{"job_id": w.job.job_id, "gpus": 1, "submitted_s": w.submitted_at,
+                    "expected_duration_s": w.expected_duration_s} for w in self.waiting.values()]
         return release_order(self.queue_policy, waiting, caps, now)
 
     def _admit(self, now: float) -> None:

@@ -39,6 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from oltunes.errors import ConfigError, OLTunesError
 from oltunes.netaddr import is_loopback
+from oltunes.rltune.policies import QueuePolicy
 from oltunes.tuner import guards
 from oltunes.tuner.api import (
     API_PREFIX,
@@ -100,7 +101,7 @@ def create_app(
     persist_every_s: float = 30.0,
     max_body_bytes: int = MAX_BODY_BYTES,
     model_store: str | Path | None = None,
-    queue_policy: str = "fcfs",
+    queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
 ) -> FastAPI:
     """Build the ASGI app serving `tuner`.
@@ -250,7 +251,7 @@ def serve(
     pools: Sequence[Pool] | None = None,
     persist_every_s: float = 30.0,
     log_level: str = "info",
-    queue_policy: str = "fcfs",
+    queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
 ) -> None:
     """Serve `tuner` with uvicorn until interrupted (state persisted on the way out)."""

@@ -201,3 +201,19 @@ def test_bad_lease_requests_name_the_field(service):
         assert http.post("/v1/leases/nosuchlease/renew", json={}).json() == {"lease": None}
         assert http.get("/v1/leases", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert http.get("/v1/health").status_code == 200  # still serving
+
+
+def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
+    """``sjf`` hands the freed slot to the shortest waiting job, not the oldest (the RLTune hook's interface)."""
+    from oltunes.rltune.policies import QueuePolicy
+
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    tuner = Tuner(make_variants(), seed=0)
+    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), queue_policy=QueuePolicy.make("sjf"))
+    running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
+    for name, seconds in (("long", 3_000.0), ("short", 10.0), ("mid", 300.0)):
+        book.acquire(LeaseRequest(job=job(name), ttl_s=600, expected_duration_s=seconds))
+    assert [w.job.job_id for w in book.view().waiting] == ["job-short", "job-mid", "job-long"]
+    assert book.view().queue_policy == "sjf"
+    book.release(running.lease_id)
+    assert [l.job.job_id for l in book.view().leases] == ["job-short"]
