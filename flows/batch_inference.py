@@ -130,7 +130,7 @@ async def batch_inference(
     inventory
         Pools YAML; default the launcher's own (``infra/inventory.local.yaml`` for local).
     items_per_worker
-        Parts of at most this many items run in parallel, one worker per device of the chosen pool.
+        Parts of at most this many items, run one after another on the leased device.
     shard_size
         Rows per output shard (the unit of atomic output and of resumption).
     part_timeout_s

@@ -165,9 +165,15 @@ class LeaseBook:
                 else:
                     w = w.model_copy(update={"expires_at": now + req.ttl_s})
                     self.waiting[req.job.job_id] = w
-                self._admit(now)
+                why = self._admit(now)
                 changed = True
                 held = self._lease_of(req.job.job_id)
+                if held is None and not self.leases:  # nothing runs, so no release will ever make room
+                    del self.waiting[req.job.job_id]
+                    self._save()
+                    raise ConfigError(f"job {req.job.job_id}: does not fit this cluster even with nothing running "
+                                      f"({why.get(req.job.job_id, 'no slot')}); check the inventory's slots and "
+                                      "class limits, and the job's family")
             if changed:
                 self._save()
             if held is not None:
@@ -279,28 +285,32 @@ class LeaseBook:
                     "expected_duration_s": w.expected_duration_s} for w in self.waiting.values()]
         return release_order(self.queue_policy, waiting, caps, now)
 
-    def _admit(self, now: float) -> None:
-        """Grant, in the queue policy's order, every waiting job that fits now."""
+    def _admit(self, now: float) -> dict[str, str]:
+        """Grant, in the queue policy's order, every waiting job that fits now; returns why the others wait."""
+        why: dict[str, str] = {}
         for job_id in self._order(now):
             open_pools = self._open_pools()
             if not open_pools:
-                return
+                why[job_id] = "no pool has a free slot under its class limit"
+                continue
             w = self.waiting[job_id]
             decision = w.decision
             if decision is None:
                 try:
                     decision = self.decide(w.job, self._cluster(open_pools))
                 except (ConfigError, DataError, LookupError, ValueError) as e:  # e.g. no variant fits any open pool
-                    log.info("job %s waits: %s", job_id, e)
+                    why[job_id] = str(e)[:500]
                     continue
             device = self._device_for(decision, open_pools)
             if device is None:
+                why[job_id] = f"pool {decision.candidate.pool!r} of its decision has no free slot there"
                 continue
             pool = decision.candidate.pool
             lease = Lease(job=w.job, decision=decision, pool=pool, device=device, holder=w.holder,
                 ttl_s=w.ttl_s, granted_at=now, expires_at=now + w.ttl_s)
             self.leases[lease.lease_id] = lease
             del self.waiting[job_id]
+        return why
 
     def _device_for(self, decision: Decision, open_pools: Sequence[Pool]) -> int | None:
         """The device the decision names (its group's, else the pool's first empty one) if it has a free slot."""

@@ -20,7 +20,11 @@ from oltunes.tuner.service import create_app, serve_in_thread
 pytestmark = pytest.mark.timeout(400)
 
 
-def test_two_flow_runs_share_one_device_as_a_co_running_group(settings_env, monkeypatch, dataset, tmp_path):
+def test_two_flow_runs_share_one_device_as_a_co_running_group(settings_env, monkeypatch, flows_home, dataset, tmp_path):
+    # A home of its own (the session's zoo linked in): its runs, tuner state and book touch no other test's.
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "zoo").symlink_to(flows_home / "zoo")
+    monkeypatch.setenv("OLTUNES_HOME", str(tmp_path / "home"))
     settings_env()
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"pools": [

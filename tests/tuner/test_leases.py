@@ -217,3 +217,16 @@ def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
     assert book.view().queue_policy == "sjf"
     book.release(running.lease_id)
     assert [l.job.job_id for l in book.view().leases] == ["job-short"]
+
+
+def test_a_job_that_cannot_fit_an_idle_cluster_is_refused_not_queued_forever():
+    tuner = Tuner(make_variants(), seed=0)
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=2, slots_per_device=2)
+    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), class_limits={"cpu": 0})
+    with pytest.raises(ConfigError, match="job-x: does not fit this cluster even with nothing running"):
+        book.acquire(LeaseRequest(job=job("x")))
+    assert book.view().waiting == []
+    unknown = JobSpec(job_id="job-y", family="no-such-family", slo_ms=100.0)
+    open_book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c))
+    with pytest.raises(ConfigError, match="no-such-family"):
+        open_book.acquire(LeaseRequest(job=unknown))
