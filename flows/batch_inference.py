@@ -3,8 +3,9 @@
 Run it from Python (``asyncio.run(batch_inference(family="cnn", dataset="in.parquet"))``), through ``oltunes
 demo``, or as the scheduled deployment in ``prefect.yaml``.
 
-A job larger than `items_per_worker` is split into parts run in parallel (one worker per device of the chosen
-pool); every output shard is atomic, so re-running a failed flow with the same `output` resumes it without
+The job runs under a lease on the device its decision names (`oltunes.tuner.leases`: with a tuning service, the
+cluster's allocator). A job larger than `items_per_worker` is split into parts run one after another on that
+device; every output shard is atomic, so re-running a failed flow with the same `output` resumes it without
 losing or duplicating rows.
 """
 
@@ -22,11 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, run_id, run_name, validate
 from oltunes.config import get_settings
-from oltunes.errors import DataError
+from oltunes.errors import ConfigError, DataError
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
 from oltunes.locks import lock_dir
-from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant
+from oltunes.tuner.lease_holder import hold_lease, leases_for
+from oltunes.tuner.leases import MAX_TTL_S
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Pool, Variant
 from tasks import tracking as track
 from tasks import tuning
 from tasks.workers import check_dataset, plan_job_parts, run_worker
@@ -53,6 +56,8 @@ class BatchParams(BaseModel):
     deadline_s: float | None = Field(default=None, gt=0)
     policy: str
     output_wait_s: float = Field(ge=0, le=86_400, description="wait this long for another run to release `output`")
+    lease_ttl_s: float = Field(gt=0, le=MAX_TTL_S, description="the job's lease expires this long after its holder dies")
+    lease_wait_s: float = Field(ge=0, le=7 * 86_400, description="wait this long in the queue for a lease")
 
     @field_validator("dataset", "output")
     @classmethod
@@ -103,6 +108,8 @@ async def batch_inference(
     deadline_s: float | None = None,
     policy: str = "oltunes",
     output_wait_s: float = 0.0,
+    lease_ttl_s: float = 60.0,
+    lease_wait_s: float = 3_600.0,
 ) -> BatchOutcome:
     """Run one batch inference job where the tuner says, measure it, log it, and feed it back.
 
@@ -123,7 +130,7 @@ async def batch_inference(
     inventory
         Pools YAML; default the launcher's own (``infra/inventory.local.yaml`` for local).
     items_per_worker
-        Parts of at most this many items run in parallel, one worker per device of the chosen pool.
+        Parts of at most this many items, run one after another on the leased device.
     shard_size
         Rows per output shard (the unit of atomic output and of resumption).
     part_timeout_s
@@ -133,13 +140,18 @@ async def batch_inference(
     output_wait_s
         Another run holding `output` (its lock, ``<output>/.lock``): wait up to this long for it to finish,
         then resume whatever it left undone; ``0`` (default) fails at once, naming the directory and its holder.
+    lease_ttl_s, lease_wait_s
+        The job holds a lease on its device (from the tuning service when ``OLTUNES_TUNER_URL`` is set, so
+        concurrent runs never share a slot), renewed every ``lease_ttl_s / 3`` and lost ``lease_ttl_s`` after the
+        flow dies; a job that does not fit waits in the queue up to ``lease_wait_s``, then fails.
     """
     bind_ephemeral_api()  # a SIGKILLed flow process must not leave Prefect's server (or its workers) behind
     p = validate(
         BatchParams, family=family, dataset=dataset, output=output, slo_ms=slo_ms, accuracy_floor=accuracy_floor,
         objective=objective, items=items, job_id=job_id, launcher=launcher, inventory=inventory,
         items_per_worker=items_per_worker, shard_size=shard_size, part_timeout_s=part_timeout_s,
-        deadline_s=deadline_s, policy=policy, output_wait_s=output_wait_s,
+        deadline_s=deadline_s, policy=policy, output_wait_s=output_wait_s, lease_ttl_s=lease_ttl_s,
+        lease_wait_s=lease_wait_s,
     )  # fmt: skip
     settings = get_settings()
     backend = Launcher.lookup(p.launcher)
@@ -177,44 +189,32 @@ async def _run_job(
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants, p.policy)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
-    decision = recorded_decision(out) if not backend.simulated else None
-    if decision is not None:
+    recorded = recorded_decision(out) if not backend.simulated else None
+    if recorded is not None:
         # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
-        job = job.model_copy(update={"job_id": decision.job_id})
-        jid = decision.job_id
-        log.info("job %s: resuming with its recorded decision %s", jid, decision.candidate.key)
-    else:
-        decision = await tuning.recommend(tuner, job, cluster)
-        if not backend.simulated:
-            record_decision(out, decision)
-        log.info("job %s: decision %s (source %s), warm start replayed %d", jid, decision.candidate.key, decision.source, replayed)
-
-    pool = cluster.pool(decision.pool)
-    parts = await plan_job_parts(out, job.items, p.items_per_worker, p.dataset)
-    gate = asyncio.Semaphore(pool.count)  # one worker per device of the pool at a time
-
-    async def run(part) -> Any:
-        device_ids = (pool.device_ids[part.index % len(pool.device_ids)],) if pool.device_ids else ()
-        spec = WorkerSpec(
-            mode="batch", job=job, candidate=decision.candidate, pool=pool.model_copy(update={"device_ids": device_ids}),
-            run_dir=part.run_dir, decision_id=decision.decision_id, input_path=part.input_path,
-            output_dir=part.output_dir, shard_size=p.shard_size, items=part.items,
-        )  # fmt: skip
-        async with gate:
-            # Prefect's timeout is the outer guard; the launcher's own deadline stops the process first.
-            return await run_worker.with_options(timeout_seconds=p.part_timeout_s + 60)(p.launcher, spec, p.part_timeout_s)
-
-    t0 = time.monotonic()
-    try:
-        results = await asyncio.gather(*(run(part) for part in parts))
-    except Exception as e:  # the job's run still spans it, with the outcome as its status
-        await track.log_failed_job(
-            tracker, decision, f"{type(e).__name__}: {e}", simulated=backend.simulated, policy=p.policy,
-            run_name=f"batch-{p.family}-{jid[:8]}", dataset=p.dataset, rows=job.items, started_at=started_at,
-            extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
-        )  # fmt: skip
-        raise
-    job_wall = time.monotonic() - t0
+        job = job.model_copy(update={"job_id": recorded.job_id})
+        jid = recorded.job_id
+        log.info("job %s: resuming with its recorded decision %s", jid, recorded.candidate.key)
+    leases = leases_for(tuner, cluster.pools)
+    async with hold_lease(leases, job, ttl_s=p.lease_ttl_s, wait_s=p.lease_wait_s, decision=recorded) as lease:
+        decision = lease.decision
+        if recorded is None:
+            if not backend.simulated:
+                record_decision(out, decision)
+            log.info("job %s: decision %s (source %s), warm start replayed %d", jid, decision.candidate.key,
+                     decision.source, replayed)
+        if lease.pool not in {q.name for q in cluster.pools}:
+            raise ConfigError(f"parameter 'inventory': the tuning service placed job {jid} on pool {lease.pool!r}, "
+                              "which this flow's inventory does not list; give the flow the service's inventory")
+        try:
+            results, job_wall, n_parts = await _run_parts(p, job, out, cluster.pool(lease.pool), lease.device, decision)
+        except Exception as e:  # the job's run still spans it, with the outcome as its status
+            await track.log_failed_job(
+                tracker, decision, f"{type(e).__name__}: {e}", simulated=backend.simulated, policy=p.policy,
+                run_name=f"batch-{p.family}-{jid[:8]}", dataset=p.dataset, rows=job.items, started_at=started_at,
+                extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+            )  # fmt: skip
+            raise
     m = measurement_from_results(job, decision.candidate, list(results), decision)
 
     run_id, observed = None, False
@@ -224,7 +224,7 @@ async def _run_job(
         run_id = await track.log_measurement(
             tracker, m, slo_ms=p.slo_ms,
             policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
-            extra_metrics={"job_wall_s": job_wall, "parts": float(len(parts))},
+            extra_metrics={"job_wall_s": job_wall, "parts": float(n_parts)},
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
             dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
@@ -233,9 +233,29 @@ async def _run_job(
             await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
     rows = len(job_outputs(out)) if not backend.simulated else 0
-    log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)
+    log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, n_parts, rows, run_id, observed)
     return BatchOutcome(
         job_id=jid, job=job, decision=decision, measurement=m, run_id=run_id, observed=observed,
-        output=None if backend.simulated else str(out), parts=len(parts), job_wall_s=job_wall,
+        output=None if backend.simulated else str(out), parts=n_parts, job_wall_s=job_wall,
     )  # fmt: skip
 
+
+
+async def _run_parts(p: BatchParams, job: JobSpec, out: Path, pool: Pool, device: int, decision: Decision
+                     ) -> tuple[list[Any], float, int]:  # fmt: skip
+    """Run the job's parts one after another on the leased device (its slot is the job's; the worker's own
+    concurrency is the decision's). Returns the part results, the wall time and the number of parts."""
+    parts = await plan_job_parts(out, job.items, p.items_per_worker, p.dataset)
+    device_ids = (pool.device_ids[device],) if device < len(pool.device_ids) else ()
+    on_device = pool.model_copy(update={"device_ids": device_ids})
+    t0 = time.monotonic()
+    results = []
+    for part in parts:
+        spec = WorkerSpec(
+            mode="batch", job=job, candidate=decision.candidate, pool=on_device, run_dir=part.run_dir,
+            decision_id=decision.decision_id, input_path=part.input_path, output_dir=part.output_dir,
+            shard_size=p.shard_size, items=part.items,
+        )  # fmt: skip
+        # Prefect's timeout is the outer guard; the launcher's own deadline stops the process first.
+        results.append(await run_worker.with_options(timeout_seconds=p.part_timeout_s + 60)(p.launcher, spec, p.part_timeout_s))
+    return results, time.monotonic() - t0, len(parts)

@@ -100,8 +100,12 @@ def serve_cmd(
     ] = None,
     persist_every: Annotated[float, typer.Option(min=0, help="seconds between state saves (0: on exit only)")] = 30.0,
     log_level: Annotated[str, typer.Option()] = "info",
+    queue_policy: Annotated[str, typer.Option(help="order of the lease queue (a QueuePolicy name)")] = "fcfs",
+    class_limit: Annotated[list[str] | None, typer.Option(
+        help="ACCELERATOR=N: at most N leased jobs of that class per host, e.g. t4=2 (repeatable)")] = None,
 ) -> None:
-    """Serve the tuner over HTTP (routes under /v1: recommend, observe, health, state, variants)."""
+    """Serve the tuner over HTTP (routes under /v1: recommend, observe, health, state, variants; with
+    --inventory also leases: the service allocates those pools)."""
     from oltunes.config import get_settings
     from oltunes.inventory import load_inventory
     from oltunes.tuner.service import check_bind, serve
@@ -112,6 +116,7 @@ def serve_cmd(
     try:
         check_bind(host, token)  # before the (possibly slow) state load
         pools = load_inventory(inventory) if inventory else None
+        limits = _class_limits(class_limit or [])
         tuner = _build_tuner(state_path, variants)
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}")
@@ -119,10 +124,20 @@ def serve_cmd(
     err.print(f"tuner: serving on http://{host}:{port}/v1 (auth {'on' if token else 'off'}), state {state_path}")
     try:  # replaying the observe journal can still refuse a corrupt file
         serve(tuner, host=host, port=port, token=token, state_path=state_path, pools=pools,
-              persist_every_s=persist_every, log_level=log_level)
+              persist_every_s=persist_every, log_level=log_level, queue_policy=queue_policy, class_limits=limits)
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _class_limits(items: list[str]) -> dict[str, int]:
+    limits = {}
+    for item in items:
+        name, _, n = item.partition("=")
+        if not name or not n.isdigit():
+            raise ConfigError("--class-limit: expected ACCELERATOR=N with N an integer >= 0, e.g. t4=2")
+        limits[name] = int(n)
+    return limits
 
 
 @tuner_app.command("recommend")

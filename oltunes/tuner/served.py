@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oltunes.errors import ConfigError, OLTunesError
 from oltunes.tuner import guards
@@ -18,6 +18,9 @@ from oltunes.tuner.api import ObserveResponse, RecommendRequest
 from oltunes.tuner.journal import ObserveJournal, fsync_dir
 from oltunes.tuner.state import state_lock, write_state
 from oltunes.types import ClusterState, Decision, Measurement, Pool
+
+if TYPE_CHECKING:
+    from oltunes.tuner.leases import LeaseBook
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ class TunerService:
             model_store = get_settings().zoo_dir
         self.model_store = Path(model_store).resolve()
         self.lock = threading.Lock()
+        self.leases: LeaseBook | None = None  # set when the service allocates its pools (`create_app`)
         self._persist_lock = threading.Lock()
         self.n_observed = 0
         self.started = time.monotonic()
@@ -81,12 +85,17 @@ class TunerService:
                 log.info("observe journal: %d acknowledged measurements restored", replayed)
 
     def recommend(self, req: RecommendRequest) -> Decision:
-        cluster = req.cluster if req.cluster is not None else self.default_cluster
+        cluster = req.cluster if req.cluster is not None else (
+            self.leases.cluster() if self.leases is not None else self.default_cluster)  # what runs where, leased
         if cluster is None:
             raise ConfigError("cluster: required (this service was started without --inventory)")
         with self.lock:
             # Not marked dirty: recommend only advances the exploration RNG, which is not worth a save.
             return self.tuner.recommend(req.job, cluster, current=req.current)
+
+    def decide(self, job: Any, cluster: ClusterState) -> Decision:
+        with self.lock:
+            return self.tuner.recommend(job, cluster)
 
     def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
         """Learn the new measurements and journal them (not yet fsynced: call `sync` before answering)."""

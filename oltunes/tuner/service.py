@@ -28,7 +28,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from oltunes.errors import ConfigError, OLTunesError
 from oltunes.netaddr import is_loopback
+from oltunes.rltune.policies import QueuePolicy
 from oltunes.tuner import guards
 from oltunes.tuner.api import (
     API_PREFIX,
@@ -51,6 +52,8 @@ from oltunes.tuner.api import (
     VariantsRequest,
     VariantsResponse,
 )
+from oltunes.tuner.lease_api import lease_router
+from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner.metrics import TunerMetrics
 from oltunes.tuner.served import Persister, ServedTuner, TunerService
 from oltunes.types import Pool
@@ -98,6 +101,8 @@ def create_app(
     persist_every_s: float = 30.0,
     max_body_bytes: int = MAX_BODY_BYTES,
     model_store: str | Path | None = None,
+    queue_policy: str | QueuePolicy = "fcfs",
+    class_limits: Mapping[str, int] | None = None,
 ) -> FastAPI:
     """Build the ASGI app serving `tuner`.
 
@@ -117,8 +122,16 @@ def create_app(
         Larger request bodies are refused with 413 before they are read.
     model_store
         Folder that variants added over HTTP must point into (default: ``settings.zoo_dir``).
+    queue_policy, class_limits
+        With `pools`, the service allocates them (``/v1/leases``, `oltunes.tuner.leases`): the order of its
+        queue (a ``QueuePolicy`` name) and the most jobs per accelerator class on one host.
     """
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
+    if pools:
+        service.leases = LeaseBook(
+            pools, service.decide, queue_policy=queue_policy, class_limits=class_limits,
+            path=None if service.state_path is None else service.state_path.with_name(service.state_path.name + ".leases"),
+        )  # fmt: skip
     persister = Persister(service, persist_every_s)
     metrics = TunerMetrics(observed_total=lambda: service.tuner.n_observed)
 
@@ -212,6 +225,8 @@ def create_app(
         body, content_type = metrics.exposition()
         return Response(content=body, media_type=content_type)
 
+    if service.leases is not None:
+        private.include_router(lease_router(service.leases))
     app.include_router(public)
     app.include_router(private)
     return app
@@ -236,12 +251,15 @@ def serve(
     pools: Sequence[Pool] | None = None,
     persist_every_s: float = 30.0,
     log_level: str = "info",
+    queue_policy: str | QueuePolicy = "fcfs",
+    class_limits: Mapping[str, int] | None = None,
 ) -> None:
     """Serve `tuner` with uvicorn until interrupted (state persisted on the way out)."""
     import uvicorn
 
     check_bind(host, token)
-    app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s)
+    app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s,
+                     queue_policy=queue_policy, class_limits=class_limits)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 

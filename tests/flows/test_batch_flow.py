@@ -203,7 +203,7 @@ def test_worker_killed_mid_batch_is_retried_without_lost_or_duplicated_rows(sett
     assert res.measurement.items == report["items"] < 12_000  # the retry measured only what it ran
 
 
-def test_simulated_launcher_drives_a_gpu_cluster_with_parallel_parts(settings_env, shared_data):
+def test_simulated_launcher_drives_a_gpu_cluster_in_parts(settings_env, shared_data):
     settings_env()
     res = asyncio.run(
         batch_inference(family="resnet", launcher="simulated", items=4000, items_per_worker=1000, slo_ms=300.0, job_id="job-sim")

@@ -1,0 +1,348 @@
+"""Leases and the job queue: the tuning service as the cluster's allocator.
+
+A job that is about to run asks for a **lease**: the book decides where it goes (the tuner, given every leased
+placement as the `ClusterState`), and grants the lease if that device still has a free slot
+(``Pool.slots_per_device``) and the accelerator class is under its limit on that host. A job that does not fit
+**waits** in the queue; the queue's order is a pluggable policy by name (`oltunes.rltune.policies.QueuePolicy`,
+``fcfs`` by default; through `oltunes.rltune.service_queue.release_order`, the RLTune issue's product hook). Every
+acquire, renew and release admits, in that order, each waiting job that now fits.
+
+A lease lives ``ttl_s`` seconds from its last renewal (the holder heartbeats); a holder that dies stops renewing
+and its lease expires, so its slot comes back without anyone calling release. A waiting job that stops asking is
+dropped the same way. The book is durable: every change is written atomically (``durable=True``) to its JSON
+file and reloaded on start, with wall-clock expiry times, so a restarted service still knows what runs where.
+
+Nothing here is HTTP: `oltunes.tuner.lease_api` puts routes in front of it, and an in-process flow uses a book
+of its own (one flow at a time, as without a service).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from oltunes.atomic import atomic_write_text
+from oltunes.errors import ConfigError, DataError
+from oltunes.rltune.policies import QueuePolicy
+from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, new_id
+
+log = logging.getLogger(__name__)
+
+MAX_TTL_S = 3_600.0
+MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_queue.MAX_WAITING`)
+
+Decide = Callable[[JobSpec, ClusterState], Decision]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Lease(_Model):
+    """A job's hold on one slot of one device, until ``expires_at`` (seconds since the epoch) unless renewed."""
+
+    lease_id: Id = Field(default_factory=new_id)
+    job: JobSpec
+    decision: Decision
+    pool: Id
+    device: int = Field(ge=0)
+    holder: Label | None = None
+    ttl_s: float = Field(gt=0, le=MAX_TTL_S, allow_inf_nan=False)
+    granted_at: float
+    expires_at: float
+
+    def placement(self) -> Placement:
+        return Placement(job_id=self.job.job_id, pool=self.pool, device=self.device, candidate=self.decision.candidate,
+                         slo_ms=self.job.slo_ms, arrival_rate_rps=self.job.arrival_rate_rps)
+
+
+class Waiting(_Model):
+    """A job in the queue; dropped when its holder has not asked again for ``ttl_s`` seconds."""
+
+    job: JobSpec
+    holder: Label | None = None
+    ttl_s: float = Field(gt=0, le=MAX_TTL_S, allow_inf_nan=False)
+    submitted_at: float
+    expires_at: float
+    decision: Decision | None = Field(default=None, description="a fixed decision (a resumed job): lease exactly it")
+    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False)
+
+
+class LeaseRequest(_Model):
+    """Ask for a lease (again: idempotent by ``job.job_id`` -- a waiting job asks until it is granted)."""
+
+    job: JobSpec
+    ttl_s: float = Field(default=60.0, gt=0, le=MAX_TTL_S, allow_inf_nan=False)
+    holder: Label | None = Field(default=None, description="who holds it, for people reading the book (host:pid, flow run)")
+    decision: Decision | None = Field(default=None, description="lease this decision's placement instead of deciding")
+    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False,
+                                              description="the job's expected run time, for queue policies that read it")
+
+
+class LeaseAnswer(_Model):
+    status: Literal["granted", "waiting"]
+    lease: Lease | None = None
+    position: int | None = Field(default=None, ge=0, description="0 = next in the queue policy's order")
+    waiting: int = Field(ge=0, description="jobs in the queue")
+
+
+class _BookFile(_Model):
+    leases: list[Lease]
+    waiting: list[Waiting]
+
+
+class BookView(_Model):
+    leases: list[Lease] = Field(max_length=MAX_LIST)
+    waiting: list[Waiting] = Field(max_length=MAX_WAITING)
+    queue_policy: str
+    class_limits: dict[str, int]
+
+
+class LeaseBook:
+    """What runs where: the leases, the queue, and the decisions that fill them.
+
+    Parameters
+    ----------
+    pools
+        The cluster the book allocates.
+    decide
+        ``decide(job, cluster)``: where the job should go given what is leased (the tuner, or a policy).
+    path
+        JSON file the book is kept in (None: memory only).
+    queue_policy
+        The queue's order: a `QueuePolicy` name (``fcfs``, ``sjf``, ``slurm``, ...) or one already built (e.g.
+        ``QueuePolicy.make("rltune", weights=...)``).
+    class_limits
+        Accelerator name -> the most jobs leased at once on one host (``Pool.engine``) of that class, e.g.
+        ``{"t4": 2}``; classes not named are bounded by their slots only.
+    clock
+        Seconds since the epoch (wall clock: expiry survives a restart).
+    """
+
+    def __init__(self, pools: Sequence[Pool], decide: Decide, *, path: str | Path | None = None,
+                 queue_policy: str | QueuePolicy = "fcfs", class_limits: Mapping[str, int] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.pools = {p.name: p for p in pools}
+        self.decide = decide
+        self.path = Path(path) if path is not None else None
+        # an unknown name fails here, listing the known ones
+        self.queue_policy = QueuePolicy.make(queue_policy) if isinstance(queue_policy, str) else queue_policy
+        self.queue_policy_name = self.queue_policy.name
+        self.class_limits = dict(class_limits or {})
+        for name, n in self.class_limits.items():
+            if not isinstance(n, int) or n < 0:
+                raise ConfigError(f"class_limits.{name}: must be an integer >= 0")
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.leases: dict[str, Lease] = {}  # by lease id
+        self.waiting: dict[str, Waiting] = {}  # by job id, in arrival order
+        self._load()
+
+    # -- the interface a flow holds (in-process here; `oltunes.tuner.lease_api.RemoteLeases` over HTTP) ------
+
+    def acquire(self, req: LeaseRequest) -> LeaseAnswer:
+        """Grant the job a lease if it fits now (or already holds one), else queue it (or keep it queued)."""
+        with self.lock:
+            now = self.clock()
+            changed = self._expire(now)
+            held = self._lease_of(req.job.job_id)
+            if held is None:
+                w = self.waiting.get(req.job.job_id)
+                if w is None:
+                    if len(self.waiting) >= MAX_WAITING:
+                        raise DataError(f"queue: full ({MAX_WAITING} jobs waiting); try again later")
+                    w = Waiting(job=req.job, holder=req.holder, ttl_s=req.ttl_s, submitted_at=now,
+                                expires_at=now + req.ttl_s, decision=req.decision,
+                                expected_duration_s=req.expected_duration_s)
+                    self.waiting[req.job.job_id] = w
+                else:
+                    w = w.model_copy(update={"expires_at": now + req.ttl_s})
+                    self.waiting[req.job.job_id] = w
+                why = self._admit(now)
+                changed = True
+                held = self._lease_of(req.job.job_id)
+                if held is None and not self.leases:  # nothing runs, so no release will ever make room
+                    del self.waiting[req.job.job_id]
+                    self._save()
+                    raise ConfigError(f"job {req.job.job_id}: does not fit this cluster even with nothing running "
+                                      f"({why.get(req.job.job_id, 'no slot')}); check the inventory's slots and "
+                                      "class limits, and the job's family")
+            if changed:
+                self._save()
+            if held is not None:
+                return LeaseAnswer(status="granted", lease=held, waiting=len(self.waiting))
+            order = self._order(now)
+            return LeaseAnswer(status="waiting", position=order.index(req.job.job_id), waiting=len(self.waiting))
+
+    def renew(self, lease_id: str, ttl_s: float | None = None) -> Lease | None:
+        """Extend a lease by its TTL (the heartbeat); None once it has expired or been released."""
+        with self.lock:
+            now = self.clock()
+            if self._expire(now):
+                self._admit(now)
+            lease = self.leases.get(lease_id)
+            if lease is not None:
+                ttl = lease.ttl_s if ttl_s is None else ttl_s
+                lease = self.leases[lease_id] = lease.model_copy(update={"ttl_s": ttl, "expires_at": now + ttl})
+            self._save()
+            return lease
+
+    def release(self, lease_id: str) -> bool:
+        """End a lease (the job finished); True if it was held. Waiting jobs that now fit are admitted."""
+        with self.lock:
+            now = self.clock()
+            released = self.leases.pop(lease_id, None) is not None
+            self._expire(now)
+            self._admit(now)
+            self._save()
+            return released
+
+    def withdraw(self, job_id: str) -> bool:
+        """Leave the queue (the job gave up waiting); True if it was queued."""
+        with self.lock:
+            gone = self.waiting.pop(job_id, None) is not None
+            if gone:
+                self._save()
+            return gone
+
+    # -- views -------------------------------------------------------------------------------------------------
+
+    def cluster(self) -> ClusterState:
+        """The pools with every leased placement: the cluster as the tuner should see it."""
+        with self.lock:
+            if self._expire(self.clock()):
+                self._save()
+            return self._cluster()
+
+    def view(self) -> BookView:
+        with self.lock:
+            now = self.clock()
+            if self._expire(now):
+                self._save()
+            order = self._order(now)
+            return BookView(leases=sorted(self.leases.values(), key=lambda l: l.granted_at),
+                            waiting=[self.waiting[j] for j in order], queue_policy=self.queue_policy_name,
+                            class_limits=self.class_limits)
+
+    # -- inside the lock -------------------------------------------------------------------------------------
+
+    def _lease_of(self, job_id: str) -> Lease | None:
+        return next((l for l in self.leases.values() if l.job.job_id == job_id), None)
+
+    def _expire(self, now: float) -> bool:
+        dead = [k for k, l in self.leases.items() if l.expires_at <= now]
+        for k in dead:
+            log.warning("lease %s of job %s (holder %r) expired: no heartbeat for %gs", k,
+                        self.leases[k].job.job_id, self.leases[k].holder, self.leases[k].ttl_s)
+            del self.leases[k]
+        gone = [j for j, w in self.waiting.items() if w.expires_at <= now]
+        for j in gone:
+            del self.waiting[j]
+        return bool(dead or gone)
+
+    def _cluster(self, pools: Sequence[Pool] | None = None) -> ClusterState:
+        pools = list(self.pools.values() if pools is None else pools)
+        names = {p.name for p in pools}
+        return ClusterState(pools=pools, placements=[l.placement() for l in self.leases.values() if l.pool in names])
+
+    def _used(self) -> Counter[tuple[str, int]]:
+        return Counter((l.pool, l.device) for l in self.leases.values())
+
+    def _class_full(self, pool: Pool) -> bool:
+        limit = self.class_limits.get(pool.accelerator.name)
+        if limit is None:
+            return False
+        host = pool.engine or ""
+        running = sum(1 for l in self.leases.values()
+                      if (p := self.pools.get(l.pool)) is not None and p.accelerator.name == pool.accelerator.name
+                      and (p.engine or "") == host)
+        return running >= limit
+
+    def _open_pools(self) -> list[Pool]:
+        """Pools with a free slot whose accelerator class is under its limit on their host."""
+        used = self._used()
+        return [p for p in self.pools.values() if not self._class_full(p)
+                and any(used[(p.name, d)] < p.slots_per_device for d in range(p.count))]
+
+    def _order(self, now: float) -> list[str]:
+        """Waiting job ids in the queue policy's order (each job asks for one slot)."""
+        from oltunes.rltune.service_queue import release_order
+
+        if not self.waiting:
+            return []
+        used = self._used()
+        caps = [{"name": p.name, "gpus_per_node": min(max(p.slots_per_device, 1), 64),
+                 "free_per_node": [max(min(p.slots_per_device - used[(p.name, d)], 64), 0) for d in range(p.count)]}
+                for p in self.pools.values() if p.count <= 4096]
+        waiting = [{"job_id": w.job.job_id, "gpus": 1, "submitted_s": w.submitted_at,
+                    "expected_duration_s": w.expected_duration_s} for w in self.waiting.values()]
+        return release_order(self.queue_policy, waiting, caps, now)
+
+    def _admit(self, now: float) -> dict[str, str]:
+        """Grant, in the queue policy's order, every waiting job that fits now; returns why the others wait."""
+        why: dict[str, str] = {}
+        for job_id in self._order(now):
+            open_pools = self._open_pools()
+            if not open_pools:
+                why[job_id] = "no pool has a free slot under its class limit"
+                continue
+            w = self.waiting[job_id]
+            decision = w.decision
+            if decision is None:
+                try:
+                    decision = self.decide(w.job, self._cluster(open_pools))
+                except (ConfigError, DataError, LookupError, ValueError) as e:  # e.g. no variant fits any open pool
+                    why[job_id] = str(e)[:500]
+                    continue
+            device = self._device_for(decision, open_pools)
+            if device is None:
+                why[job_id] = f"pool {decision.candidate.pool!r} of its decision has no free slot there"
+                continue
+            pool = decision.candidate.pool
+            lease = Lease(job=w.job, decision=decision, pool=pool, device=device, holder=w.holder,
+                ttl_s=w.ttl_s, granted_at=now, expires_at=now + w.ttl_s)
+            self.leases[lease.lease_id] = lease
+            del self.waiting[job_id]
+        return why
+
+    def _device_for(self, decision: Decision, open_pools: Sequence[Pool]) -> int | None:
+        """The device the decision names (its group's, else the pool's first empty one) if it has a free slot."""
+        pool = next((p for p in open_pools if p.name == decision.candidate.pool), None)
+        if pool is None:
+            return None
+        used = self._used()
+        if decision.group is not None:
+            d = decision.group.device
+            return d if d < pool.count and used[(pool.name, d)] < pool.slots_per_device else None
+        return next((d for d in range(pool.count) if used[(pool.name, d)] == 0), None)
+
+    # -- durability --------------------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        book = _BookFile(leases=list(self.leases.values()), waiting=list(self.waiting.values()))
+        atomic_write_text(self.path, book.model_dump_json(), durable=True)  # pydantic's encoder: ~20x json's
+
+    def _load(self) -> None:
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            book = _BookFile.model_validate_json(self.path.read_bytes())
+            leases, waiting = book.leases, book.waiting
+        except (OSError, ValueError, ValidationError) as e:
+            raise ConfigError(f"lease book {self.path}: unreadable ({type(e).__name__}); move it aside to start "
+                              "with no leases (running jobs re-acquire on their next heartbeat)") from None
+        # A pool that left the inventory takes its leases with it.
+        self.leases = {l.lease_id: l for l in leases if l.pool in self.pools}
+        self.waiting = {w.job.job_id: w for w in waiting}
+        if self._expire(self.clock()):
+            self._save()
+        log.info("lease book %s: %d lease(s), %d waiting", self.path, len(self.leases), len(self.waiting))

@@ -1,0 +1,56 @@
+"""Two batch flow runs at once against one tuning service: the service allocates, so the second job lands beside
+the first as a real co-running group, on the device the decision named, and both leases end with their jobs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from flows.batch_inference import batch_inference
+from oltunes.config import get_settings
+from oltunes.inventory import load_inventory
+from oltunes.launchers import Launcher
+from oltunes.launchers.batch_job import job_outputs
+from oltunes.tuner import Tuner
+from oltunes.tuner.service import create_app, serve_in_thread
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def test_two_flow_runs_share_one_device_as_a_co_running_group(settings_env, monkeypatch, flows_home, dataset, tmp_path):
+    # A home of its own (the session's zoo linked in): its runs, tuner state and book touch no other test's.
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "zoo").symlink_to(flows_home / "zoo")
+    monkeypatch.setenv("OLTUNES_HOME", str(tmp_path / "home"))
+    settings_env()
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"pools": [
+        {"name": "cpu-shared", "accelerator": "cpu", "count": 1, "slots_per_device": 2, "cpu_set": [0]}]}))
+    variants = Launcher.lookup("local").variants(get_settings())
+    app = create_app(Tuner(variants, seed=0), state_path=tmp_path / "tuner.json", pools=load_inventory(inventory),
+                     persist_every_s=0)
+    book = app.state.service.leases
+    with serve_in_thread(app) as url:
+        monkeypatch.setenv("OLTUNES_TUNER_URL", url)
+        settings_env()
+
+        async def both():
+            return await asyncio.gather(*(
+                batch_inference(family="cnn", dataset=str(dataset), output=str(tmp_path / name), slo_ms=60_000.0,
+                                job_id=name, inventory=str(inventory), items_per_worker=500, lease_ttl_s=30)
+                for name in ("job-one", "job-two")))  # fmt: skip
+
+        one, two = asyncio.run(both())
+        assert book.view().leases == [] and book.view().waiting == []  # both released at the end
+    for res, name in ((one, "job-one"), (two, "job-two")):
+        assert res.decision.candidate.pool == "cpu-shared" and res.parts == 3
+        assert sum(pq.read_metadata(p).num_rows for p in job_outputs(tmp_path / name)) == 1_500
+    # Whichever was granted second was decided with the first on its device: a group of both, and the first as
+    # its co-runner in the candidate the learner is taught with.
+    first, second = sorted((one, two), key=lambda r: r.decision.group is not None)
+    assert first.decision.group is None
+    assert set(second.decision.group.members) == {"job-one", "job-two"} and second.decision.group.device == 0
+    assert [c.job_id for c in second.measurement.candidate.co_runners] == [first.job_id]

@@ -1,0 +1,232 @@
+"""Leases and the queue: the tuning service as the cluster's allocator, over real HTTP, real threads and a real
+process killed with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+
+import httpx
+import pytest
+
+from oltunes.errors import ConfigError
+from oltunes.inventory import CATALOG
+from oltunes.tuner import Tuner
+from oltunes.tuner.client import TunerClient
+from oltunes.tuner.lease_api import RemoteLeases
+from oltunes.tuner.lease_holder import LeaseTimeout, hold_lease, leases_for
+from oltunes.tuner.leases import LeaseBook, LeaseRequest
+from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.types import JobSpec, Pool
+from tests.tuner.serve_process import AUTH, TOKEN
+from tests.tuner.variants import make_variants
+
+POOLS = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=2, slots_per_device=2),
+         Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)]
+
+
+def job(i: int | str, slo_ms: float = 5_000.0) -> JobSpec:
+    return JobSpec(job_id=f"job-{i}", family="cnn", slo_ms=slo_ms, items=10_000)
+
+
+def slots(pools) -> int:
+    return sum(p.count * p.slots_per_device for p in pools)
+
+
+@pytest.fixture
+def service(tmp_path):
+    tuner = Tuner(make_variants(), seed=0)
+    app = create_app(tuner, token=TOKEN, state_path=tmp_path / "state.json", pools=POOLS, persist_every_s=0)
+    with serve_in_thread(app) as url:
+        yield url, app.state.service.leases
+
+
+def test_concurrent_holders_never_oversubscribe_a_device(service):
+    """12 threads (each its own client) ask for leases at once on 5 slots; at every moment, every device holds
+    at most its slots, and every job eventually runs once the earlier ones release."""
+    url, book = service
+    n = 12
+    peak: Counter = Counter()
+    errors: list[BaseException] = []
+    ran: list[str] = []
+    guard = threading.Lock()
+
+    def one(i: int) -> None:
+        try:
+            with TunerClient(url, token=TOKEN, outbox_dir=None) as client:
+                async def go() -> None:
+                    async with hold_lease(RemoteLeases(client), job(i), ttl_s=30, wait_s=120) as lease:
+                        view = RemoteLeases(client).view()
+                        used = Counter((l.pool, l.device) for l in view.leases)
+                        with guard:
+                            for key, k in used.items():
+                                peak[key] = max(peak[key], k)
+                            ran.append(lease.job.job_id)
+                        await asyncio.sleep(0.3)
+
+                asyncio.run(go())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors, errors
+    assert sorted(ran) == sorted(f"job-{i}" for i in range(n))
+    cap = {(p.name, d): p.slots_per_device for p in POOLS for d in range(p.count)}
+    assert peak and all(k <= cap[key] for key, k in peak.items()), peak
+    assert book.view().leases == [] and book.view().waiting == []
+
+
+def test_two_jobs_that_fit_together_form_a_co_running_group(tmp_path):
+    """One device with two slots: the second job's decision names the first as its co-runner."""
+    pool = Pool(name="t4-a", accelerator=CATALOG["t4"], count=1, slots_per_device=2)
+    tuner = Tuner(make_variants(), seed=0)
+    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), path=tmp_path / "leases")
+    first = book.acquire(LeaseRequest(job=job(1)))
+    second = book.acquire(LeaseRequest(job=job(2)))
+    assert first.status == second.status == "granted"
+    assert first.lease.decision.group is None  # alone on an empty device
+    group = second.lease.decision.group
+    assert group is not None and set(group.members) == {"job-1", "job-2"} and group.device == 0
+    assert second.lease.decision.candidate.co_runners[0].job_id == "job-1"
+    third = book.acquire(LeaseRequest(job=job(3)))
+    assert third.status == "waiting" and third.position == 0
+    assert book.release(first.lease.lease_id)  # its slot goes to the waiting job at once
+    assert book.acquire(LeaseRequest(job=job(3))).status == "granted"
+
+
+def test_queue_is_first_come_first_served_and_durable(tmp_path):
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    tuner = Tuner(make_variants(), seed=0)
+    decide = lambda j, c: tuner.recommend(j, c)  # noqa: E731
+    book = LeaseBook([pool], decide, path=tmp_path / "leases")
+    running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
+    for name in ("b", "c", "d"):
+        assert book.acquire(LeaseRequest(job=job(name), ttl_s=600)).status == "waiting"
+    assert book.acquire(LeaseRequest(job=job("c"), ttl_s=600)).position == 1  # asking again keeps its turn
+    # A restarted service reads the same book: the lease and the queue, in order.
+    again = LeaseBook([pool], decide, path=tmp_path / "leases")
+    assert [l.lease_id for l in again.view().leases] == [running.lease_id]
+    assert [w.job.job_id for w in again.view().waiting] == ["job-b", "job-c", "job-d"]
+    again.release(running.lease_id)
+    assert [l.job.job_id for l in again.view().leases] == ["job-b"]
+    with pytest.raises(ConfigError, match="known: .*fcfs"):
+        LeaseBook([pool], decide, queue_policy="no-such-policy")
+
+
+def test_class_limit_bounds_jobs_per_accelerator_class_per_host(tmp_path):
+    """At most one T4 job per host, CPU jobs bounded by their slots only."""
+    tuner = Tuner(make_variants(), seed=0)
+    pools = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=4, slots_per_device=4),
+             Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=3, slots_per_device=1)]
+    book = LeaseBook(pools, lambda j, c: tuner.recommend(j, c), class_limits={"t4": 1})
+    granted = [book.acquire(LeaseRequest(job=job(i, slo_ms=60_000))) for i in range(6)]
+    by_pool = Counter(a.lease.pool for a in granted if a.status == "granted")
+    assert by_pool["t4-a"] <= 1 and by_pool["cpu-a"] <= 3
+    assert sum(by_pool.values()) == 4 and [a.status for a in granted].count("waiting") == 2
+
+
+def test_a_lease_expires_when_its_holder_is_killed(tmp_path, service):
+    """A process holding a lease (heartbeat every ttl/3) is SIGKILLed: its slot is free again within the TTL."""
+    url, book = service
+    ttl = 3.0
+    script = textwrap.dedent(f"""
+        import asyncio, sys
+        from oltunes.tuner.client import TunerClient
+        from oltunes.tuner.lease_api import RemoteLeases
+        from oltunes.tuner.lease_holder import hold_lease
+        from oltunes.types import JobSpec
+
+        async def main():
+            client = TunerClient({url!r}, token={TOKEN!r})
+            job = JobSpec(job_id="doomed", family="cnn", slo_ms=5000.0, items=10)
+            async with hold_lease(RemoteLeases(client), job, ttl_s={ttl}, wait_s=60):
+                print("held", flush=True)
+                await asyncio.sleep(600)
+
+        asyncio.run(main())
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "OLTUNES_HOME": str(tmp_path / "home")})
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        time.sleep(2 * ttl)  # two TTLs: only the heartbeat can have kept it
+        with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+            assert [l["job"]["job_id"] for l in http.get("/v1/leases").json()["leases"]] == ["doomed"]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            killed = time.monotonic()
+            while http.get("/v1/leases").json()["leases"]:
+                assert time.monotonic() - killed < ttl + 30, "the dead holder's lease never expired"
+                time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_waiting_gives_up_after_its_limit_and_leaves_the_queue():
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    tuner = Tuner(make_variants(), seed=0)
+    book = leases_for(tuner, [pool])
+    assert isinstance(book, LeaseBook)
+    book.acquire(LeaseRequest(job=job("first"), ttl_s=600))
+
+    async def late() -> None:
+        async with hold_lease(book, job("late"), ttl_s=1, wait_s=0.5):
+            pytest.fail("granted a lease on a full device")
+
+    with pytest.raises(LeaseTimeout, match="no capacity within 0.5s"):
+        asyncio.run(late())
+    assert book.view().waiting == []
+
+
+def test_bad_lease_requests_name_the_field(service):
+    url, _ = service
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+        r = http.post("/v1/leases", json={"job": job(1).model_dump(mode="json"), "ttl_s": float("1e9")})
+        assert r.status_code == 422 and "ttl_s" in r.text
+        r = http.post("/v1/leases/..%2Fetc/renew", json={})
+        assert r.status_code in (404, 422)
+        assert http.post("/v1/leases/nosuchlease/renew", json={}).json() == {"lease": None}
+        assert http.get("/v1/leases", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert http.get("/v1/health").status_code == 200  # still serving
+
+
+def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
+    """``sjf`` hands the freed slot to the shortest waiting job, not the oldest (the RLTune hook's interface)."""
+    from oltunes.rltune.policies import QueuePolicy
+
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    tuner = Tuner(make_variants(), seed=0)
+    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), queue_policy=QueuePolicy.make("sjf"))
+    running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
+    for name, seconds in (("long", 3_000.0), ("short", 10.0), ("mid", 300.0)):
+        book.acquire(LeaseRequest(job=job(name), ttl_s=600, expected_duration_s=seconds))
+    assert [w.job.job_id for w in book.view().waiting] == ["job-short", "job-mid", "job-long"]
+    assert book.view().queue_policy == "sjf"
+    book.release(running.lease_id)
+    assert [l.job.job_id for l in book.view().leases] == ["job-short"]
+
+
+def test_a_job_that_cannot_fit_an_idle_cluster_is_refused_not_queued_forever():
+    tuner = Tuner(make_variants(), seed=0)
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=2, slots_per_device=2)
+    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), class_limits={"cpu": 0})
+    with pytest.raises(ConfigError, match="job-x: does not fit this cluster even with nothing running"):
+        book.acquire(LeaseRequest(job=job("x")))
+    assert book.view().waiting == []
+    unknown = JobSpec(job_id="job-y", family="no-such-family", slo_ms=100.0)
+    open_book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c))
+    with pytest.raises(ConfigError, match="no-such-family"):
+        open_book.acquire(LeaseRequest(job=unknown))
