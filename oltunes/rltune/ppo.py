@@ -8,9 +8,12 @@ Deterministic for a seed (one torch thread, seeded numpy and torch).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -176,3 +179,24 @@ def _update(net: PolicyNet, opt: torch.optim.Optimizer, batch: list, cfg: TrainC
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
             opt.step()
+
+
+def trained_weights(trace: Trace, cfg: TrainConfig, retrain: bool = False,
+                    progress: Callable[[str], None] | None = None) -> Path:
+    """Weights trained on `trace` with `cfg`, cached under ``$OLTUNES_HOME/rltune`` by a digest of both (so a
+    changed trace file, cluster or setting trains again); `retrain` trains even when cached."""
+    from oltunes.config import get_settings
+    from oltunes.rltune.net import save_policy
+
+    h = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode())
+    for a in (trace.submit, trace.duration, trace.gpus, trace.allowed, trace.group):
+        h.update(np.ascontiguousarray(a).tobytes())
+    h.update(repr(trace.shape).encode())
+    path = get_settings().home / "rltune" / f"{trace.name}-seed{cfg.seed}-{h.hexdigest()[:12]}.safetensors"
+    if path.is_file() and not retrain:
+        return path
+    say = progress or (lambda _msg: None)
+    say(f"training the rltune policy on {trace.name} ({cfg.iterations} iterations) -> {path}")
+    net, meta = train(trace, cfg, progress=lambda i, r: say(f"  iteration {i}/{cfg.iterations}: reward vs "
+                                                            f"{cfg.baseline} {r:+.3f}"))
+    return save_policy(net, path, meta)
