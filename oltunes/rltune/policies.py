@@ -30,7 +30,9 @@ class QueuePolicy(Registered, root=True):
         return np.lexsort((view.submit, self.scores(view)))
 
     def choose(self, view: QueueView) -> int:
-        return int(self.order(view)[0])
+        """The first job in the policy's order among the candidates (the jobs that may start now)."""
+        order = self.order(view)
+        return int(order[view.mask[order]][0])
 
 
 class Fcfs(QueuePolicy, name="fcfs"):
@@ -98,7 +100,8 @@ class RLTune(QueuePolicy, name="rltune"):
 
         if weights is None:
             raise ConfigError("queue policy 'rltune' needs weights= (a file written by `oltunes rltune train`)")
-        self.net, self.meta = load_policy(Path(weights))
+        net, self.meta = load_policy(Path(weights))
+        self.net = net.snapshot()
 
     def scores(self, view: QueueView) -> np.ndarray:
-        return -self.net.logits_np(view.features)
+        return -self.net.logits(view.features)

@@ -24,7 +24,7 @@ from oltunes.rltune.env import BatchQueueEnv
 from oltunes.rltune.evaluate import OBJECTIVES, metrics, objective, wait_weights
 from oltunes.rltune.features import MAX_VISIBLE, N_FEATURES
 from oltunes.rltune.mapper import Mapper
-from oltunes.rltune.net import PolicyNet
+from oltunes.rltune.net import PolicyNet, Snapshot
 from oltunes.rltune.policies import QueuePolicy
 from oltunes.rltune.traces import DEFAULT_LOAD, Trace, sequences
 
@@ -61,29 +61,31 @@ class TrainConfig:
             raise ConfigError("load must be in (0, 100], lr and clip in (0, 1)")
 
 
-def _episode(net: PolicyNet, seq: Trace, mapper: Mapper, weights: np.ndarray | None, gen: torch.Generator
+def _episode(policy: Snapshot, seq: Trace, mapper: Mapper, weights: np.ndarray | None, rng: np.random.Generator
              ) -> tuple[BatchQueueEnv, list, list[float]]:
     """Play one sequence; per stored step: (obs, mask, action, logp, value) and the waiting cost accrued after it."""
     env = BatchQueueEnv(seq, mapper, wait_weight=weights)
     steps, costs = [], []
     while not env.done:
         view = env.view()
-        n = len(view)
+        cand = view.mask
         before = env.waiting_cost
-        if n == 1:
-            env.choose(0)
+        if cand.sum() == 1:  # no choice: not a training step
+            env.choose(int(np.flatnonzero(cand)[0]), cand)
         else:
+            feats = view.features
+            logits = np.where(cand, policy.logits(feats), -np.inf)
+            logp = logits - logits.max()
+            logp -= np.log(np.exp(logp).sum())
+            a = int(rng.choice(len(logp), p=np.exp(logp)))
+            n = len(view)
             obs = np.zeros((MAX_VISIBLE, N_FEATURES), np.float32)
-            obs[:n] = view.features
+            obs[:n] = feats
             mask = np.zeros(MAX_VISIBLE, bool)
-            mask[:n] = True
-            with torch.no_grad():
-                logits, value = net(torch.from_numpy(obs)[None], torch.from_numpy(mask)[None])
-                a = int(torch.multinomial(torch.softmax(logits[0], -1), 1, generator=gen))
-                logp = float(torch.log_softmax(logits[0], -1)[a])
-            steps.append((obs, mask, a, logp, float(value)))
+            mask[:n] = cand
+            steps.append((obs, mask, a, float(logp[a]), policy.value(feats, cand)))
             costs.append(0.0)
-            env.choose(a)
+            env.choose(a, cand)
         if costs:  # cost accrued while a forced step ran belongs to the last real decision
             costs[-1] += env.waiting_cost - before
     return env, steps, costs
@@ -117,13 +119,14 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
     history = []
     for it in range(cfg.iterations):
         batch, scores = [], []
+        policy = net.snapshot()
         for i in rng.choice(len(pool), size=cfg.episodes_per_iteration, replace=False):
             seq = pool[int(i)]
             weights = wait_weights(seq, cfg.objective)
             if int(i) not in base:
                 base[int(i)] = _baseline(seq, cfg, weights)
             base_obj, base_wait = base[int(i)]
-            env, steps, costs = _episode(net, seq, Mapper.make(cfg.mapper), weights, gen)
+            env, steps, costs = _episode(policy, seq, Mapper.make(cfg.mapper), weights, rng)
             score = (base_obj - objective(metrics(env.outcome()), cfg.objective)) / max(abs(base_obj), 1e-9)
             scores.append(score)
             if not steps:
