@@ -7,12 +7,16 @@ The simulator's environment and the product call the same objects (the product t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from oltunes.errors import ConfigError
 from oltunes.registry import Registered
 from oltunes.rltune.features import QueueView
+
+if TYPE_CHECKING:
+    from oltunes.rltune.net import Snapshot
 
 MIN_RUNTIME_S = 10.0  # bounded slowdown's floor, also F1's
 
@@ -95,9 +99,12 @@ class RLTune(QueuePolicy, name="rltune"):
 
     uses_runtime = True
 
-    def __init__(self, weights: str | Path | None = None) -> None:
+    def __init__(self, weights: str | Path | None = None, snapshot: Snapshot | None = None) -> None:
         from oltunes.rltune.net import load_policy
 
+        if snapshot is not None:  # the network being trained (validation)
+            self.net, self.meta = snapshot, {}
+            return
         if weights is None:
             raise ConfigError("queue policy 'rltune' needs weights= (a file written by `oltunes rltune train`)")
         net, self.meta = load_policy(Path(weights))

@@ -28,6 +28,8 @@ from oltunes.rltune.net import PolicyNet, Snapshot
 from oltunes.rltune.policies import QueuePolicy
 from oltunes.rltune.traces import DEFAULT_LOAD, Trace, sequences
 
+VALIDATION_SEED = 20_000  # validation sequences: drawn from the training part, apart from the training pool
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -47,6 +49,11 @@ class TrainConfig:
     entropy: float = 0.01
     hidden: int = 32
     gae: float = 0.95
+    # the greedy policy is scored every `validate_every` iterations on sequences drawn apart from the training pool
+    # (still from the first 70 %); training keeps the best and stops after `patience` checks without improvement
+    validate_every: int = 5
+    validation_sequences: int = 4
+    patience: int = 4
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -54,7 +61,7 @@ class TrainConfig:
         QueuePolicy.lookup(self.baseline)
         Mapper.lookup(self.mapper)
         for name in ("iterations", "episodes_per_iteration", "train_sequences", "sequence_length", "epochs",
-                     "minibatch", "hidden"):
+                     "minibatch", "hidden", "validate_every", "validation_sequences", "patience"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         if not (0 < self.load <= 100 and 0 < self.lr < 1 and 0 < self.clip < 1):
@@ -97,15 +104,25 @@ def _baseline(seq: Trace, cfg: TrainConfig, weights: np.ndarray | None) -> tuple
     return objective(m, cfg.objective), env.waiting_cost
 
 
+def _relative_gain(policy: QueuePolicy, seq: Trace, cfg: TrainConfig, base_obj: float) -> float:
+    m = metrics(BatchQueueEnv(seq, Mapper.make(cfg.mapper)).run(policy))
+    return (base_obj - objective(m, cfg.objective)) / max(abs(base_obj), 1e-9)
+
+
 def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None] | None = None
           ) -> tuple[PolicyNet, dict]:
-    """Train a policy on `trace`'s training part; returns it and the metadata saved beside its weights.
+    """Train a policy on `trace`'s training part; returns the best validated one and the metadata saved beside its
+    weights.
 
     Rewards: where the objective is a sum of weighted waiting times (slowdown, wait, turnaround) every decision
     is charged the waiting cost accrued until the next one, divided by the baseline's total, plus 1 at the end —
     so an episode's return is exactly (baseline - policy) / baseline, with credit where the waiting happened.
-    Utilisation only has the terminal form.
+    Utilisation only has the terminal form. Sampled returns are noisy (a policy can fall back after a good
+    iteration), so the greedy policy is validated every few iterations: the best is kept, and training stops once
+    it has not improved for ``patience`` checks (no episodes spent after the policy stopped getting better).
     """
+    from oltunes.rltune.policies import RLTune
+
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -113,10 +130,14 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
     t0 = time.perf_counter()
     pool = sequences(trace, split="train", n=cfg.train_sequences, length=cfg.sequence_length, seed=cfg.seed,
                      load=cfg.load)
+    val = sequences(trace, split="train", n=cfg.validation_sequences, length=cfg.sequence_length,
+                    seed=VALIDATION_SEED + cfg.seed, load=cfg.load)
+    val_base = [_baseline(seq, cfg, None)[0] for seq in val]
     base: dict[int, tuple[float, float]] = {}
     net = PolicyNet(cfg.hidden)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-    history = []
+    history, validation = [], []
+    best = (-np.inf, 0, {k: v.clone() for k, v in net.state_dict().items()})
     for it in range(cfg.iterations):
         batch, scores = [], []
         policy = net.snapshot()
@@ -143,8 +164,17 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
             _update(net, opt, batch, cfg, gen)
         if progress:
             progress(it + 1, history[-1])
+        if (it + 1) % cfg.validate_every == 0 or it + 1 == cfg.iterations:
+            greedy = RLTune(snapshot=net.snapshot())
+            validation.append(float(np.mean([_relative_gain(greedy, s, cfg, b) for s, b in zip(val, val_base)])))
+            if validation[-1] > best[0]:
+                best = (validation[-1], it + 1, {k: v.clone() for k, v in net.state_dict().items()})
+            elif (it + 1 - best[1]) >= cfg.patience * cfg.validate_every:
+                break
+    net.load_state_dict(best[2])
     meta = {**asdict(cfg), "trace": trace.name, "train_seconds": round(time.perf_counter() - t0, 1),
-            "reward_history": [round(x, 4) for x in history], "torch": torch.__version__}
+            "reward_history": [round(x, 4) for x in history], "validation_history": [round(x, 4) for x in validation],
+            "best_iteration": best[1], "iterations_run": len(history), "torch": torch.__version__}
     net.eval()
     return net, meta
 
