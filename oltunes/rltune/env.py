@@ -77,19 +77,22 @@ class BatchQueueEnv:
         fit = (s.allowed[vis] & (self.state.pool_free()[None, :] >= s.gpus[vis, None])).any(axis=1)
         return fit & (self.now + s.duration[vis] <= self._reserved)
 
-    def view(self) -> QueueView:
+    def view(self, candidates: np.ndarray | None = None) -> QueueView:
+        """What the queue policy sees now; `candidates` is ``candidates()`` when the caller has it already."""
         s, vis = self.seq, self.visible()
         run = np.array([j for _, j in self.running], dtype=int)
         usage = dict(self.usage)
-        for j in run:  # attained service includes what running jobs have had so far
-            usage[int(s.group[j])] = usage.get(int(s.group[j]), 0.0) + s.gpus[j] * (self.now - self.start[j])
+        if len(run):  # attained service includes what running jobs have had so far
+            so_far = np.bincount(s.group[run], weights=s.gpus[run] * (self.now - self.start[run]))
+            for g in np.flatnonzero(so_far):
+                usage[int(g)] = usage.get(int(g), 0.0) + float(so_far[g])
         return QueueView(
             now=self.now, submit=s.submit[vis], gpus=s.gpus[vis], duration=s.duration[vis], group=s.group[vis],
             allowed=s.allowed[vis], state=self.state,
             running_end=self.finish[run] if len(run) else np.zeros(0),
             running_pool=self.pool[run] if len(run) else np.zeros(0, int),
             running_gpus=s.gpus[run] if len(run) else np.zeros(0, int),
-            group_usage=usage, candidates=self.candidates(),
+            group_usage=usage, candidates=self.candidates() if candidates is None else candidates,
         )
 
     # ------------------------------------------------------------------ transitions

@@ -112,3 +112,10 @@ class RLTune(QueuePolicy, name="rltune"):
 
     def scores(self, view: QueueView) -> np.ndarray:
         return -self.net.logits(view.features)
+
+
+def queue_policy(name: str = "fcfs", weights: str | Path | None = None, seed: int = 0) -> QueuePolicy:
+    """A queue policy by name, as the product's batch queue and the simulator build it: ``rltune`` reads `weights`
+    (a file from ``oltunes rltune train``), ``random`` is seeded; the others take nothing."""
+    kwargs = {"rltune": {"weights": weights}, "random": {"seed": seed}}.get(name, {})
+    return QueuePolicy.make(name, **kwargs)

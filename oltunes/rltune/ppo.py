@@ -74,12 +74,12 @@ def _episode(policy: Snapshot, seq: Trace, mapper: Mapper, weights: np.ndarray |
     env = BatchQueueEnv(seq, mapper, wait_weight=weights)
     steps, costs = [], []
     while not env.done:
-        view = env.view()
-        cand = view.mask
+        cand = env.candidates()
         before = env.waiting_cost
         if cand.sum() == 1:  # no choice: not a training step
             env.choose(int(np.flatnonzero(cand)[0]), cand)
         else:
+            view = env.view(cand)
             feats = view.features
             logits = np.where(cand, policy.logits(feats), -np.inf)
             logp = logits - logits.max()
