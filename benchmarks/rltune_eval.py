@@ -48,9 +48,9 @@ def main() -> None:
                           objective=args.objective)
         weights = trained_weights(trace, cfg, args.retrain, progress=lambda msg: print(msg, flush=True))
         _, meta = load_policy(weights)
-        out["training"][name] = {k: meta.get(k) for k in ("train_seconds", "iterations", "iterations_run",
-                                                           "best_iteration", "episodes_per_iteration", "objective",
-                                                           "reward_history", "validation_history")}
+        out["training"][name] = {k: meta.get(k) for k in (
+            "train_seconds", "train_cpu_seconds", "iterations", "iterations_run", "best_iteration",
+            "episodes_per_iteration", "objective", "reward_history", "validation_history")}
         out["training"][name]["weights"] = str(weights)
         floor = float(np.mean([s.duration.mean() for s in sequences(trace, split="test", n=args.sequences,
                                                                       length=args.length)]))

@@ -127,7 +127,7 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     pool = sequences(trace, split="train", n=cfg.train_sequences, length=cfg.sequence_length, seed=cfg.seed,
                      load=cfg.load)
     val = sequences(trace, split="train", n=cfg.validation_sequences, length=cfg.sequence_length,
@@ -173,6 +173,7 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
                 break
     net.load_state_dict(best[2])
     meta = {**asdict(cfg), "trace": trace.name, "train_seconds": round(time.perf_counter() - t0, 1),
+            "train_cpu_seconds": round(time.process_time() - cpu0, 1),  # on a shared machine: the CPU it needed
             "reward_history": [round(x, 4) for x in history], "validation_history": [round(x, 4) for x in validation],
             "best_iteration": best[1], "iterations_run": len(history), "torch": torch.__version__}
     net.eval()
@@ -191,8 +192,12 @@ def _gae(rewards: np.ndarray, values: np.ndarray, lam: float) -> np.ndarray:
 
 
 def _update(net: PolicyNet, opt: torch.optim.Optimizer, batch: list, cfg: TrainConfig, gen: torch.Generator) -> None:
-    obs = torch.from_numpy(np.stack([b[0] for b in batch]))
-    mask = torch.from_numpy(np.stack([b[1] for b in batch]))
+    masks = np.stack([b[1] for b in batch])
+    # slots past the longest queue in the batch are padding for every step: the per-job network and the masked
+    # critic ignore them, so the update drops them (queues are mostly far shorter than MAX_VISIBLE)
+    width = int(np.flatnonzero(masks.any(axis=0)).max()) + 1
+    obs = torch.from_numpy(np.stack([b[0][:width] for b in batch]))
+    mask = torch.from_numpy(masks[:, :width])
     act = torch.tensor([b[2] for b in batch])
     old_logp = torch.tensor([b[3] for b in batch])
     ret = torch.tensor([b[5] for b in batch], dtype=torch.float32)
