@@ -67,6 +67,15 @@ class TrainSpec(_Strict):
     episodes_per_iteration: int = Field(default=4, ge=1, le=256)
     objective: str = "bounded_slowdown"
 
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, v: str) -> str:
+        from oltunes.rltune.evaluate import OBJECTIVES
+
+        if v not in OBJECTIVES:
+            raise ValueError(f"unknown objective; known: {', '.join(OBJECTIVES)}")
+        return v
+
 
 class RLTuneSpec(_Strict):
     weights: str | None = Field(default=None, max_length=4096)

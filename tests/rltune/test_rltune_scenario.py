@@ -85,6 +85,7 @@ def test_rltune_without_weights_trains_once_and_caches(tmp_path, monkeypatch):
     ({"policies": ["fcfs", "not-a-policy"]}, "policies"),
     ({"load": float("inf")}, "load"),
     ({"surprise": 1}, "surprise"),
+    ({"rltune": {"train": {"objective": "vibes"}}}, "rltune.train.objective"),
 ])
 def test_bad_scenario_names_the_field(tmp_path, over, field):
     with pytest.raises(ConfigError, match=f"field '{field}") as e:
