@@ -66,8 +66,7 @@ def eval_cmd(
 ) -> None:
     """Compare queue policies on held-out sequences (last 30 % of the trace): JCT, queueing, slowdown, util, MILP."""
     with clean_errors():
-        from oltunes.atomic import atomic_write_json
-        from oltunes.rltune.evaluate import BASELINES, evaluate_trace, table, write_plots
+        from oltunes.rltune.evaluate import BASELINES, evaluate_trace
         from oltunes.rltune.traces import load_trace
 
         names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(BASELINES)
@@ -75,18 +74,38 @@ def eval_cmd(
             names.append("rltune")
         rep = evaluate_trace(load_trace(trace, file), names, weights=weights, n=sequences, length=length, load=load,
                              mapper=mapper, time_limit_s=time_limit)
-        cols, rows = table(rep)
-        t = Table(title=f"{trace}: {sequences} held-out sequences x {length} jobs, {mapper} mapper")
-        for c in cols:
-            t.add_column(c)
-        for r in rows:
-            t.add_row(*r)
-        console = Console(width=140)
-        console.print(t)
-        if json_path:
-            console.print(f"report: {atomic_write_json(json_path, {trace: rep})}")
-        for p in write_plots({trace: rep}, plots) if plots else []:
-            console.print(f"plot: {p}")
+        _print_report(trace, rep, f"{trace}: {sequences} held-out sequences x {length} jobs, {mapper} mapper",
+                      json_path, plots, Console(width=140))
+
+
+def _print_report(key: str, rep: dict, title: str, json_path: Path | None, plots: Path | None, console: Console
+                  ) -> None:
+    """The per-policy table; the JSON report ({key: {policy: metrics}}) and bar charts when asked."""
+    from oltunes.atomic import atomic_write_json
+    from oltunes.rltune.evaluate import table, write_plots
+
+    cols, rows = table(rep)
+    t = Table(title=title)
+    for c in cols:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+    if json_path:
+        console.print(f"report: {atomic_write_json(json_path, {key: rep})}")
+    for p in write_plots({key: rep}, plots) if plots else []:
+        console.print(f"plot: {p}")
+
+
+def simulate_batch_queue(scenario: str, policies: list[str] | None, json_path: Path | None, plots: Path | None,
+                         console: Console) -> None:
+    """``oltunes simulate`` on a batch-queue scenario: every queue policy on its held-out sequences."""
+    from oltunes.rltune.scenario import run
+
+    sc, rep = run(scenario, policies, progress=lambda msg: console.print(msg, highlight=False))
+    title = (f"batch-queue scenario {sc.name}: {sc.trace} trace, {sc.sequences} held-out sequences x {sc.length} "
+             f"jobs, load {sc.load:g}, {sc.mapper} mapper")
+    _print_report(sc.name, rep, title, json_path, plots, console)
 
 
 def register(root: typer.Typer) -> None:

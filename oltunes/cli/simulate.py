@@ -1,4 +1,7 @@
-"""`oltunes simulate --scenario NAME_OR_FILE --policies a,b,... [--json PATH] [--plots DIR]`."""
+"""`oltunes simulate --scenario NAME_OR_FILE --policies a,b,... [--json PATH] [--plots DIR]`.
+
+Inference-serving scenarios run in :mod:`oltunes.sim`; batch-queue scenarios (``kind: batch-queue``) in
+:mod:`oltunes.rltune` (:func:`oltunes.cli.rltune.simulate_batch_queue`)."""
 
 from __future__ import annotations
 
@@ -6,14 +9,16 @@ from pathlib import Path
 
 import typer
 
+SERVING_POLICIES = "oltunes,oltunes-profiled,round-robin,least-loaded,random,static-profile,gavel-like,oracle"
+
 
 def simulate(
     scenario: str = typer.Option("light", "--scenario", "-s", help="shipped scenario name or a YAML file"),
-    policies: str = typer.Option(
-        "oltunes,oltunes-profiled,round-robin,least-loaded,random,static-profile,gavel-like,oracle",
+    policies: str | None = typer.Option(
+        None,
         "--policies",
         "-p",
-        help="comma-separated policy names",
+        help="comma-separated policy names (default: every serving policy; a batch-queue scenario's own list)",
     ),
     json_path: Path | None = typer.Option(None, "--json", help="write the report JSON here"),
     plots: Path | None = typer.Option(None, "--plots", help="write latency CDF / violations / energy plots here"),
@@ -26,13 +31,18 @@ def simulate(
 
     from oltunes.errors import OLTunesError
     from oltunes.policies import Policy
+    from oltunes.rltune import scenario as batch_queue
     from oltunes.sim import report as R
     from oltunes.simulation import prepare, run_scenario
     from oltunes.sim.scenario import load_scenario
 
     console = Console(width=max(Console().width, 130))
-    names = [p.strip() for p in policies.split(",") if p.strip()]
+    names = [p.strip() for p in (policies or SERVING_POLICIES).split(",") if p.strip()]
     try:
+        if batch_queue.is_batch_queue(scenario):
+            from oltunes.cli.rltune import simulate_batch_queue
+
+            return simulate_batch_queue(scenario, names if policies else None, json_path, plots, console)
         for n in names:
             Policy.lookup(n)
         sc = load_scenario(scenario)

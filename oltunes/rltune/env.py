@@ -1,10 +1,12 @@
 """The batch-queue environment: gang-scheduled multi-GPU jobs arriving over time on node pools.
 
 At every decision the queue policy picks one visible job (the 128 oldest waiting). If it fits, the mapper places it
-at once; if not, it holds a reservation (EASY backfilling, as the paper's environment): time moves on through
-completions and arrivals, and other waiting jobs start only if they fit now and end (by their requested run time)
-before the reservation, so they never delay it. A job starts exactly once, on GPUs of one allowed pool, and runs
-its trace run time; the environment is deterministic for a sequence, a policy and a mapper.
+at once; if not, it holds a reservation (EASY backfilling, as the paper's environment) and the next decisions are
+backfill decisions: the policy picks among the waiting jobs that fit now and end (by their requested run time)
+before the reservation, so they never delay it (``candidates``, the action mask). Time moves on through completions
+and arrivals when there is nothing to decide. So the policy orders the backfilled jobs too, not only the head of
+the queue (on a busy cluster most jobs start by backfilling). A job starts exactly once, on GPUs of one allowed
+pool, and runs its trace run time; the environment is deterministic for a sequence, a policy and a mapper.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class BatchQueueEnv:
         self.wait_weight = np.zeros(len(seq)) if wait_weight is None else np.asarray(wait_weight, float)
         self.waiting_cost = 0.0
         self._held: int | None = None  # the chosen job while it waits for its reservation
+        self._reserved = np.inf  # when the held job starts at the latest
         self.state = NodeState(seq.shape)
         n = len(seq)
         self.start = np.full(n, np.nan)
@@ -59,50 +62,62 @@ class BatchQueueEnv:
     # ------------------------------------------------------------------ observation
     @property
     def done(self) -> bool:
-        return self.next_arrival >= len(self.seq) and not self.queue
+        return self.next_arrival >= len(self.seq) and not self.queue and self._held is None
 
     def visible(self) -> np.ndarray:
         return np.array(self.queue[: self.max_visible], dtype=int)
 
-    def view(self) -> QueueView:
+    def candidates(self) -> np.ndarray:
+        """Action mask over the visible jobs: all of them, or while a job holds a reservation, those that fit now
+        and end before it."""
+        vis = self.visible()
+        if self._held is None:
+            return np.ones(len(vis), bool)
+        s = self.seq
+        fit = (s.allowed[vis] & (self.state.pool_free()[None, :] >= s.gpus[vis, None])).any(axis=1)
+        return fit & (self.now + s.duration[vis] <= self._reserved)
+
+    def view(self, candidates: np.ndarray | None = None) -> QueueView:
+        """What the queue policy sees now; `candidates` is ``candidates()`` when the caller has it already."""
         s, vis = self.seq, self.visible()
         run = np.array([j for _, j in self.running], dtype=int)
         usage = dict(self.usage)
-        for j in run:  # attained service includes what running jobs have had so far
-            usage[int(s.group[j])] = usage.get(int(s.group[j]), 0.0) + s.gpus[j] * (self.now - self.start[j])
+        if len(run):  # attained service includes what running jobs have had so far
+            so_far = np.bincount(s.group[run], weights=s.gpus[run] * (self.now - self.start[run]))
+            for g in np.flatnonzero(so_far):
+                usage[int(g)] = usage.get(int(g), 0.0) + float(so_far[g])
         return QueueView(
             now=self.now, submit=s.submit[vis], gpus=s.gpus[vis], duration=s.duration[vis], group=s.group[vis],
             allowed=s.allowed[vis], state=self.state,
             running_end=self.finish[run] if len(run) else np.zeros(0),
             running_pool=self.pool[run] if len(run) else np.zeros(0, int),
             running_gpus=s.gpus[run] if len(run) else np.zeros(0, int),
-            group_usage=usage,
+            group_usage=usage, candidates=self.candidates() if candidates is None else candidates,
         )
 
     # ------------------------------------------------------------------ transitions
-    def choose(self, index: int) -> None:
-        """Run the `index`-th visible job (waiting, with backfilling, until it fits), then move to the next decision."""
-        if self.done or not 0 <= index < min(len(self.queue), self.max_visible):
-            raise ConfigError(f"action {index}: not a visible job")
+    def choose(self, index: int, mask: np.ndarray | None = None) -> None:
+        """Start the `index`-th visible job (or hold it for a reservation when it does not fit), then move on to the
+        next decision. `mask` is ``candidates()`` when the caller has it already."""
+        mask = self.candidates() if mask is None else mask
+        if self.done or not 0 <= index < len(mask) or not mask[index]:
+            raise ConfigError(f"action {index}: not a candidate job")
         j = self.queue.pop(index)
         self.decisions += 1
         s = self.seq
-        self._held = j
-        while not fits(self.state, int(s.gpus[j]), s.allowed[j]):
-            reserved = self._reservation(j)
-            for k in list(self.queue):
-                if self.now + s.duration[k] <= reserved and fits(self.state, int(s.gpus[k]), s.allowed[k]):
-                    self.queue.remove(k)
-                    self._start(k)
-            self._event()
-        self._held = None
-        self._start(j)
+        if self._held is None and not fits(self.state, int(s.gpus[j]), s.allowed[j]):
+            # run times are the requested times, so backfilled jobs (which end before it) and completions never
+            # move the reservation: it is computed once
+            self._held, self._reserved = j, self._reservation(j)
+        else:
+            self._start(j)
         self._advance()
 
     def run(self, policy) -> Outcome:
         """Play the whole sequence with a :class:`QueuePolicy`."""
         while not self.done:
-            self.choose(policy.choose(self.view()))
+            view = self.view()
+            self.choose(policy.choose(view), view.candidates)
         return self.outcome()
 
     def outcome(self) -> Outcome:
@@ -151,13 +166,24 @@ class BatchQueueEnv:
             self.next_arrival += 1
 
     def _advance(self) -> None:
-        """Apply events until a decision is due (a job waits) or the sequence is over; then drain at the end."""
+        """Apply events until a decision is due or the sequence is over (then drain the running jobs)."""
         s = self.seq
-        while not self.queue and self.next_arrival < len(s):
-            self._event()
-        # arrivals at the same instant join the queue before the decision
-        while self.next_arrival < len(s) and s.submit[self.next_arrival] <= self.now:
-            self._event()
-        if self.done:
-            while self.running:
+        while True:
+            # arrivals at the same instant join the queue before any decision
+            while self.next_arrival < len(s) and s.submit[self.next_arrival] <= self.now:
                 self._event()
+            if self._held is not None:
+                h = self._held
+                if fits(self.state, int(s.gpus[h]), s.allowed[h]):
+                    self._held = None
+                    self._start(h)
+                    continue
+                if self.queue and self.candidates().any():
+                    return
+            elif self.queue:
+                return
+            elif self.next_arrival >= len(s):
+                while self.running:
+                    self._event()
+                return
+            self._event()

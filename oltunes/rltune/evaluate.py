@@ -10,7 +10,7 @@ import numpy as np
 
 from oltunes.rltune.env import BatchQueueEnv, Outcome
 from oltunes.rltune.mapper import Mapper
-from oltunes.rltune.policies import MIN_RUNTIME_S, QueuePolicy
+from oltunes.rltune.policies import MIN_RUNTIME_S, QueuePolicy, queue_policy
 from oltunes.rltune.traces import Trace
 
 METRICS = ("avg_jct_s", "p95_jct_s", "avg_queue_delay_s", "bounded_slowdown", "gpu_util")
@@ -115,12 +115,9 @@ BASELINES = ("fcfs", "sjf", "f1", "slurm", "gavel-like", "random")
 def policy_factories(names: list[str], weights: Path | None = None, seed: int = 0
                      ) -> dict[str, Callable[[], QueuePolicy]]:
     """Name -> fresh policy. ``rltune`` needs `weights`; ``random`` is seeded."""
-    kwargs = {"rltune": {"weights": weights}, "random": {"seed": seed}}
-    for n in names:
-        QueuePolicy.lookup(n)
-    if "rltune" in names:
-        QueuePolicy.make("rltune", weights=weights)  # fail early on a bad file, before any sequence runs
-    return {n: (lambda n=n: QueuePolicy.make(n, **kwargs.get(n, {}))) for n in names}
+    for n in names:  # fail early on a bad name or weights file, before any sequence runs
+        queue_policy(n, weights, seed)
+    return {n: (lambda n=n: queue_policy(n, weights, seed)) for n in names}
 
 
 def evaluate_trace(trace: Trace, names: list[str], *, weights: Path | None = None, n: int = 10, length: int = 256,

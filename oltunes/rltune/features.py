@@ -41,6 +41,11 @@ class QueueView:
     running_pool: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     running_gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     group_usage: dict[int, float] = field(default_factory=dict)  # GPU-seconds each group has had so far
+    candidates: np.ndarray | None = None  # which jobs may start now (None: all; else a backfill decision's mask)
+
+    @property
+    def mask(self) -> np.ndarray:
+        return np.ones(len(self), bool) if self.candidates is None else self.candidates
 
     def __len__(self) -> int:
         return len(self.submit)

@@ -7,12 +7,16 @@ The simulator's environment and the product call the same objects (the product t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from oltunes.errors import ConfigError
 from oltunes.registry import Registered
 from oltunes.rltune.features import QueueView
+
+if TYPE_CHECKING:
+    from oltunes.rltune.net import Snapshot
 
 MIN_RUNTIME_S = 10.0  # bounded slowdown's floor, also F1's
 
@@ -30,7 +34,9 @@ class QueuePolicy(Registered, root=True):
         return np.lexsort((view.submit, self.scores(view)))
 
     def choose(self, view: QueueView) -> int:
-        return int(self.order(view)[0])
+        """The first job in the policy's order among the candidates (the jobs that may start now)."""
+        order = self.order(view)
+        return int(order[view.mask[order]][0])
 
 
 class Fcfs(QueuePolicy, name="fcfs"):
@@ -93,12 +99,23 @@ class RLTune(QueuePolicy, name="rltune"):
 
     uses_runtime = True
 
-    def __init__(self, weights: str | Path | None = None) -> None:
+    def __init__(self, weights: str | Path | None = None, snapshot: Snapshot | None = None) -> None:
         from oltunes.rltune.net import load_policy
 
+        if snapshot is not None:  # the network being trained (validation)
+            self.net, self.meta = snapshot, {}
+            return
         if weights is None:
             raise ConfigError("queue policy 'rltune' needs weights= (a file written by `oltunes rltune train`)")
-        self.net, self.meta = load_policy(Path(weights))
+        net, self.meta = load_policy(Path(weights))
+        self.net = net.snapshot()
 
     def scores(self, view: QueueView) -> np.ndarray:
-        return -self.net.logits_np(view.features)
+        return -self.net.logits(view.features)
+
+
+def queue_policy(name: str = "fcfs", weights: str | Path | None = None, seed: int = 0) -> QueuePolicy:
+    """A queue policy by name, as the product's batch queue and the simulator build it: ``rltune`` reads `weights`
+    (a file from ``oltunes rltune train``), ``random`` is seeded; the others take nothing."""
+    kwargs = {"rltune": {"weights": weights}, "random": {"seed": seed}}.get(name, {})
+    return QueuePolicy.make(name, **kwargs)

@@ -1,8 +1,10 @@
 """The product's batch queue: jobs waiting for GPUs (a lease) in the tuning service, ordered by a queue policy.
 
-Two functions the service calls, both validated at the edge (pydantic; errors name the field, never echo input):
-:func:`release_order` (the order the waiting jobs get capacity) and :func:`admit` (which of them start now, and on
-which nodes: in that order, every job that fits, placed by the same mapper as the simulator's).
+The interface for the service's lease queue: build the policy once by name with
+:func:`oltunes.rltune.policies.queue_policy` (``fcfs`` by default, ``rltune`` with a trained weights file), then
+call, validated at the edge (pydantic; errors name the field, never echo input), :func:`release_order` (the order
+the waiting jobs get capacity) or :func:`admit` (which of them start now, and on which nodes: in that order, every
+job that fits, placed by the same mapper as the simulator's). The queue keeps its own state; these are pure.
 """
 
 from __future__ import annotations

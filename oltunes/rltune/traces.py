@@ -96,12 +96,13 @@ def build_trace(name: str, shape: ClusterShape, submit, duration, gpus, allowed,
 
 
 class TraceLoader(Registered, root=True):
-    """One public trace format. ``default`` is relative to ``settings.shared_data``."""
+    """One trace format, loaded onto a cluster shape. ``default`` (file, relative to ``settings.shared_data``) and
+    ``shape`` (a name in ``SHAPES``) are None for formats that have neither (the generic CSV)."""
 
-    default: ClassVar[str]
-    shape: ClassVar[str]
+    default: ClassVar[str | None]
+    shape: ClassVar[str | None]
 
-    def load(self, path: Path) -> Trace:
+    def load(self, path: Path, shape: ClusterShape) -> Trace:
         raise NotImplementedError
 
 
@@ -109,7 +110,7 @@ class Philly(TraceLoader, name="philly"):
     default = "pollux/philly_jobs.csv.gz"
     shape = "philly"
 
-    def load(self, path: Path) -> Trace:
+    def load(self, path: Path, shape: ClusterShape) -> Trace:
         ctx = "philly trace"
         df = _read(path, ("timestamp", "duration", "num_gpus", "cluster"), ctx)
         t = pd.to_datetime(df["timestamp"], errors="coerce")
@@ -117,7 +118,6 @@ class Philly(TraceLoader, name="philly"):
             raise DataError(f"{ctx}: column 'timestamp' has {int(t.isna().sum())} unparsable date(s)")
         submit = (t - t.min()).dt.total_seconds().to_numpy()
         gpus = _numeric(df, "num_gpus", ctx)
-        shape = SHAPES[self.shape]
         small = gpus <= 64  # the paper's jobs ask for 1-64 GPUs
         allowed = np.ones((len(df), len(shape.pools)), bool)
         group = pd.factorize(df["cluster"].astype(str))[0]
@@ -135,11 +135,10 @@ class Alibaba(TraceLoader, name="alibaba"):
     default = "alibaba/gpu_v2023/openb_pod_list_gpuspec33.csv"
     shape = "alibaba"
 
-    def load(self, path: Path) -> Trace:
+    def load(self, path: Path, shape: ClusterShape) -> Trace:
         ctx = "alibaba trace"
         df = _read(path, ("num_gpu", "gpu_milli", "gpu_spec", "qos", "creation_time", "deletion_time",
                           "scheduled_time"), ctx)
-        shape = SHAPES[self.shape]
         num = _numeric(df, "num_gpu", ctx)
         milli = _numeric(df, "gpu_milli", ctx)
         created = _numeric(df, "creation_time", ctx)
@@ -171,7 +170,7 @@ class Helios(TraceLoader, name="helios"):
     default = "sia/workloads_saturn.csv"
     shape = "helios"
 
-    def load(self, path: Path) -> Trace:
+    def load(self, path: Path, shape: ClusterShape) -> Trace:
         ctx = "helios trace"
         df = _read(path, ("workload_id", "name", "time", "num_replicas"), ctx)
         summary = _read(path.parent.parent / "helios" / "helios_cluster_summary.csv",
@@ -191,7 +190,6 @@ class Helios(TraceLoader, name="helios"):
             m = (wid == key).to_numpy()
             submit[m] = time[m] - time[m].min() + offset
             offset = submit[m].max() + 1.0
-        shape = SHAPES[self.shape]
         weights = np.array([p.nodes for p in shape.pools], float)
         edges = np.cumsum(weights / weights.sum())
         duration = np.empty(len(df))
@@ -205,12 +203,45 @@ class Helios(TraceLoader, name="helios"):
         return build_trace("helios", shape, submit, duration, gpus, allowed, group)
 
 
-def load_trace(name: str, path: Path | None = None) -> Trace:
-    """Load a trace by loader name from `path`, default its file under ``settings.shared_data``."""
+class JobsCsv(TraceLoader, name="csv"):
+    """Your own batch-job log: ``submit_s``, ``duration_s``, ``gpus``, optional ``pools`` (allowed pool names joined
+    by ``|``; empty = any) and ``group`` (any label: user, virtual cluster, QoS). Needs a cluster shape."""
+
+    default = None
+    shape = None
+
+    def load(self, path: Path, shape: ClusterShape) -> Trace:
+        ctx = "csv trace"
+        df = _read(path, ("submit_s", "duration_s", "gpus"), ctx)
+        names = [p.name for p in shape.pools]
+        allowed = np.ones((len(df), len(names)), bool)
+        if "pools" in df.columns:
+            for i, spec in enumerate(df["pools"].fillna("").astype(str)):
+                wanted = [x for x in spec.split("|") if x]
+                if any(w not in names for w in wanted):
+                    raise DataError(f"{ctx}: column 'pools' names a pool the cluster lacks (row {i + 2})")
+                if wanted:
+                    allowed[i] = [n in wanted for n in names]
+        gpus = _numeric(df, "gpus", ctx)
+        if np.any(gpus != np.round(gpus)):
+            raise DataError(f"{ctx}: column 'gpus' has non-integer value(s)")
+        group = pd.factorize(df["group"].astype(str))[0] if "group" in df.columns else np.zeros(len(df), int)
+        return build_trace(path.stem, shape, _numeric(df, "submit_s", ctx), _numeric(df, "duration_s", ctx), gpus,
+                           allowed, group)
+
+
+def load_trace(name: str, path: Path | None = None, shape: ClusterShape | None = None) -> Trace:
+    """Load a trace by loader name from `path` (default: its file under ``settings.shared_data``) onto `shape`
+    (default: the loader's cluster shape)."""
     from oltunes.config import get_settings
 
     loader = TraceLoader.make(name)
-    return loader.load(Path(path) if path else get_settings().shared_data / loader.default)
+    if path is None and loader.default is None:
+        raise DataError(f"trace {name!r}: needs a file")
+    if shape is None and loader.shape is None:
+        raise DataError(f"trace {name!r}: needs a cluster shape")
+    return loader.load(Path(path) if path else get_settings().shared_data / loader.default,
+                       shape or SHAPES[loader.shape])
 
 
 def _rescale(tr: Trace, load: float) -> Trace:

@@ -82,3 +82,22 @@ def test_alibaba_sequence_respects_gpu_types():
     assert (~tr.allowed).any(), "the gpuspec33 list binds some pods to GPU types"
     seq = sequences(tr, split="test", n=1, length=128)[0]
     check_invariants(BatchQueueEnv(seq, Mapper.make("milp")).run(QueuePolicy.make("slurm")))
+
+
+def test_backfilled_jobs_start_in_the_policy_order():
+    """One 8-GPU node: a 4-GPU job runs until t=1000 and the next (8 GPUs) holds the reservation; two 4-GPU jobs
+    arriving together both end before it but fit beside the runner only one at a time: SJF backfills the shorter
+    first, FCFS the older."""
+    from tests.rltune.conftest import NodePool, build_trace
+    from oltunes.rltune.cluster import ClusterShape
+
+    shape = ClusterShape("one", (NodePool("n", 1, 8),))
+    tr = build_trace("order", shape, [0, 1, 2, 2], [1000, 100, 600, 300], [4, 8, 4, 4], np.ones((4, 1), bool),
+                     [0, 0, 0, 0])
+    fcfs = BatchQueueEnv(tr, Mapper.make("greedy")).run(QueuePolicy.make("fcfs"))
+    sjf = BatchQueueEnv(tr, Mapper.make("greedy")).run(QueuePolicy.make("sjf"))
+    for o in (fcfs, sjf):
+        check_invariants(o)
+        assert o.start[1] == pytest.approx(1000.0), "backfilling never delays the reserved job"
+    assert fcfs.start[2] == pytest.approx(2.0) and fcfs.start[3] == pytest.approx(602.0)
+    assert sjf.start[3] == pytest.approx(2.0) and sjf.start[2] == pytest.approx(302.0)

@@ -50,3 +50,20 @@ def test_trained_policy_beats_random_priority(tiny_trace, tiny_policies):
     rnd = [median_bsld(QueuePolicy.make("random", seed=s)) for s in range(5)]
     # measured: policies 2.07-2.13, random 2.38-2.75; the margin sits inside that gap
     assert np.median(rl) < 0.95 * np.median(rnd), (rl, rnd)
+
+
+def test_training_keeps_the_best_validated_policy_and_stops_when_it_stalls(tiny_trace):
+    from oltunes.rltune.policies import RLTune
+    from oltunes.rltune.ppo import VALIDATION_SEED, TrainConfig, _baseline, _relative_gain, train
+    from tests.rltune.conftest import TINY_LOAD
+
+    cfg = TrainConfig(seed=1, iterations=40, episodes_per_iteration=2, train_sequences=6, sequence_length=32,
+                      load=TINY_LOAD, validate_every=1, validation_sequences=2, patience=2)
+    net, meta = train(tiny_trace, cfg)
+    val = meta["validation_history"]
+    assert meta["iterations_run"] == len(val) < cfg.iterations, "a stalled validation score ends training early"
+    assert val.index(max(val)) + 1 == meta["best_iteration"]
+    seqs = sequences(tiny_trace, split="train", n=2, length=32, seed=VALIDATION_SEED + 1, load=TINY_LOAD)
+    got = np.mean([_relative_gain(RLTune(snapshot=net.snapshot()), s, cfg, _baseline(s, cfg, None)[0])
+                   for s in seqs])
+    assert got == pytest.approx(max(val), abs=1e-4), "the returned network is the best validated one"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from oltunes.errors import ConfigError
-from oltunes.rltune.policies import QueuePolicy
+from oltunes.rltune.policies import QueuePolicy, queue_policy
 from oltunes.rltune.service_queue import admit, release_order
 
 WAITING = [  # submitted oldest first; the longest job is the oldest
@@ -45,8 +45,9 @@ def test_waiting_jobs_are_released_in_the_policys_order():
 
 def test_trained_policy_orders_the_service_queue(tiny_policies):
     pools = [{"name": "p", "gpus_per_node": 8, "free_per_node": [0, 4]}]
-    order = release_order(QueuePolicy.make("rltune", weights=tiny_policies[0]), WAITING, pools, 100.0)
+    order = release_order(queue_policy("rltune", weights=tiny_policies[0]), WAITING, pools, 100.0)
     assert sorted(order) == ["a", "b", "c"]
+    assert _drain(queue_policy()) == ["a", "b", "c"], "fcfs is the service queue's default"
     assert release_order(QueuePolicy.make("fcfs"), [], pools, 0.0) == []
 
 
