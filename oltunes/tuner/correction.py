@@ -106,6 +106,7 @@ class PooledCorrection:
         self._mu = np.zeros(n_targets)
         self._fitted = -1
         self._struct: dict[str, Any] | None = None  # index arrays of the fit (``_structure``)
+        self._fit_counts: dict[tuple[str, ...], dict[str, tuple]] = {}  # per tree and effect: (n, k, share)
         self._shapes: dict[str, list[tuple[int, int, int]]] = {}  # "kind/variant" -> measured (b, c, shape group)
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         self.version = 0
@@ -169,7 +170,7 @@ class PooledCorrection:
             return
         st = self._structure()
         S, N = self._sums[:, :n_cells], self._counts[:, :n_cells]
-        counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
+        counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
         idx = st["idx"]
         var_side = sum(self._effects[e][:, idx[e]] for e in VARIANT_TREE)
         for _ in range(min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))):
@@ -287,6 +288,32 @@ class PooledCorrection:
         for e, key in zip(EFFECTS, _groups(acc, v, batch, conc)):
             out = out + self._effect(e, key)
         return out
+
+    def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
+        """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
+        measurement (x the log noise SD: the SD of the log correction). About ``1/sqrt(root_k)`` plus the effects'
+        own spread for a configuration nothing near was measured; ``~1/sqrt(n)`` once measured n times.
+
+        Each tree's is exact for its nested levels (``var = 1 / (n + k) + (k / (n + k))^2 var(parent)``); the two
+        sides are added as if independent (an approximation).
+        """
+        self._fit()
+        keys = dict(zip(EFFECTS, _groups(acc, v, batch, conc)))
+        total = np.zeros(self.n_targets)
+        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
+            counts = self._fit_counts.get(tree, {})
+            if tree is ACCELERATOR_TREE:  # the overall offset: the prior's evidence + what the top groups carry
+                n_top, _, share = counts.get(tree[0], (np.zeros((self.n_targets, 0)), 0.0, 0.0))
+                var = 1.0 / ((n_top * share).sum(axis=1) + self.root_k)
+            else:
+                var = np.zeros(self.n_targets)
+            for e in tree:
+                k = min(self.effect_k[e], 1e12)
+                g = self._gid[e].get(keys[e])
+                n = counts[e][0][:, g] if e in counts and g is not None and g < counts[e][0].shape[1] else 0.0
+                var = 1.0 / (n + k) + (k / (n + k)) ** 2 * var
+            total += var
+        return np.sqrt(total)
 
     def predict_candidate(self, c: Candidate) -> np.ndarray:
         return self.predict(c.accelerator, c.variant, c.batch_size, c.concurrency)

@@ -170,3 +170,15 @@ def test_crossed_effects_predict_a_barely_seen_gpu_over_seeds():
                                                                      "shape": math.inf}))
     assert crossed < 0.45, spread
     assert crossed < 0.5 * alone
+
+
+def test_spread_shrinks_where_measured_and_is_widest_where_nothing_related_was():
+    pc = PooledCorrection(n_targets=1, root_k=1.0)
+    cold = pc.spread("t4", V[0], 4, 1)[0]
+    for _ in range(8):
+        pc.learn("t4", V[0], 4, 1, np.array([1.0]), np.array([True]))
+    measured = pc.spread("t4", V[0], 4, 1)[0]
+    same_gpu_other_batch = pc.spread("t4", V[0], 16, 1)[0]
+    other_gpu = pc.spread("a100", V[0], 4, 1)[0]
+    assert measured < 0.6 < same_gpu_other_batch < cold  # ~1/sqrt(8) per side where measured 8 times
+    assert same_gpu_other_batch <= other_gpu <= cold
