@@ -10,7 +10,9 @@ variants on CPU / Pascal (``p100``) / Ampere (``a100``)). Per seed: train on eve
 * ``offline GBM`` — sklearn ``HistGradientBoostingRegressor`` on the tuner's own features (``encode``), fitted
   offline on the training rows (log latency);
 * ``ratio rule`` (reference) — the same variant's Pascal latency at that batch x the median Ampere/Pascal ratio of
-  the training Ampere rows; scored only on the test rows that have a Pascal twin (``coverage``).
+  the training Ampere rows; scored only on the test rows that have a Pascal twin (``coverage``);
+* ``ablation: ...`` — the heuristic prior + the tuner's pooled correction alone (no FM), learnt from the same rows,
+  with one ingredient changed at a time (``ABLATIONS``): what each ingredient of the correction is worth.
 
 MAPE and median APE over the test rows; medians over seeds. Targets (issue 9): the tuner <= 20% MAPE, median APE
 <= 10%, better than its prior alone and than the offline GBM.
@@ -23,8 +25,11 @@ from statistics import median
 
 import numpy as np
 
+from oltunes.inventory import CATALOG
 from oltunes.learner import JobContext, encode
-from oltunes.types import Candidate, Measurement
+from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.prior import ACHIEVED_TFLOPS, Prior
+from oltunes.types import Accelerator, Candidate, Measurement, Variant
 
 ANCHOR, TARGET = "p100", "a100"
 TARGETS = {"mape": 20.0, "median_ape": 10.0}
@@ -92,6 +97,40 @@ def ratio_rule_predictions(rows, train, test) -> np.ndarray:
     return np.array(out)
 
 
+def _former_heuristic(acc: Accelerator, v: Variant, batch: int) -> float:
+    """The heuristic prior before it was made separable: every GPU with the same 1 ms overhead (log ms)."""
+    gflop = 200.0 * v.params * 1e-9
+    return math.log(1.5 * ((0.3 if acc.name == "cpu" else 1.0) + gflop * batch**0.75 / ACHIEVED_TFLOPS[acc.name]))
+
+
+def _prior(acc: Accelerator, v: Variant, batch: int) -> float:
+    return math.log(Prior.make("heuristic").base(acc, v, batch)[0])
+
+
+LEFT_OUT = math.inf
+# name -> (log prior, pseudo-counts changed from the default)
+ABLATIONS = {
+    "ablation: prior + correction (the tuner's, no FM)": (_prior, {}),
+    "ablation: accelerator side only (no variant effects shared across GPUs)":
+        (_prior, {"fam": LEFT_OUT, "var": LEFT_OUT, "shape": LEFT_OUT}),
+    "ablation: variant side without its batch x concurrency shape": (_prior, {"shape": LEFT_OUT}),
+    "ablation: the former (not separable) heuristic prior": (_former_heuristic, {}),
+    "ablation: every effect k = 1 (shared effects not looser)":
+        (_prior, {e: 1.0 for e in ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")}),
+}
+
+
+def correction_predictions(rows, train, test, log_prior, effect_k) -> np.ndarray:
+    pc = PooledCorrection(n_targets=1, root_k=Prior.make("heuristic").evidence, effect_k=effect_k)
+    base = {i: log_prior(CATALOG[rows[i][0].accelerator], rows[i][0].variant, rows[i][0].batch_size)
+            for i in (*train, *test)}
+    for i in train:
+        c, y = rows[i]
+        pc.learn(c.accelerator, c.variant, c.batch_size, c.concurrency, np.array([math.log(y) - base[i]]),
+                 np.array([True]))
+    return np.array([math.exp(base[i] + pc.predict_candidate(rows[i][0])[0]) for i in test])
+
+
 def evaluate(rows: list[tuple[Candidate, float]], seed: int, share: float = 0.1) -> dict[str, dict[str, float]]:
     train, test = split(rows, seed, share)
     y = np.array([rows[i][1] for i in test])
@@ -100,6 +139,7 @@ def evaluate(rows: list[tuple[Candidate, float]], seed: int, share: float = 0.1)
         "tuner prior alone": tuner_predictions(rows, train, test, seed, learn=False),
         "offline GBM (HistGradientBoosting)": gbm_predictions(rows, train, test, seed),
         "ratio rule (reference)": ratio_rule_predictions(rows, train, test),
+        **{name: correction_predictions(rows, train, test, prior, k) for name, (prior, k) in ABLATIONS.items()},
     }
     out = {name: _apes(p, y) for name, p in preds.items()}
     out["_split"] = {"train": len(train), "test": len(test),

@@ -81,7 +81,9 @@ def load_rows(path: Path) -> list[tuple[Candidate, float]]:
             model = r["Model"]
             v = variants.get(model)
             if v is None:
-                v = variants[model] = Variant(family=family_of(model), name=model, size=model,
+                # Variant names may not hold "/": the simulator's spelling (``prajjwal1-bert-tiny``)
+                name = model.replace("/", "-")
+                v = variants[model] = Variant(family=family_of(model), name=name, size=name,
                                               accuracy=min(1.0, float(r["Accuracy"]) / 100.0),
                                               params=published_params(model))
             rows.append((Candidate(pool=acc, accelerator=acc, variant=v, batch_size=int(r["batchsize"])), lat))

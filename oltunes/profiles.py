@@ -10,6 +10,9 @@ A :class:`Profile` answers, for one job on one accelerator type, the expected p9
   oracle may read it.
 
 Policies depend on this module and on ``oltunes.types`` only, never on the simulator.
+
+It also holds the accelerators' **published specs** (``ACCELERATOR_SPECS``: kind, peak dense FLOP/s per precision,
+memory bandwidth), which the tuner's correction uses to tell which accelerators share behaviour.
 """
 
 from __future__ import annotations
@@ -21,6 +24,36 @@ from typing import Protocol
 import numpy as np
 
 from oltunes.types import Candidate, CoRunner, JobSpec, Prediction, Variant
+
+
+@dataclass(frozen=True)
+class AcceleratorSpec:
+    """Vendor datasheet figures of one accelerator type (dense, no sparsity; CPU: a typical server socket share)."""
+
+    kind: str  # "cpu" or "gpu": which accelerators a model variant behaves alike on
+    fp32_tflops: float
+    fp16_tflops: float  # tensor cores where the GPU has them
+    memory_bandwidth_gbs: float
+
+
+# Sources: NVIDIA datasheets (P100 PCIe, T4, L4, A10, V100 SXM2, A100 40 GB SXM, H100 SXM); CPU: 8 AVX2 cores,
+# dual-channel DDR4.
+ACCELERATOR_SPECS: dict[str, AcceleratorSpec] = {
+    "cpu": AcceleratorSpec("cpu", 1.0, 1.0, 50),
+    "p100": AcceleratorSpec("gpu", 9.3, 18.7, 732),
+    "t4": AcceleratorSpec("gpu", 8.1, 65, 320),
+    "l4": AcceleratorSpec("gpu", 30.3, 121, 300),
+    "a10": AcceleratorSpec("gpu", 31.2, 125, 600),
+    "v100": AcceleratorSpec("gpu", 15.7, 125, 900),
+    "a100": AcceleratorSpec("gpu", 19.5, 312, 1555),
+    "h100": AcceleratorSpec("gpu", 67, 989, 3350),
+}
+
+
+def accelerator_kind(name: str) -> str:
+    """``cpu`` or ``gpu``; an accelerator type without a spec is taken for a GPU (pools name GPUs by model)."""
+    spec = ACCELERATOR_SPECS.get(name)
+    return spec.kind if spec is not None else "gpu"
 
 
 @dataclass

@@ -1,115 +1,319 @@
-"""Pooled correction of the prior: fast, hierarchical, and exact where something was measured.
+"""Pooled correction of the prior: crossed effects, fast, and exact where something was measured.
 
 The prior can be wrong by a large common factor (the heuristic prior is 15-50x too fast for the ONNX Runtime
-latencies behind the simulator) and the FM, one small gradient step per observation, needs hundreds of
-observations to learn an offset that size — while the safety margins, built from its errors, stay wide and
-rule out almost everything. This correction learns the log residual ``log(measured) - log(prior)`` by partial
-pooling along a chain of ever more specific groups of configurations::
+latencies behind the simulator), and wrong differently per accelerator and per model variant (it assumes an
+Ampere GPU 5x faster than a Pascal one where ONNX Runtime measures it slower). The FM, one small gradient step per
+observation, needs hundreds of observations to learn offsets that size. This correction learns the log residual
+``r = log(measured) - log(prior)`` as a sum of crossed random effects (a Gaussian mixed model)::
 
-    all  ->  accelerator  ->  accelerator x family  ->  accelerator x variant  ->  accelerator x variant x b x c
+    r(a, v, b, c) = mu + kind(a) + acc(a)                               accelerator side
+                  + fam(k, f) + var(k, v) + shape(k, v, b, c)           variant side, shared by accelerators of kind k
+                  + acc_fam(a, f) + acc_var(a, v) + cfg(a, v, b, c)     interactions, exact where measured
 
-Each group's estimate is the mean of its residuals shrunk towards its parent's estimate by a pseudo-count
-``k`` (a Gaussian posterior mean with equal noise): ``est = (S + k est(parent)) / (n + k)``. So one measurement
-moves every related candidate (its accelerator, its family there), a configuration measured n times converges
-to what was measured (weight ``n / (n + 1)``), and the prior's own confidence is the root's pseudo-count
-(``Prior.evidence``: how many measurements the prior is worth). Sums and counts decay by ``decay`` per update of
-the group, so recent measurements dominate and drift is followed.
+with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family.
+Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
+moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
+it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
+accelerator effect). Each effect is shrunk towards 0 by a pseudo-count ``k`` (``EFFECT_K``: how many measurements
+of its own a group needs to weigh as much as what the coarser effects say), the overall offset ``mu`` by the
+prior's own evidence (``Prior.evidence``: how many measurements the prior is worth). A configuration measured n
+times converges to what was measured.
 
-The FM then learns what is left (co-runner interference, batch and concurrency slopes across variants).
+The fit is exact ridge (posterior means) over per-configuration sufficient statistics, by backfitting (Gauss-Seidel
+over the effects, warm-started, run lazily when a prediction follows new measurements): a handful of numpy
+``bincount`` passes. Each configuration's decayed sums forget by ``decay`` per measurement of it, so recent
+measurements dominate and drift is followed.
+
+The FM then learns what is left (co-runner interference, what the effects cannot express).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
+from oltunes.profiles import accelerator_kind
 from oltunes.types import Candidate, Variant
 
-__all__ = ["PooledCorrection"]
+__all__ = ["PooledCorrection", "EFFECTS", "EFFECT_K"]
 
-# Pseudo-counts of the levels below the root: how many of its own measurements a group needs to weigh as much
-# as its parent's estimate.
-LEVEL_K = (2.0, 2.0, 1.0, 1.0)
+# The effects in the order backfitting visits them (coarse first), and each one's group key.
+EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
+# Pseudo-count per effect: noise variance / the effect's variance.
+# Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
+# variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
+EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
+                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0}
+# The two nested trees of effects (coarse to fine): the accelerator side, under ``mu``, and the variant side.
+ACCELERATOR_TREE: tuple[str, ...] = ("kind", "acc", "acc_fam", "acc_var", "cfg")
+VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
+# Rounds (one pass over each tree) per fit: ROUNDS_PER_OBSERVATION per measurement since the last fit, at most
+# MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
+# cost per observation).
+ROUNDS_PER_OBSERVATION, MAX_ROUNDS, _TOL = 2, 200, 1e-4
 
 
-def _path(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
-    return (f"acc={acc}", f"af={acc}/{v.family}", f"av={acc}/{v.name}", f"cfg={acc}/{v.name}/{batch}/{conc}")
+def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
+    """The group key of each effect (``EFFECTS`` order) for one configuration."""
+    k = accelerator_kind(acc)
+    return (k, acc, f"{k}/{v.family}", f"{k}/{v.name}", f"{k}/{v.name}/{batch}/{conc}", f"{acc}/{v.family}",
+            f"{acc}/{v.name}", f"{acc}/{v.name}/{batch}/{conc}")
 
 
 class PooledCorrection:
-    """Hierarchical shrinkage of log residuals per target (module docstring).
+    """Crossed random effects on log residuals, per target (module docstring).
 
     Parameters
     ----------
     n_targets
         Targets learned side by side (a measurement may lack some: see ``mask``).
     root_k
-        Pseudo-count of the prior (the root's parent is the prior itself, residual 0).
+        Pseudo-count of the prior (how many measurements it is worth): shrinks the overall offset ``mu``.
     decay
-        Per-update forgetting of a group's sums and counts (1 = none).
+        Per-measurement forgetting of one configuration's sums and counts (1 = none).
+    effect_k
+        Pseudo-count per effect (default ``EFFECT_K``); ``inf`` leaves an effect out (used to measure each one).
 
     Examples
     --------
     >>> import numpy as np
     >>> from oltunes.types import Variant
     >>> v = Variant(family="cnn", name="cnn-s", size="s", accuracy=0.7)
+    >>> w = Variant(family="cnn", name="cnn-m", size="m", accuracy=0.75)
     >>> pc = PooledCorrection(n_targets=1, root_k=1.0)
-    >>> pc.learn("t4", v, 1, 1, np.array([3.0]), np.array([True]))
-    >>> round(float(pc.predict("t4", v, 1, 1)[0]), 2), round(float(pc.predict("a100", v, 1, 1)[0]), 2)
-    (2.83, 1.5)
+    >>> for acc, variant, r in (("t4", v, 3.0), ("a100", v, 1.0), ("t4", w, 2.0)):
+    ...     _ = pc.learn(acc, variant, 1, 1, np.array([r]), np.array([True]))
+    >>> [round(float(pc.predict(acc, w, 1, 1)[0]), 2) for acc in ("t4", "a100")]  # w measured on t4 only
+    [2.01, 0.71]
     """
 
-    def __init__(self, n_targets: int = 3, root_k: float = 1.0, decay: float = 0.98) -> None:
+    def __init__(self, n_targets: int = 3, root_k: float = 1.0, decay: float = 0.98,
+                 effect_k: Mapping[str, float] | None = None) -> None:
         self.n_targets = n_targets
         self.root_k = float(root_k)
         self.decay = float(decay)
-        self._sums: dict[str, list[float]] = {}  # group -> decayed sum of residuals per target
-        self._counts: dict[str, list[float]] = {}  # group -> decayed count per target
-        self._configs: dict[str, list[tuple[int, int, str]]] = {}  # "av=..." -> measured (batch, conc, key)
+        self.effect_k = {**EFFECT_K, **(effect_k or {})}
+        self._cells: dict[tuple[str, str, int, int], int] = {}  # (acc, variant, b, c) -> column
+        self._families: dict[str, str] = {}  # variant -> family (for the state)
+        self._sums = np.zeros((n_targets, 0))  # decayed sums of residuals per cell
+        self._counts = np.zeros((n_targets, 0))
+        self._gid: dict[str, dict[str, int]] = {e: {} for e in EFFECTS}  # effect -> group key -> index
+        self._cell_groups: list[list[int]] = [[] for _ in EFFECTS]  # effect -> group index per cell
+        self._effects: dict[str, np.ndarray] = {e: np.zeros((n_targets, 0)) for e in EFFECTS}
+        self._mu = np.zeros(n_targets)
+        self._fitted = -1
+        self._struct: dict[str, Any] | None = None  # index arrays of the fit (``_structure``)
+        self._fit_counts: dict[tuple[str, ...], dict[str, tuple]] = {}  # per tree and effect: (n, k, share)
+        self._shapes: dict[str, list[tuple[int, int, int]]] = {}  # "kind/variant" -> measured (b, c, shape group)
+        self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         self.version = 0
 
     # ------------------------------------------------------------------------------------------------ learn
-    def learn(self, acc: str, v: Variant, batch: int, conc: int, y: np.ndarray, mask: np.ndarray) -> None:
-        """One measurement's residuals ``y`` (n_targets,), learned where ``mask``."""
-        # Plain floats: for three targets, Python arithmetic is several times cheaper than numpy's per-call cost.
-        ys = [float(a) if ok else 0.0 for a, ok in zip(y, mask)]
-        ms = [1.0 if ok else 0.0 for ok in mask]
-        d = self.decay
-        for key in ("*", *_path(acc, v, batch, conc)):
-            s = self._sums.get(key)
-            if s is None:
-                self._sums[key], self._counts[key] = list(ys), list(ms)
-                if key.startswith("cfg="):
-                    self._index_config(key)
-            else:
-                n = self._counts[key]
-                for i in range(self.n_targets):
-                    s[i] = d * s[i] + ys[i]
-                    n[i] = d * n[i] + ms[i]
-        self.version += 1
+    def learn(self, acc: str, v: Variant, batch: int, conc: int, y: np.ndarray,
+              mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One measurement's residuals ``y`` (n_targets,), learned where ``mask``.
 
-    def _index_config(self, key: str) -> None:
-        acc, name, b, c = key[4:].rsplit("/", 3)
-        self._configs.setdefault(f"av={acc}/{name}", []).append((int(b), int(c), key))
+        Returns the configuration's correction before and after (refitted: ``ROUNDS_PER_OBSERVATION`` rounds).
+        """
+        j = self._cell(acc, v, batch, conc)
+        self._fit()
+        before = self._current(acc, v, batch, conc)
+        m = np.asarray(mask, dtype=bool)
+        s, n = self._sums[:, j], self._counts[:, j]
+        self._sums[:, j] = np.where(m, self.decay * s + np.where(m, y, 0.0), s)
+        self._counts[:, j] = np.where(m, self.decay * n + 1.0, n)
+        self.version += 1
+        self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
+        return before, self._current(acc, v, batch, conc)
+
+    def _cell(self, acc: str, v: Variant, batch: int, conc: int) -> int:
+        key = (acc, v.name, batch, conc)
+        j = self._cells.get(key)
+        if j is not None:
+            return j
+        j = self._cells[key] = len(self._cells)
+        self._families[v.name] = v.family
+        if j >= self._sums.shape[1]:  # grow by doubling: appending one column at a time is quadratic
+            grow = np.zeros((self.n_targets, max(16, j)))
+            self._sums, self._counts = np.hstack([self._sums, grow]), np.hstack([self._counts, grow])
+        for e, key_e, cells in zip(EFFECTS, _groups(acc, v, batch, conc), self._cell_groups):
+            ids = self._gid[e]
+            g = ids.get(key_e)
+            if g is None:
+                g = ids[key_e] = len(ids)
+                self._effects[e] = np.hstack([self._effects[e], np.zeros((self.n_targets, 1))])
+                if e == "shape":
+                    self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
+                elif e == "cfg":
+                    self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
+            cells.append(g)
+        return j
+
+    # ------------------------------------------------------------------------------------------------ fit
+    def _fit(self) -> None:
+        """Posterior means of every effect, warm-started from the last fit.
+
+        The effects form two nested trees over the configurations: the accelerator side (``mu`` > kind >
+        accelerator > accelerator x family > accelerator x variant > configuration) and the variant side (family >
+        variant > shape, per kind). Given one tree's fit, the other's posterior means are exact in one pass up
+        (each group's data, integrated over its own effect, is a message to its parent) and one pass down; the
+        two trees alternate (two-block Gauss-Seidel), a few rounds per measurement since the last fit.
+        """
+        if self._fitted == self.version:
+            return
+        fitted, self._fitted = self._fitted, self.version
+        n_cells = len(self._cells)
+        if n_cells == 0:
+            return
+        st = self._structure()
+        S, N = self._sums[:, :n_cells], self._counts[:, :n_cells]
+        counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
+        idx = st["idx"]
+        var_side = sum(self._effects[e][:, idx[e]] for e in VARIANT_TREE)
+        for _ in range(min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))):
+            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, counts[ACCELERATOR_TREE], S - N * var_side)
+            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, counts[VARIANT_TREE], S - N * acc_side)
+            new_var_side -= self._centre_families(st, counts[VARIANT_TREE])[:, idx["kind"]]
+            change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
+            var_side = new_var_side
+            if change < _TOL:
+                break
+
+    def _structure(self) -> dict[str, Any]:
+        """Index arrays of the groups (per configuration, per parent), rebuilt when a configuration is added."""
+        n_cells = len(self._cells)
+        if self._struct is not None and self._struct["n_cells"] == n_cells:
+            return self._struct
+        T = self.n_targets
+        idx = {e: np.asarray(self._cell_groups[i]) for i, e in enumerate(EFFECTS)}
+        n_groups = {e: len(self._gid[e]) for e in EFFECTS}
+        parent: dict[str, np.ndarray] = {}
+        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
+            parent[tree[0]] = np.zeros(n_groups[tree[0]], dtype=int)  # the root (mu, or 0 for the variant side)
+            for child, par in zip(tree[1:], tree):
+                parent[child] = np.zeros(n_groups[child], dtype=int)
+                parent[child][idx[child]] = idx[par]  # nested: all configurations of a group share its parent
+        parent["fam_kind"] = np.zeros(n_groups["fam"], dtype=int)
+        parent["fam_kind"][idx["fam"]] = idx["kind"]
+
+        def flat(group_of: np.ndarray, n: int) -> tuple[np.ndarray, int]:  # (target, group) -> one bincount
+            return (group_of[None, :] + n * np.arange(T)[:, None]).ravel(), T * n
+
+        self._struct = {
+            "n_cells": n_cells, "idx": idx, "parent": parent,
+            "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
+            "up": {**{c: flat(parent[c], n_groups[p]) for tree in (ACCELERATOR_TREE, VARIANT_TREE)
+                      for c, p in zip(tree[1:], tree)},
+                   "fam_kind": flat(parent["fam_kind"], n_groups["kind"])},
+        }
+        return self._struct
+
+    @staticmethod
+    def _sum_by(flat: tuple[np.ndarray, int], x: np.ndarray, T: int) -> np.ndarray:
+        return np.bincount(flat[0], x.ravel(), flat[1]).reshape(T, -1)
+
+    def _tree_counts(self, tree: tuple[str, ...], st: dict[str, Any], N: np.ndarray) -> dict[str, tuple]:
+        """Per level of a tree: measurements under each group, and the share of its data it passes up."""
+        T = self.n_targets
+        out = {}
+        n = self._sum_by(st["leaf"][tree[-1]], N, T)
+        for level in range(len(tree) - 1, -1, -1):
+            e = tree[level]
+            k = min(self.effect_k[e], 1e12)  # inf: left out (pinned to its parent)
+            share = k / (n + k)  # the group's data integrated over its own effect: weight n k / (n + k)
+            out[e] = (n, k, share)
+            if level:
+                n = self._sum_by(st["up"][e], n * share, T)
+        return out
+
+    def _fit_tree(self, tree: tuple[str, ...], st: dict[str, Any], counts: dict[str, tuple],
+                  s_cell: np.ndarray) -> tuple[np.ndarray, float]:
+        """Exact posterior means of one nested tree given partial residual sums per configuration; returns the
+        tree's sum per configuration and how far ``mu`` moved."""
+        T = self.n_targets
+        sums = {}
+        s = self._sum_by(st["leaf"][tree[-1]], s_cell, T)
+        for level in range(len(tree) - 1, -1, -1):  # up: each group's data as a message to its parent
+            e = tree[level]
+            sums[e] = s
+            if level:
+                s = self._sum_by(st["up"][e], s * counts[e][2], T)
+        change = 0.0
+        cum = np.zeros((T, 1))
+        if tree is ACCELERATOR_TREE:  # the root: mu, shrunk towards the prior by its evidence
+            n_top, _, share = counts[tree[0]]
+            mu = (s * share).sum(axis=1) / ((n_top * share).sum(axis=1) + self.root_k)
+            change = float(np.abs(mu - self._mu).max())
+            self._mu = mu
+            cum = mu[:, None]
+        for e in tree:  # down: a group's cumulative value = its data shrunk towards its parent's
+            n, k, _ = counts[e]
+            up = cum[:, st["parent"][e]]
+            cum = (sums[e] + k * up) / (n + k)
+            self._effects[e] = cum - up
+        return cum[:, st["idx"][tree[-1]]], change
+
+    def _centre_families(self, st: dict[str, Any], counts: dict[str, tuple]) -> np.ndarray:
+        """Move each kind's mean family effect (weighted by measurements) into the kind's effect, the fit unchanged.
+
+        Both trees can carry a common offset per kind (all families up, the kind down); only the weak priors tell
+        them apart, so alternating between the trees would take many rounds to share it out. Centring the
+        families settles it at once. Returns the offset moved per kind (T, kinds).
+        """
+        T = self.n_targets
+        n_fam = counts["fam"][0]
+        s = self._sum_by(st["up"]["fam_kind"], n_fam * self._effects["fam"], T)
+        n = self._sum_by(st["up"]["fam_kind"], n_fam, T)
+        shift = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
+        self._effects["fam"] -= shift[:, st["parent"]["fam_kind"]]
+        self._effects["kind"] += shift
+        return shift
 
     # ------------------------------------------------------------------------------------------------ predict
-    def _shrunk(self, key: str, parent: list[float], k: float) -> list[float]:
-        s = self._sums.get(key)
-        if s is None:
-            return parent
-        n = self._counts[key]
-        return [(s[i] + k * parent[i]) / (n[i] + k) for i in range(self.n_targets)]
+    def _effect(self, e: str, key: str) -> np.ndarray | float:
+        g = self._gid[e].get(key)
+        return 0.0 if g is None else self._effects[e][:, g]
 
     def predict(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Correction (n_targets,) of one configuration."""
-        est = self._shrunk("*", [0.0] * self.n_targets, self.root_k)
-        for key, k in zip(_path(acc, v, batch, conc), LEVEL_K):
-            est = self._shrunk(key, est, k)
-        return np.array(est)
+        self._fit()
+        return self._current(acc, v, batch, conc)
+
+    def _current(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
+        """The correction as the effects stand (no refit)."""
+        out = self._mu.copy()
+        for e, key in zip(EFFECTS, _groups(acc, v, batch, conc)):
+            out = out + self._effect(e, key)
+        return out
+
+    def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
+        """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
+        measurement (x the log noise SD: the SD of the log correction). About ``1/sqrt(root_k)`` plus the effects'
+        own spread for a configuration nothing near was measured; ``~1/sqrt(n)`` once measured n times.
+
+        Each tree's is exact for its nested levels (``var = 1 / (n + k) + (k / (n + k))^2 var(parent)``); the two
+        sides are added as if independent (an approximation).
+        """
+        self._fit()
+        keys = dict(zip(EFFECTS, _groups(acc, v, batch, conc)))
+        total = np.zeros(self.n_targets)
+        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
+            counts = self._fit_counts.get(tree, {})
+            if tree is ACCELERATOR_TREE:  # the overall offset: the prior's evidence + what the top groups carry
+                n_top, _, share = counts.get(tree[0], (np.zeros((self.n_targets, 0)), 0.0, 0.0))
+                var = 1.0 / ((n_top * share).sum(axis=1) + self.root_k)
+            else:
+                var = np.zeros(self.n_targets)
+            for e in tree:
+                k = min(self.effect_k[e], 1e12)
+                g = self._gid[e].get(keys[e])
+                n = counts[e][0][:, g] if e in counts and g is not None and g < counts[e][0].shape[1] else 0.0
+                var = 1.0 / (n + k) + (k / (n + k)) ** 2 * var
+            total += var
+        return np.sqrt(total)
 
     def predict_candidate(self, c: Candidate) -> np.ndarray:
         return self.predict(c.accelerator, c.variant, c.batch_size, c.concurrency)
@@ -117,50 +321,56 @@ class PooledCorrection:
     def grid(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
              concurrencies: Sequence[int]) -> np.ndarray:
         """Correction over (n_targets, accelerators, variants, batch sizes, concurrencies)."""
+        self._fit()
         T, P, V = self.n_targets, len(accelerators), len(variants)
         out = np.empty((T, P, V, len(batch_sizes), len(concurrencies)))
-        root = self._shrunk("*", [0.0] * T, self.root_k)
         b_at = {b: i for i, b in enumerate(batch_sizes)}
         c_at = {c: i for i, c in enumerate(concurrencies)}
-        k_acc, k_af, k_av, k_cfg = LEVEL_K
         for p, acc in enumerate(accelerators):
-            a = self._shrunk(f"acc={acc}", root, k_acc)
+            k = accelerator_kind(acc)
+            a = self._mu + self._effect("kind", k) + self._effect("acc", acc)
             for j, v in enumerate(variants):
-                av_key = f"av={acc}/{v.name}"
-                av = self._shrunk(av_key, self._shrunk(f"af={acc}/{v.family}", a, k_af), k_av)
-                out[:, p, j] = np.array(av)[:, None, None]
-                for b, c, key in self._configs.get(av_key, ()):
-                    if b in b_at and c in c_at:
-                        out[:, p, j, b_at[b], c_at[c]] = self._shrunk(key, av, k_cfg)
+                out[:, p, j] = (a + self._effect("fam", f"{k}/{v.family}") + self._effect("var", f"{k}/{v.name}")
+                                + self._effect("acc_fam", f"{acc}/{v.family}")
+                                + self._effect("acc_var", f"{acc}/{v.name}"))[:, None, None]
+                for e, table, key in (("shape", self._shapes, f"{k}/{v.name}"), ("cfg", self._cfgs, f"{acc}/{v.name}")):
+                    for b, c, g in table.get(key, ()):
+                        if b in b_at and c in c_at:
+                            out[:, p, j, b_at[b], c_at[c]] += self._effects[e][:, g]
         return out
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Group keys, and their sums and counts as two packed (groups x targets) tables: thousands of groups
-        at scale, which as nested lists of decimals were the slowest part of a save."""
-        keys = list(self._sums)
-
-        def table(rows: dict[str, list[float]]) -> dict[str, Any]:
-            flat = itertools.chain.from_iterable(rows[k] for k in keys)
-            n, t = len(keys), self.n_targets
-            return pack_floats(np.fromiter(flat, float, n * t).reshape(n, t))
-
-        return {"root_k": self.root_k, "decay": self.decay, "keys": keys,
-                "sums": table(self._sums), "counts": table(self._counts)}
+        """Sufficient statistics per configuration, and the fitted effects (the next fit starts from them, so a
+        restored correction predicts exactly as the saved one). The tables are packed (`pack_floats`): thousands
+        of configurations at scale, which as nested lists of decimals were the slowest part of a save."""
+        n = len(self._cells)
+        return {"root_k": self.root_k, "decay": self.decay, "effect_k": self.effect_k,
+                "cells": [[acc, self._families[name], name, b, c] for (acc, name, b, c) in self._cells],
+                "sums": pack_floats(self._sums[:, :n]), "counts": pack_floats(self._counts[:, :n]),
+                "mu": self._mu.tolist(), "effects": {e: pack_floats(self._effects[e]) for e in EFFECTS},
+                "unfitted": self.version - max(self._fitted, 0)}  # measurements since the last fit
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
-        pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]))
-        if "groups" in d:  # state version 1: {key: [sums, counts]}
-            groups = [(key, s, n) for key, (s, n) in d["groups"].items()]
-        else:
-            keys, sums, counts = d["keys"], unpack_floats(d["sums"]), unpack_floats(d["counts"])
-            if sums.shape != (len(keys), n_targets) or counts.shape != sums.shape:
-                raise ValueError(f"correction: {len(keys)} groups but tables of shape {sums.shape}, {counts.shape}")
-            groups = zip(keys, sums.tolist(), counts.tolist())
-        for key, s, n in groups:
-            pc._sums[key] = [float(x) for x in s]
-            pc._counts[key] = [float(x) for x in n]
-            if key.startswith("cfg="):
-                pc._index_config(key)
+        """A state from before the crossed effects (``groups``) restores no correction: it relearns."""
+        pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]),
+                 effect_k={str(k): float(v) for k, v in d.get("effect_k", {}).items() if k in EFFECT_K})
+        cells = d.get("cells", ())
+        if cells:
+            sums, counts = unpack_floats(d["sums"]), unpack_floats(d["counts"])
+            if sums.shape != (n_targets, len(cells)) or counts.shape != sums.shape:
+                raise ValueError(f"correction: {len(cells)} cells but tables of shape {sums.shape}, {counts.shape}")
+            for (acc, family, name, b, c), s, n in zip(cells, sums.T, counts.T):
+                v = Variant(family=family, name=name, size=name, accuracy=0.0)
+                j = pc._cell(acc, v, int(b), int(c))
+                pc._sums[:, j], pc._counts[:, j] = s, n
+        if "effects" in d:
+            pc._mu = np.array(d["mu"], dtype=float)
+            for e in EFFECTS:
+                eff = unpack_floats(d["effects"][e]).reshape(n_targets, -1)
+                if eff.shape == pc._effects[e].shape:
+                    pc._effects[e] = eff
+        pc._fitted = 0
+        pc.version = int(d.get("unfitted", len(pc._cells)))
         return pc

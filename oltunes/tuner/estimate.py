@@ -341,11 +341,9 @@ class Estimator:
             raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
         corr_before = corr_after = np.zeros(len(TARGETS))
         if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
-            corr_before = self.correction.predict_candidate(c)
             mask = np.array([y[t] is not None for t in TARGETS])
-            self.correction.learn(c.accelerator, c.variant, c.batch_size, c.concurrency,
-                                  np.array([y[t] or 0.0 for t in TARGETS]), mask)
-            corr_after = self.correction.predict_candidate(c)
+            corr_before, corr_after = self.correction.learn(c.accelerator, c.variant, c.batch_size, c.concurrency,
+                                                            np.array([y[t] or 0.0 for t in TARGETS]), mask)
         before = self.model.learn_predict_one(x, {t: None if y[t] is None else y[t] - corr_after[i]
                                                   for i, t in enumerate(TARGETS)})
         for i, t in enumerate(TARGETS):
