@@ -26,7 +26,7 @@ from oltunes.learner.features import (
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator, stream_rate
 from oltunes.tuner.prior import Prior
-from oltunes.types import JobSpec, Variant
+from oltunes.types import Candidate, JobSpec, Variant
 
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
 
@@ -77,8 +77,7 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     ok = np.ones((len(options), len(variants), L), dtype=bool)
     plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
         key, lambda: _plan(est, members, job.family, sizes))
-    margins = np.array([est.latency_margin(c) for c in cands])
-    corr = np.array([est.correction_of(c) for c in cands]).reshape(len(cands), -1)[:, LAT]
+    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, c) for c in cands)))
     M = len(members)
     log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
                 + corr[:, None, None])
@@ -92,6 +91,17 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     for i, (p, _, mem) in enumerate(members):
         by_option.setdefault(p, []).append((mem.job_id, i))
     return MemberChecks(ok, by_option, slow, sizes)
+
+
+def _member_terms(est: Estimator, c: Candidate) -> tuple[float, float]:
+    """A member's log latency margin and pooled correction: they change with every observation, not with the
+    cluster, so a burst of decisions between two observations reads them once per configuration."""
+    memo = est.per_observation.table("member_terms")
+    key = (c.accelerator, c.variant, c.batch_size, c.concurrency)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (est.latency_margin(c), np.reshape(est.correction_of(c), -1)[LAT])
+    return hit
 
 
 def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):

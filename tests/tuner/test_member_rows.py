@@ -10,7 +10,7 @@ from oltunes.tuner import Tuner
 from oltunes.tuner.candidates import placement_options
 from oltunes.tuner.corunners import member_checks
 from oltunes.tuner.occupancy import Occupancy
-from oltunes.types import ClusterState, JobSpec
+from oltunes.types import ClusterState, JobSpec, Measurement
 
 from tests.tuner.test_placement_scale import random_cluster
 from tests.tuner.variants import make_variants
@@ -35,6 +35,15 @@ def _moved(rng, cluster: ClusterState) -> ClusterState:
     return ClusterState.model_construct(pools=cluster.pools, placements=placements)
 
 
+def _measured(rng, cluster: ClusterState, k: int) -> Measurement:
+    """A measurement of one placed job (it moves the margins, visits and correction the checks read)."""
+    p = cluster.placements[int(rng.integers(len(cluster.placements)))]
+    p99 = float(rng.uniform(5.0, 300.0))
+    return Measurement(measurement_id=f"m{k}", job_id=p.job_id, candidate=p.candidate, items=100, wall_s=1.0,
+                       latency_p50_ms=p99 / 2, latency_p95_ms=p99 * 0.9, latency_p99_ms=p99,
+                       throughput_items_per_s=100.0, energy_j_per_item=0.5, energy_source="simulated")
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_member_checks_after_changes_equal_a_cold_start(seed):
     rng = np.random.default_rng(seed)
@@ -42,10 +51,16 @@ def test_member_checks_after_changes_equal_a_cold_start(seed):
     cluster = random_cluster(rng, variants, max_count=4)  # small pools: devices shared by several jobs
     job = JobSpec(family="cnn", kind="streaming", slo_ms=150.0, arrival_rate_rps=60.0)
     warm = Tuner(variants, seed=seed)
-    for _ in range(25):
+    seen: list[Measurement] = []
+    for step in range(25):
         cluster = _moved(rng, cluster)
+        if step % 4 == 3 and cluster.placements:  # observations between decisions
+            seen.append(_measured(rng, cluster, step))
+            warm.observe(seen[-1])
         got = _checks(warm, cluster, job)
-        want = _checks(Tuner(variants, seed=seed), cluster, job)
+        cold = Tuner(variants, seed=seed)
+        cold.replay(seen)
+        want = _checks(cold, cluster, job)
         assert got.by_option == want.by_option and got.sizes == want.sizes
         assert np.array_equal(got.ok, want.ok)
         assert (got.slow is None) == (want.slow is None)
