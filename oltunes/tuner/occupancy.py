@@ -30,10 +30,12 @@ class _Pool:
 
     __slots__ = ("devices", "levels", "total", "version")
 
-    def __init__(self) -> None:
-        self.devices: dict[int, dict[Hashable, Placement]] = {}
+    def __init__(self, devices: dict[int, dict[Hashable, Placement]] | None = None) -> None:
+        self.devices: dict[int, dict[Hashable, Placement]] = devices or {}
         self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
-        self.total = 0
+        for d, ms in self.devices.items():
+            self.levels.setdefault(len(ms), set()).add(d)
+        self.total = sum(len(ms) for ms in self.devices.values())
         self.version = next(_VERSIONS)
 
     def add(self, key: Hashable, p: Placement) -> None:
@@ -44,7 +46,6 @@ class _Pool:
         ms[key] = p
         self.levels.setdefault(n + 1, set()).add(p.device)
         self.total += 1
-        self.version = next(_VERSIONS)
 
     def remove(self, key: Hashable, p: Placement) -> None:
         ms = self.devices[p.device]
@@ -56,7 +57,6 @@ class _Pool:
         else:
             del self.devices[p.device]
         self.total -= 1
-        self.version = next(_VERSIONS)
 
 
 class Occupancy:
@@ -73,7 +73,7 @@ class Occupancy:
     def __init__(self) -> None:
         self._pools: dict[str, _Pool] = {}
         self._placed: dict[Hashable, Placement] = {}  # key -> placement; holds them, so an id is never reused
-        self._by_job: dict[str, set[Hashable]] = {}
+        self._by_job: dict[str, set[Hashable]] | None = None  # built on the first exclusion, then kept
         self._order: dict[Hashable, int] = {}  # key -> position in the synced list
         self._listed: Sequence[Placement] = ()
         self._exclude: str | None = None
@@ -91,51 +91,60 @@ class Occupancy:
     # ------------------------------------------------------------------------------------------------ update
     def sync(self, placements: Sequence[Placement], exclude: str | None = None) -> None:
         """Make the index show ``placements`` (less those of job ``exclude``), changing only what differs."""
-        order = {id(p): i for i, p in enumerate(placements)}
+        order = dict(zip(map(id, placements), range(len(placements))))
+        touched: set[str] = set()
         if len(order) < len(placements):  # one object listed twice: it counts twice, so key by position
-            self._clear()
-            self._by_position = True
-            order = {i: i for i in range(len(placements))}
-            for i, p in enumerate(placements):
-                self._add(i, p)
+            order = dict(zip(range(len(placements)), range(len(placements))))
+            self._rebuild(order, placements, by_position=True)
+        elif self._by_position or not self._placed or not order.keys() & self._placed.keys():
+            self._rebuild(order, placements)  # nothing in common (e.g. a fresh request): group in one pass
         else:
-            if self._by_position:
-                self._clear()
-                self._by_position = False
-            gone = self._placed.keys() - order.keys()
-            if self._placed and len(gone) == len(self._placed):  # nothing in common (e.g. a fresh request): start over
-                self._clear()
-            else:
-                for key in gone:
-                    self._remove(key)
+            for key in self._placed.keys() - order.keys():
+                touched.add(self._remove(key))
             for key in order.keys() - self._placed.keys():
-                self._add(key, placements[order[key]])
+                touched.add(self._add(key, placements[order[key]]))
         if exclude is not None:
+            if self._by_job is None:
+                self._by_job = {}
+                for key, p in self._placed.items():
+                    self._by_job.setdefault(p.job_id, set()).add(key)
             for key in list(self._by_job.get(exclude, ())):
-                self._remove(key)
+                touched.add(self._remove(key))
+        for name in touched:  # a pool that changed gets a new version (its derived values are rebuilt)
+            if name in self._pools:
+                self._pools[name].version = next(_VERSIONS)
         self._order, self._listed, self._exclude = order, placements, exclude
 
-    def _clear(self) -> None:
-        self._pools, self._placed, self._by_job, self.memo = {}, {}, {}, {}
+    def _rebuild(self, order: dict[Hashable, int], placements: Sequence[Placement], by_position: bool = False) -> None:
+        grouped: dict[str, dict[int, dict[Hashable, Placement]]] = {}
+        for key, p in zip(order, placements):
+            grouped.setdefault(p.pool, {}).setdefault(p.device, {})[key] = p
+        self._pools = {name: _Pool(devices) for name, devices in grouped.items()}
+        self._placed = dict(zip(order, placements))
+        self._by_job, self.memo, self._by_position = None, {}, by_position
 
-    def _add(self, key: Hashable, p: Placement) -> None:
+    def _add(self, key: Hashable, p: Placement) -> str:
         self._placed[key] = p
-        self._by_job.setdefault(p.job_id, set()).add(key)
+        if self._by_job is not None:
+            self._by_job.setdefault(p.job_id, set()).add(key)
         pool = self._pools.get(p.pool)
         if pool is None:
             pool = self._pools[p.pool] = _Pool()
         pool.add(key, p)
+        return p.pool
 
-    def _remove(self, key: Hashable) -> None:
+    def _remove(self, key: Hashable) -> str:
         p = self._placed.pop(key)
-        keys = self._by_job[p.job_id]
-        keys.discard(key)
-        if not keys:
-            del self._by_job[p.job_id]
+        if self._by_job is not None:
+            keys = self._by_job[p.job_id]
+            keys.discard(key)
+            if not keys:
+                del self._by_job[p.job_id]
         pool = self._pools[p.pool]
         pool.remove(key, p)
         if not pool.total:
             del self._pools[p.pool]
+        return p.pool
 
     # ------------------------------------------------------------------------------------------------ read
     def listed(self) -> list[Placement]:
