@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from itertools import count as _count
+from operator import is_
 from typing import Any
 
 from oltunes.types import Placement
@@ -91,18 +92,23 @@ class Occupancy:
     # ------------------------------------------------------------------------------------------------ update
     def sync(self, placements: Sequence[Placement], exclude: str | None = None) -> None:
         """Make the index show ``placements`` (less those of job ``exclude``), changing only what differs."""
+        if exclude == self._exclude and len(placements) == len(self._listed) and all(
+                map(is_, placements, self._listed)):  # the very same objects in the same order: nothing to do
+            return
         order = dict(zip(map(id, placements), range(len(placements))))
         touched: set[str] = set()
         if len(order) < len(placements):  # one object listed twice: it counts twice, so key by position
             order = dict(zip(range(len(placements)), range(len(placements))))
             self._rebuild(order, placements, by_position=True)
-        elif self._by_position or not self._placed or not order.keys() & self._placed.keys():
+        elif self._by_position or not self._placed or order.keys().isdisjoint(self._placed.keys()):
             self._rebuild(order, placements)  # nothing in common (e.g. a fresh request): group in one pass
         else:
-            for key in self._placed.keys() - order.keys():
+            gone = self._placed.keys() - order.keys()
+            for key in gone:
                 touched.add(self._remove(key))
-            for key in order.keys() - self._placed.keys():
-                touched.add(self._add(key, placements[order[key]]))
+            if len(order) > len(self._placed):  # what is left is a subset of ``order``: equal sizes, equal sets
+                for key in order.keys() - self._placed.keys():
+                    touched.add(self._add(key, placements[order[key]]))
         if exclude is not None:
             if self._by_job is None:
                 self._by_job = {}
@@ -113,7 +119,7 @@ class Occupancy:
         for name in touched:  # a pool that changed gets a new version (its derived values are rebuilt)
             if name in self._pools:
                 self._pools[name].version = next(_VERSIONS)
-        self._order, self._listed, self._exclude = order, placements, exclude
+        self._order, self._listed, self._exclude = order, list(placements), exclude  # a copy: lists are mutable
 
     def _rebuild(self, order: dict[Hashable, int], placements: Sequence[Placement], by_position: bool = False) -> None:
         grouped: dict[str, dict[int, dict[Hashable, Placement]]] = {}

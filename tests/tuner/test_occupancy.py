@@ -86,3 +86,21 @@ def test_sync_changes_only_what_differs():
     assert occ.members("t4", 3) == () and occ.first_empty("t4", 100) == 3
     occ.sync(placements)
     assert occ.members("t4", 3) == (placements[3],)
+
+
+def test_a_list_changed_in_place_is_seen():
+    """The caller may mutate the very list it passed last time: the index compares objects, not the list."""
+    variants = make_variants()
+    pool = Pool(name="t4", accelerator=CATALOG["t4"], count=10, slots_per_device=2)
+    rng = np.random.default_rng(1)
+    placements = [_placement(rng, variants, pool, f"j{d}", device=d) for d in range(3)]
+    occ = Occupancy.of(placements)
+    placements.append(_placement(rng, variants, pool, "j9", device=0))
+    occ.sync(placements)
+    assert occ.used("t4", 10) == 4 and occ.fullest_free("t4", 10, 3) == 0
+    placements[0] = placements[0].model_copy(update={"device": 5})
+    occ.sync(placements)
+    assert occ.members("t4", 0) == (placements[3],) and occ.members("t4", 5) == (placements[0],)
+    placements.reverse()  # same objects, another order: members follow the list
+    occ.sync(placements)
+    assert occ.listed() == placements
