@@ -4,8 +4,9 @@ Every decision needs, per pool, the jobs on each occupied device, how many slots
 a free slot and the first empty one. Grouping every placement of the cluster per decision made its cost grow with
 the cluster (a quarter of a decision at 1,000 devices). A tuner sees the same cluster again and again, changed by a
 job or two: placements are frozen, so one that is the same object as last time is the same placement, and
-:meth:`Occupancy.sync` applies only the placements that appeared or left (one dictionary pass over object ids, no
-per-placement Python work). A caller that sends fresh objects every time (the HTTP service) rebuilds, as before.
+:meth:`Occupancy.sync` applies only the placements that appeared or left (a pass over object ids in C, no Python
+work per placement; none at all when the list holds the same objects as last time). A caller that sends fresh objects
+every time (the HTTP service) regroups everything in one pass, as every decision did before.
 
 Members of a device are returned in the order of the cluster's list, so options (and the decisions built on them)
 are exactly what a fresh grouping gives.
