@@ -139,21 +139,23 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
         hit = memo.get(key)
         if (hit is None or hit[0] is not pool or hit[1] != version
                 or not all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1)):
-            hit = (pool, version, _pool_options(pool, occupancy, keep, ignore_capacity))
+            opts = _pool_options(pool, occupancy, keep, ignore_capacity, load_of)
             if version >= 0:
-                memo[key] = hit
-        opts = hit[2]
-        if load_of is not None and any(o.members for o in opts):
+                memo[key] = (pool, version, opts)
+        elif load_of is not None and any(o.members for o in hit[2]):
+            opts = hit[2]
             loaded = [o if o.loads == (ls := _loads(o.members, load_of)) else replace(o, loads=ls) for o in opts]
             if any(a is not b for a, b in zip(loaded, opts)):
                 opts = loaded
-                if version >= 0:
-                    memo[key] = (pool, version, opts)
+                memo[key] = (pool, version, opts)
+        else:
+            opts = hit[2]
         out += opts
     return out
 
 
-def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_capacity: bool) -> list[PlacementOption]:
+def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_capacity: bool,
+                  load_of: Callable[[Placement], float] | None) -> list[PlacementOption]:
     name, cap, count = pool.name, pool.slots_per_device, pool.count
     mem = pool.accelerator.memory_gb
     if not occupancy.occupied(name) and keep in (None, 0):  # the common case on a quiet cluster
@@ -168,14 +170,15 @@ def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_cap
             return []
         i = empty if empty is not None else occupancy.least_loaded(name, count)
         ms = occupancy.members(name, i)
-        return [PlacementOption(pool, i, ms, mem - _used_gb(ms), 0, 0)]
+        return [PlacementOption(pool, i, ms, mem - _used_gb(ms), 0, 0, _loads(ms, load_of))]
     chosen = [*([] if empty_free is None else [empty_free]), *shared]
     if keep is not None and keep not in chosen and occupancy.count(name, keep) < cap:
         chosen.append(keep)
     out = []
     for i in chosen:
         ms = occupancy.members(name, i)
-        out.append(PlacementOption(pool, i, ms, mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1))
+        out.append(PlacementOption(pool, i, ms, mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1,
+                                   _loads(ms, load_of)))
     return out
 
 

@@ -35,9 +35,16 @@ class _Pool:
     def __init__(self, devices: dict[int, dict[Hashable, Placement]] | None = None) -> None:
         self.devices: dict[int, dict[Hashable, Placement]] = devices or {}
         self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
+        total = 0
         for d, ms in self.devices.items():
-            self.levels.setdefault(len(ms), set()).add(d)
-        self.total = sum(len(ms) for ms in self.devices.values())
+            n = len(ms)
+            total += n
+            level = self.levels.get(n)
+            if level is None:
+                self.levels[n] = {d}
+            else:
+                level.add(d)
+        self.total = total
         self.version = next(_VERSIONS)
 
     def add(self, key: Hashable, p: Placement) -> None:
@@ -76,7 +83,7 @@ class Occupancy:
         self._pools: dict[str, _Pool] = {}
         self._placed: dict[Hashable, Placement] = {}  # key -> placement; holds them, so an id is never reused
         self._by_job: dict[str, set[Hashable]] | None = None  # built on the first exclusion, then kept
-        self._order: dict[Hashable, int] = {}  # key -> position in the synced list
+        self._order: dict[Hashable, int] | None = None  # object id -> position in the synced list (when needed)
         self._listed: Sequence[Placement] = ()
         self._exclude: str | None = None
         self._by_position = False  # an object listed twice: keys are list positions, nothing is kept across syncs
@@ -96,20 +103,22 @@ class Occupancy:
         if exclude == self._exclude and len(placements) == len(self._listed) and all(
                 map(is_, placements, self._listed)):  # the very same objects in the same order: nothing to do
             return
-        order = dict(zip(map(id, placements), range(len(placements))))
         touched: set[str] = set()
-        if len(order) < len(placements):  # one object listed twice: it counts twice, so key by position
-            order = dict(zip(range(len(placements)), range(len(placements))))
-            self._rebuild(order, placements, by_position=True)
-        elif self._by_position or not self._placed or order.keys().isdisjoint(self._placed.keys()):
-            self._rebuild(order, placements)  # nothing in common (e.g. a fresh request): group in one pass
+        order: dict[Hashable, int] | None = None  # positions, built only when an incremental change needs them
+        if self._by_position or not self._placed or self._placed.keys().isdisjoint(map(id, placements)):
+            self._rebuild(placements)  # nothing in common (e.g. a fresh request): group in one pass, in list order
         else:
-            gone = self._placed.keys() - order.keys()
-            for key in gone:
-                touched.add(self._remove(key))
-            if len(order) > len(self._placed):  # what is left is a subset of ``order``: equal sizes, equal sets
-                for key in order.keys() - self._placed.keys():
-                    touched.add(self._add(key, placements[order[key]]))
+            order = dict(zip(map(id, placements), range(len(placements))))
+            if len(order) < len(placements):  # an object listed twice
+                self._rebuild(placements)
+                order = None
+            else:
+                gone = self._placed.keys() - order.keys()
+                for key in gone:
+                    touched.add(self._remove(key))
+                if len(order) > len(self._placed):  # what is left is a subset of ``order``: equal sizes, equal sets
+                    for key in order.keys() - self._placed.keys():
+                        touched.add(self._add(key, placements[order[key]]))
         if exclude is not None:
             if self._by_job is None:
                 self._by_job = {}
@@ -122,13 +131,20 @@ class Occupancy:
                 self._pools[name].version = next(_VERSIONS)
         self._order, self._listed, self._exclude = order, list(placements), exclude  # a copy: lists are mutable
 
-    def _rebuild(self, order: dict[Hashable, int], placements: Sequence[Placement], by_position: bool = False) -> None:
+    def _rebuild(self, placements: Sequence[Placement]) -> None:
+        """Group every placement afresh; each device's members come out in list order. An object listed twice
+        counts twice, so then the keys are list positions and nothing is kept across syncs."""
+        keys: Sequence[Hashable] = list(map(id, placements))
+        self._placed = dict(zip(keys, placements))
+        self._by_position = len(self._placed) < len(placements)
+        if self._by_position:
+            keys = range(len(placements))
+            self._placed = dict(zip(keys, placements))
         grouped: dict[str, dict[int, dict[Hashable, Placement]]] = {}
-        for key, p in zip(order, placements):
+        for key, p in zip(keys, placements):
             grouped.setdefault(p.pool, {}).setdefault(p.device, {})[key] = p
         self._pools = {name: _Pool(devices) for name, devices in grouped.items()}
-        self._placed = dict(zip(order, placements))
-        self._by_job, self.memo, self._by_position = None, {}, by_position
+        self._by_job, self.memo = None, {}
 
     def _add(self, key: Hashable, p: Placement) -> str:
         self._placed[key] = p
@@ -172,6 +188,8 @@ class Occupancy:
     def in_list_order(self, members: Sequence[Placement]) -> bool:
         """Whether ``members`` (of one device, as returned by :meth:`members` earlier) are still in the order of
         the cluster's list (a list may be reordered without any placement changing)."""
+        if self._order is None:
+            self._order = dict(zip(map(id, self._listed), range(len(self._listed))))
         order = self._order
         pos = [order.get(id(m), -1) for m in members]
         return all(a < b for a, b in zip(pos, pos[1:]))
@@ -182,6 +200,8 @@ class Occupancy:
         ms = p.devices.get(device) if p is not None else None
         if not ms:
             return ()
+        if len(ms) == 1 or self._order is None:  # no incremental change since a regrouping: already in list order
+            return tuple(ms.values())
         order = self._order
         return tuple(m for _, m in sorted((order[k], m) for k, m in ms.items()))
 
