@@ -28,12 +28,14 @@ MAX_MEMO = 4096
 
 
 class _Pool:
-    """One pool's occupied devices: device -> {key: placement}, and devices bucketed by how many jobs they hold."""
+    """One pool's occupied devices: device -> {key: None} (keys only: containers of plain ints are not tracked by
+    the garbage collector, so a large index kept between decisions adds no collection work), and devices bucketed by
+    how many jobs they hold."""
 
     __slots__ = ("devices", "levels", "total", "version")
 
-    def __init__(self, devices: dict[int, dict[Hashable, Placement]] | None = None) -> None:
-        self.devices: dict[int, dict[Hashable, Placement]] = devices or {}
+    def __init__(self, devices: dict[int, dict[Hashable, None]] | None = None) -> None:
+        self.devices: dict[int, dict[Hashable, None]] = devices or {}
         self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
         total = 0
         for d, ms in self.devices.items():
@@ -52,7 +54,7 @@ class _Pool:
         n = len(ms)
         if n:
             self.levels[n].discard(p.device)
-        ms[key] = p
+        ms[key] = None
         self.levels.setdefault(n + 1, set()).add(p.device)
         self.total += 1
 
@@ -140,9 +142,9 @@ class Occupancy:
         if self._by_position:
             keys = range(len(placements))
             self._placed = dict(zip(keys, placements))
-        grouped: dict[str, dict[int, dict[Hashable, Placement]]] = {}
+        grouped: dict[str, dict[int, dict[Hashable, None]]] = {}
         for key, p in zip(keys, placements):
-            grouped.setdefault(p.pool, {}).setdefault(p.device, {})[key] = p
+            grouped.setdefault(p.pool, {}).setdefault(p.device, {})[key] = None
         self._pools = {name: _Pool(devices) for name, devices in grouped.items()}
         self._by_job, self.memo = None, {}
 
@@ -200,10 +202,11 @@ class Occupancy:
         ms = p.devices.get(device) if p is not None else None
         if not ms:
             return ()
+        placed = self._placed
         if len(ms) == 1 or self._order is None:  # no incremental change since a regrouping: already in list order
-            return tuple(ms.values())
+            return tuple(placed[k] for k in ms)
         order = self._order
-        return tuple(m for _, m in sorted((order[k], m) for k, m in ms.items()))
+        return tuple(placed[k] for _, k in sorted((order[k], k) for k in ms))
 
     def count(self, pool: str, device: int) -> int:
         p = self._pools.get(pool)
