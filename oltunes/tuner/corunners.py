@@ -25,6 +25,7 @@ from oltunes.learner.features import (
 )
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator, stream_rate
+from oltunes.tuner.memo import MAX_ENTRIES
 from oltunes.tuner.prior import Prior
 from oltunes.types import Candidate, JobSpec, Variant
 
@@ -108,7 +109,7 @@ def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
     """Parameter-independent inputs of the member checks (memoised until the vocabulary changes)."""
     rows = [_member_row(est, o, mem) for _, o, mem in members]
     xa, x_alone, prior_with, prior_alone, waits, slos = (list(col) for col in zip(*rows))
-    cands = [mem.candidate for _, _, mem in members]  # its latency margin (region + novelty) is read per call
+    cands = [mem.candidate for _, _, mem in members]  # margins and corrections move per observation
     xd = [co_runner_features([CoLite(family, s, float(level))]) for s in sizes for level in LOAD_LEVELS]
     plan = est.model.sums_plan(xa, xd)
     return (plan, est.model.index(x_alone), np.array(prior_with), np.array(prior_alone), np.array(waits),
@@ -123,9 +124,15 @@ def _member_row(est: Estimator, o: PlacementOption, mem):
     cand, acc = mem.candidate, o.pool.accelerator
     others = tuple((x.candidate.variant.family, x.candidate.variant.size, o.load(i))
                    for i, x in enumerate(o.members) if x.job_id != mem.job_id)
-    key = ("member_row", o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency,
-           mem.arrival_rate_rps, mem.slo_ms, others)
-    return est.memo.get(key, lambda: _build_member_row(est, o, mem, others))
+    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps,
+           mem.slo_ms, others)
+    rows = est.memo.table("member_rows")  # its own table: a large cluster's rows do not evict the other memos
+    row = rows.get(key)
+    if row is None:
+        if len(rows) >= MAX_ENTRIES:
+            rows.clear()
+        row = rows[key] = _build_member_row(est, o, mem, others)
+    return row
 
 
 def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
