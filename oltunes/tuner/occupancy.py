@@ -143,8 +143,15 @@ class Occupancy:
             keys = range(len(placements))
             self._placed = dict(zip(keys, placements))
         grouped: dict[str, dict[int, dict[Hashable, None]]] = {}
-        for key, p in zip(keys, placements):
-            grouped.setdefault(p.pool, {}).setdefault(p.device, {})[key] = None
+        for key, p in zip(keys, placements):  # get-then-create: no throw-away containers per placement
+            devices = grouped.get(p.pool)
+            if devices is None:
+                devices = grouped[p.pool] = {}
+            ms = devices.get(p.device)
+            if ms is None:
+                devices[p.device] = {key: None}
+            else:
+                ms[key] = None
         self._pools = {name: _Pool(devices) for name, devices in grouped.items()}
         self._by_job, self.memo = None, {}
 
