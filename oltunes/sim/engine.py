@@ -32,6 +32,7 @@ from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
+from oltunes.sim.percentile import percentiles
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
@@ -383,8 +384,7 @@ class Simulator:
                     policy.observe(self._measurement(r, span, t1))
 
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
-        lat = np.asarray(r.interval_lat_ms)
-        p50, p95, p99 = np.percentile(lat, [50, 95, 99])
+        p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
         c = r.decision.candidate
         cand = Candidate.model_construct(
             pool=c.pool,
@@ -394,13 +394,12 @@ class Simulator:
             concurrency=c.concurrency,
             co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
         )
-        busy = float(lat.sum()) / 1000.0 / r.conc
+        busy = float(np.sum(r.interval_lat_ms)) / 1000.0 / r.conc
         req_p99 = wait = None
         if r.streaming and r.interval_req_ms:
             # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
             shed = self.drop_after * r.job.spec.slo_ms
-            req = np.concatenate([np.asarray(r.interval_req_ms), np.full(r.interval_dropped, shed)])
-            req_p99 = float(np.percentile(req, 99))
+            req_p99 = percentiles(r.interval_req_ms + [shed] * r.interval_dropped, (99,))[0]
             wait = float(np.mean(r.interval_wait_ms))
         return Measurement(
             job_id=r.job.spec.job_id,

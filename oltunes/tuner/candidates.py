@@ -18,14 +18,15 @@ Batch size is the *largest* batch: streaming workers batch dynamically (``fill_w
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from oltunes.types import ClusterState, CoRunner, Placement, Pool, Variant
+from oltunes.tuner.occupancy import MAX_MEMO, Occupancy
+from oltunes.types import CoRunner, Placement, Pool, Variant
 
 __all__ = ["CoLite", "PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of", "fill_wait_ms",
            "queue_wait_ms",
@@ -110,72 +111,80 @@ class PlacementOption:
         return bool(self.members)
 
 
-def placement_options(cluster: ClusterState, *, ignore_capacity: bool = False,
+def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_capacity: bool = False,
                       include: tuple[str, int] | None = None,
                       load_of: Callable[[Placement], float] | None = None) -> list[PlacementOption]:
     """Options per pool: first empty device, and the fullest device with a free slot.
 
+    ``occupancy`` says who runs where (``Occupancy.of(cluster.placements)``, or one the caller keeps in sync).
     ``include`` = (pool, device) adds that device too when it has a free slot (a running job's current
     device, so that staying is one of the candidates). With ``ignore_capacity`` every pool yields its
     least-loaded device even when full (used only to name a best-available candidate when nothing fits).
     ``load_of`` gives each placed job's busy share of its device (default: 1.0, assume it keeps it busy).
 
     Empty devices of a pool are interchangeable, so they are one option, represented by the lowest index;
-    the work per pool grows with its occupied devices, never with its size.
+    the work per pool is a few look-ups in the index, never a walk over its devices or placements.
     """
-    by_pool: dict[str, dict[int, list[Placement]]] = {}
-    for pl in cluster.placements:
-        by_pool.setdefault(pl.pool, {}).setdefault(pl.device, []).append(pl)
     out: list[PlacementOption] = []
-    for pool in cluster.pools:
-        cap = pool.slots_per_device
-        mem = pool.accelerator.memory_gb
-        count = pool.count
-        occupied = by_pool.get(pool.name, {})  # may name devices the pool lacks: those are ignored
-        keep = include[1] if include is not None and include[0] == pool.name and 0 <= include[1] < count else None
-        if not occupied and keep in (None, 0):  # the common case on a quiet cluster: device 0, empty
-            out.append(PlacementOption(pool, 0, (), mem, cap - 1, count * cap - 1))
-            continue
-        used = 0
-        fullest, fullest_n = None, 0  # the fullest device with a free slot, lowest index among equals
-        for d, ms in occupied.items():
-            if not 0 <= d < count:
-                continue
-            n = len(ms)
-            used += n
-            if n < cap and (n > fullest_n or (n == fullest_n and d < fullest)):
-                fullest, fullest_n = d, n
-        pool_free = count * cap - used
-        empty = _first_empty(occupied, count)
-        empty_free = empty if cap > 0 else None  # a pool without slots has no free device, empty or not
-        shared = () if fullest is None else (fullest,)
-        if empty_free is None and not shared:
-            if ignore_capacity:
-                i = empty if empty is not None else min(range(count), key=lambda k: (len(occupied[k]), k))
-                ms = occupied.get(i, [])
-                out.append(PlacementOption(pool, i, tuple(ms), mem - _used_gb(ms), 0, 0, _loads(ms, load_of)))
-            continue
-        chosen = [*([] if empty_free is None else [empty_free]), *shared]
-        if keep is not None and keep not in chosen and len(occupied.get(keep, ())) < cap:
-            chosen.append(keep)
-        for i in chosen:
-            ms = occupied.get(i, [])
-            out.append(PlacementOption(pool, i, tuple(ms), mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1,
-                                       _loads(ms, load_of)))
+    memo = occupancy.memo
+    if len(memo) > MAX_MEMO:
+        memo.clear()
+    for pool in pools:
+        name = pool.name
+        keep = include[1] if include is not None and include[0] == name and 0 <= include[1] < pool.count else None
+        # A pool whose placements did not change since the last decision keeps its options (the same objects,
+        # so what they cache holds too); only its members' loads are read again.
+        key = (name, keep, ignore_capacity, load_of is None)
+        version = occupancy.version(name)
+        hit = memo.get(key)
+        if (hit is None or hit[0] is not pool or hit[1] != version
+                or not all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1)):
+            opts = _pool_options(pool, occupancy, keep, ignore_capacity, load_of)
+            if version >= 0:
+                memo[key] = (pool, version, opts)
+        elif load_of is not None and any(o.members for o in hit[2]):
+            opts = hit[2]
+            loaded = [o if o.loads == (ls := _loads(o.members, load_of)) else replace(o, loads=ls) for o in opts]
+            if any(a is not b for a, b in zip(loaded, opts)):
+                opts = loaded
+                memo[key] = (pool, version, opts)
+        else:
+            opts = hit[2]
+        out += opts
     return out
 
 
-def _first_empty(occupied: dict[int, list[Placement]], count: int) -> int | None:
-    """Lowest device index with no job on it (None when every device is occupied)."""
-    i = 0
-    while i in occupied:  # stops at the first gap: at most one step per occupied device
-        i += 1
-    return i if i < count else None
+def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_capacity: bool,
+                  load_of: Callable[[Placement], float] | None) -> list[PlacementOption]:
+    name, cap, count = pool.name, pool.slots_per_device, pool.count
+    mem = pool.accelerator.memory_gb
+    if not occupancy.occupied(name) and keep in (None, 0):  # the common case on a quiet cluster
+        return [PlacementOption(pool, 0, (), mem, cap - 1, count * cap - 1)]
+    fullest = occupancy.fullest_free(name, count, cap)
+    pool_free = count * cap - occupancy.used(name, count)
+    empty = occupancy.first_empty(name, count)
+    empty_free = empty if cap > 0 else None  # a pool without slots has no free device, empty or not
+    shared = () if fullest is None else (fullest,)
+    if empty_free is None and not shared:
+        if not ignore_capacity:
+            return []
+        i = empty if empty is not None else occupancy.least_loaded(name, count)
+        ms = occupancy.members(name, i)
+        return [PlacementOption(pool, i, ms, mem - _used_gb(ms), 0, 0, _loads(ms, load_of))]
+    chosen = [*([] if empty_free is None else [empty_free]), *shared]
+    if keep is not None and keep not in chosen and occupancy.count(name, keep) < cap:
+        chosen.append(keep)
+    out = []
+    for i in chosen:
+        ms = occupancy.members(name, i)
+        out.append(PlacementOption(pool, i, ms, mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1,
+                                   _loads(ms, load_of)))
+    return out
 
 
-def _loads(placements: list[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:
+def _loads(placements: Sequence[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:
     return () if load_of is None else tuple(load_of(p) for p in placements)
 
 
-def _used_gb(placements: list[Placement]) -> float:
+def _used_gb(placements: Sequence[Placement]) -> float:
     return sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in placements)

@@ -49,6 +49,7 @@ from oltunes.tuner.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
 from oltunes.tuner.grouping import plan_groups
 from oltunes.tuner.objectives import objective_for
+from oltunes.tuner.occupancy import Occupancy
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.seen import SeenIds
 from oltunes.tuner.selection import Selector
@@ -203,6 +204,7 @@ class Tuner:
         self.n_observed = 0
         self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
+        self._occupancy = Occupancy()  # who runs where, synced from each decision's cluster by what changed
 
     # ------------------------------------------------------------------------------------------------ catalogue
     @staticmethod
@@ -288,16 +290,15 @@ class Tuner:
                               f"known families: {', '.join(self.families()) or '(none)'}")
         if not cluster.pools:
             raise ConfigError("recommend: the cluster has no pools")
-        if current is not None and any(p.job_id == job.job_id for p in cluster.placements):
-            cluster = ClusterState.model_construct(
-                pools=cluster.pools, placements=[p for p in cluster.placements if p.job_id != job.job_id])
         with self._lock:
+            # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
+            self._occupancy.sync(cluster.placements, exclude=job.job_id if current is not None else None)
             load_of = self.estimator.load_of
             include = (current.pool, current.device) if current is not None else None
-            options = placement_options(cluster, include=include, load_of=load_of)
+            options = placement_options(cluster.pools, self._occupancy, include=include, load_of=load_of)
             no_capacity = not options
             if no_capacity:
-                options = placement_options(cluster, ignore_capacity=True, load_of=load_of)
+                options = placement_options(cluster.pools, self._occupancy, ignore_capacity=True, load_of=load_of)
             est = self.estimator.estimate(job, options, variants, no_capacity)
             verdict = Verdict(self.constraints, est)
             objective = objective_for(job)

@@ -23,10 +23,11 @@ from oltunes.learner.features import (
     placement_features,
     variant_features,
 )
-from oltunes.tuner.candidates import CoLite, PlacementOption, co_runner_of, fill_wait_ms
+from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator, stream_rate
+from oltunes.tuner.memo import MAX_ENTRIES
 from oltunes.tuner.prior import Prior
-from oltunes.types import JobSpec, Variant
+from oltunes.types import Candidate, JobSpec, Variant
 
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
 
@@ -77,8 +78,7 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     ok = np.ones((len(options), len(variants), L), dtype=bool)
     plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
         key, lambda: _plan(est, members, job.family, sizes))
-    margins = np.array([est.latency_margin(c) for c in cands])
-    corr = np.array([est.correction_of(c) for c in cands]).reshape(len(cands), -1)[:, LAT]
+    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, c) for c in cands)))
     M = len(members)
     log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
                 + corr[:, None, None])
@@ -94,29 +94,58 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     return MemberChecks(ok, by_option, slow, sizes)
 
 
+def _member_terms(est: Estimator, c: Candidate) -> tuple[float, float]:
+    """A member's log latency margin and pooled correction: they change with every observation, not with the
+    cluster, so a burst of decisions between two observations reads them once per configuration."""
+    memo = est.per_observation.table("member_terms")
+    key = (c.accelerator, c.variant, c.batch_size, c.concurrency)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (est.latency_margin(c), np.reshape(est.correction_of(c), -1)[LAT])
+    return hit
+
+
 def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
     """Parameter-independent inputs of the member checks (memoised until the vocabulary changes)."""
-    xa, x_alone, prior_with, prior_alone, waits, slos, cands = [], [], [], [], [], [], []
-    for _, o, mem in members:
-        cand = mem.candidate
-        acc = o.pool.accelerator
-        base_x = {**job_features(job_context(mem)), **placement_features(o.pool.name, acc.name, ()),
-                  **variant_features(cand.variant), **batch_features(cand.batch_size),
-                  **concurrency_features(cand.concurrency)}
-        others = [co_runner_of(x, o.load(i)) for i, x in enumerate(o.members) if x.job_id != mem.job_id]
-        xa.append({**base_x, **co_runner_features(others)})
-        x_alone.append(base_x)
-        load = np.concatenate([[0.0], sum(c.load for c in others) + LOAD_LEVELS])
-        lat0, en0 = est.prior_base(acc, cand.variant, cand.batch_size)
-        lat1, en1 = est.prior_base(acc, cand.variant, 1)
-        plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1,
-                            stream_rate(job_context(mem), est.partial_batches))[LAT]
-        prior_alone.append(plat[0])
-        prior_with.append(plat[1:])
-        waits.append(float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))
-        slos.append(mem.slo_ms)
-        cands.append(cand)  # its latency margin (region + novelty) is read per call, not memoised
+    rows = [_member_row(est, o, mem) for _, o, mem in members]
+    xa, x_alone, prior_with, prior_alone, waits, slos = (list(col) for col in zip(*rows))
+    cands = [mem.candidate for _, _, mem in members]  # margins and corrections move per observation
     xd = [co_runner_features([CoLite(family, s, float(level))]) for s in sizes for level in LOAD_LEVELS]
     plan = est.model.sums_plan(xa, xd)
     return (plan, est.model.index(x_alone), np.array(prior_with), np.array(prior_alone), np.array(waits),
             np.array(slos), cands)
+
+
+def _member_row(est: Estimator, o: PlacementOption, mem):
+    """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO.
+
+    Memoised per what they read — the member's configuration and rate, its device's pool, and its co-runners'
+    (family, size, load) in order — so a cluster that changed elsewhere re-plans only the members that moved."""
+    cand, acc = mem.candidate, o.pool.accelerator
+    others = tuple((x.candidate.variant.family, x.candidate.variant.size, o.load(i))
+                   for i, x in enumerate(o.members) if x.job_id != mem.job_id)
+    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps,
+           mem.slo_ms, others)
+    rows = est.memo.table("member_rows")  # its own table: a large cluster's rows do not evict the other memos
+    row = rows.get(key)
+    if row is None:
+        if len(rows) >= MAX_ENTRIES:
+            rows.clear()
+        row = rows[key] = _build_member_row(est, o, mem, others)
+    return row
+
+
+def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
+    cand, acc = mem.candidate, o.pool.accelerator
+    ctx = job_context(mem)
+    base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
+              **variant_features(cand.variant), **batch_features(cand.batch_size),
+              **concurrency_features(cand.concurrency)}
+    co = [CoLite(f, s, load) for f, s, load in others]
+    load = np.concatenate([[0.0], sum(c.load for c in co) + LOAD_LEVELS])
+    lat0, en0 = est.prior_base(acc, cand.variant, cand.batch_size)
+    lat1, en1 = est.prior_base(acc, cand.variant, 1)
+    plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1,
+                        stream_rate(ctx, est.partial_batches))[LAT]
+    return ({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0],
+            float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)), mem.slo_ms)

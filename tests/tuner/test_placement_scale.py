@@ -10,6 +10,7 @@ from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
 from oltunes.tuner import core
 from oltunes.tuner.candidates import PlacementOption, _loads, _used_gb, placement_options
+from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool
 
 from tests.tuner.variants import make_variants
@@ -41,6 +42,16 @@ def brute_force_options(cluster: ClusterState, *, ignore_capacity=False, include
     return out
 
 
+def options_of(cluster: ClusterState, **kw):
+    """The tuner's options from a fresh index of the cluster."""
+    return placement_options(cluster.pools, Occupancy.of(cluster.placements), **kw)
+
+
+def brute_force_from_index(pools, occupancy, **kw):
+    """The reference walk over what an index was synced with (its placements in list order)."""
+    return brute_force_options(ClusterState.model_construct(pools=pools, placements=occupancy.listed()), **kw)
+
+
 def random_cluster(rng: np.random.Generator, variants, *, max_count: int = 60) -> ClusterState:
     kinds = ["t4", "a100", "cpu", "l4"]
     pools = [Pool(name=f"{k}-{i}", accelerator=CATALOG[k], count=int(rng.integers(1, max_count)),
@@ -70,7 +81,7 @@ def test_pool_summary_matches_the_per_device_walk(seed):
     include = (pool.name, int(rng.integers(pool.count)))
     load_of = (lambda p: 0.5 if p.arrival_rate_rps else 1.0)
     for kw in ({}, {"include": include}, {"ignore_capacity": True}, {"load_of": load_of, "include": include}):
-        assert placement_options(cluster, **kw) == brute_force_options(cluster, **kw), kw
+        assert options_of(cluster, **kw) == brute_force_options(cluster, **kw), kw
 
 
 def test_a_thousand_empty_devices_are_one_option_at_the_lowest_index():
@@ -79,7 +90,7 @@ def test_a_thousand_empty_devices_are_one_option_at_the_lowest_index():
     placed = [Placement(job_id=f"j{d}", pool="t4", device=d, slo_ms=100.0,
                         candidate=Candidate(pool="t4", accelerator="t4", variant=v, batch_size=1, concurrency=1))
               for d in (0, 1, 3, 500)]
-    opts = placement_options(ClusterState(pools=[pool], placements=placed))
+    opts = options_of(ClusterState(pools=[pool], placements=placed))
     assert [(o.device, len(o.members)) for o in opts] == [(2, 0), (0, 1)]  # first empty; fullest (lowest index)
     assert opts[0].pool_free_slots_after == 2000 - 4 - 1
 
@@ -115,6 +126,6 @@ def test_recorded_decision_sequence_is_identical_to_the_brute_force_enumeration(
                         update={"job_id": job.job_id}))))
         return out
 
-    fast, reference = run(placement_options), run(brute_force_options)
+    fast, reference = run(placement_options), run(brute_force_from_index)
     assert len(fast) == len(reference) > 20
     assert fast == reference

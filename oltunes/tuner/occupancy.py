@@ -1,0 +1,259 @@
+"""Who runs where: placements indexed by pool and device, kept up to date by what changed between decisions.
+
+Every decision needs, per pool, the jobs on each occupied device, how many slots are used, the fullest device with
+a free slot and the first empty one. Grouping every placement of the cluster per decision made its cost grow with
+the cluster (a quarter of a decision at 1,000 devices). A tuner sees the same cluster again and again, changed by a
+job or two: placements are frozen, so one that is the same object as last time is the same placement, and
+:meth:`Occupancy.sync` applies only the placements that appeared or left (a pass over object ids in C, no Python
+work per placement; none at all when the list holds the same objects as last time). A caller that sends fresh objects
+every time (the HTTP service) regroups everything in one pass, as every decision did before.
+
+Members of a device are returned in the order of the cluster's list, so options (and the decisions built on them)
+are exactly what a fresh grouping gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from itertools import count as _count
+from operator import is_
+from typing import Any
+
+from oltunes.types import Placement
+
+__all__ = ["Occupancy"]
+
+_VERSIONS = _count(1)  # pool versions are unique across pools and re-creations: 0 means "nothing placed"
+MAX_MEMO = 4096
+
+
+class _Pool:
+    """One pool's occupied devices: device -> {key: None} (keys only: containers of plain ints are not tracked by
+    the garbage collector, so a large index kept between decisions adds no collection work), and devices bucketed by
+    how many jobs they hold."""
+
+    __slots__ = ("devices", "levels", "total", "version")
+
+    def __init__(self, devices: dict[int, dict[Hashable, None]] | None = None) -> None:
+        self.devices: dict[int, dict[Hashable, None]] = devices or {}
+        self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
+        total = 0
+        for d, ms in self.devices.items():
+            n = len(ms)
+            total += n
+            level = self.levels.get(n)
+            if level is None:
+                self.levels[n] = {d}
+            else:
+                level.add(d)
+        self.total = total
+        self.version = next(_VERSIONS)
+
+    def add(self, key: Hashable, p: Placement) -> None:
+        ms = self.devices.setdefault(p.device, {})
+        n = len(ms)
+        if n:
+            self.levels[n].discard(p.device)
+        ms[key] = None
+        self.levels.setdefault(n + 1, set()).add(p.device)
+        self.total += 1
+
+    def remove(self, key: Hashable, p: Placement) -> None:
+        ms = self.devices[p.device]
+        n = len(ms)
+        self.levels[n].discard(p.device)
+        del ms[key]
+        if ms:
+            self.levels.setdefault(n - 1, set()).add(p.device)
+        else:
+            del self.devices[p.device]
+        self.total -= 1
+
+
+class Occupancy:
+    """Placements by pool and device, synced from successive cluster states (see the module docstring).
+
+    Examples
+    --------
+    >>> occ = Occupancy()
+    >>> occ.sync([])
+    >>> occ.used("t4", 8), occ.first_empty("t4", 8)
+    (0, 0)
+    """
+
+    def __init__(self) -> None:
+        self._pools: dict[str, _Pool] = {}
+        self._placed: dict[Hashable, Placement] = {}  # key -> placement; holds them, so an id is never reused
+        self._by_job: dict[str, set[Hashable]] | None = None  # built on the first exclusion, then kept
+        self._order: dict[Hashable, int] | None = None  # object id -> position in the synced list (when needed)
+        self._listed: Sequence[Placement] = ()
+        self._exclude: str | None = None
+        self._by_position = False  # an object listed twice: keys are list positions, nothing is kept across syncs
+        # Values derived from one pool's placements (its placement options), valid while ``version(pool)`` holds.
+        self.memo: dict[Hashable, Any] = {}
+
+    @classmethod
+    def of(cls, placements: Sequence[Placement], exclude: str | None = None) -> Occupancy:
+        """A fresh index of ``placements``."""
+        occ = cls()
+        occ.sync(placements, exclude)
+        return occ
+
+    # ------------------------------------------------------------------------------------------------ update
+    def sync(self, placements: Sequence[Placement], exclude: str | None = None) -> None:
+        """Make the index show ``placements`` (less those of job ``exclude``), changing only what differs."""
+        if exclude == self._exclude and len(placements) == len(self._listed) and all(
+                map(is_, placements, self._listed)):  # the very same objects in the same order: nothing to do
+            return
+        touched: set[str] = set()
+        order: dict[Hashable, int] | None = None  # positions, built only when an incremental change needs them
+        if self._by_position or not self._placed or self._placed.keys().isdisjoint(map(id, placements)):
+            self._rebuild(placements)  # nothing in common (e.g. a fresh request): group in one pass, in list order
+        else:
+            order = dict(zip(map(id, placements), range(len(placements))))
+            if len(order) < len(placements):  # an object listed twice
+                self._rebuild(placements)
+                order = None
+            else:
+                gone = self._placed.keys() - order.keys()
+                for key in gone:
+                    touched.add(self._remove(key))
+                if len(order) > len(self._placed):  # what is left is a subset of ``order``: equal sizes, equal sets
+                    for key in order.keys() - self._placed.keys():
+                        touched.add(self._add(key, placements[order[key]]))
+        if exclude is not None:
+            if self._by_job is None:
+                self._by_job = {}
+                for key, p in self._placed.items():
+                    self._by_job.setdefault(p.job_id, set()).add(key)
+            for key in list(self._by_job.get(exclude, ())):
+                touched.add(self._remove(key))
+        for name in touched:  # a pool that changed gets a new version (its derived values are rebuilt)
+            if name in self._pools:
+                self._pools[name].version = next(_VERSIONS)
+        self._order, self._listed, self._exclude = order, list(placements), exclude  # a copy: lists are mutable
+
+    def _rebuild(self, placements: Sequence[Placement]) -> None:
+        """Group every placement afresh; each device's members come out in list order. An object listed twice
+        counts twice, so then the keys are list positions and nothing is kept across syncs."""
+        keys: Sequence[Hashable] = list(map(id, placements))
+        self._placed = dict(zip(keys, placements))
+        self._by_position = len(self._placed) < len(placements)
+        if self._by_position:
+            keys = range(len(placements))
+            self._placed = dict(zip(keys, placements))
+        grouped: dict[str, dict[int, dict[Hashable, None]]] = {}
+        for key, p in zip(keys, placements):  # get-then-create: no throw-away containers per placement
+            devices = grouped.get(p.pool)
+            if devices is None:
+                devices = grouped[p.pool] = {}
+            ms = devices.get(p.device)
+            if ms is None:
+                devices[p.device] = {key: None}
+            else:
+                ms[key] = None
+        self._pools = {name: _Pool(devices) for name, devices in grouped.items()}
+        self._by_job, self.memo = None, {}
+
+    def _add(self, key: Hashable, p: Placement) -> str:
+        self._placed[key] = p
+        if self._by_job is not None:
+            self._by_job.setdefault(p.job_id, set()).add(key)
+        pool = self._pools.get(p.pool)
+        if pool is None:
+            pool = self._pools[p.pool] = _Pool()
+        pool.add(key, p)
+        return p.pool
+
+    def _remove(self, key: Hashable) -> str:
+        p = self._placed.pop(key)
+        if self._by_job is not None:
+            keys = self._by_job[p.job_id]
+            keys.discard(key)
+            if not keys:
+                del self._by_job[p.job_id]
+        pool = self._pools[p.pool]
+        pool.remove(key, p)
+        if not pool.total:
+            del self._pools[p.pool]
+        return p.pool
+
+    # ------------------------------------------------------------------------------------------------ read
+    def listed(self) -> list[Placement]:
+        """The synced placements in list order, less the excluded job's (what the index shows)."""
+        return [p for p in self._listed if p.job_id != self._exclude]
+
+    def occupied(self, pool: str) -> bool:
+        return pool in self._pools
+
+    def version(self, pool: str) -> int:
+        """Changes whenever a placement joins or leaves the pool (0: nothing placed); -1 when nothing may be
+        kept across syncs (an object listed twice)."""
+        if self._by_position:
+            return -1
+        p = self._pools.get(pool)
+        return p.version if p is not None else 0
+
+    def in_list_order(self, members: Sequence[Placement]) -> bool:
+        """Whether ``members`` (of one device, as returned by :meth:`members` earlier) are still in the order of
+        the cluster's list (a list may be reordered without any placement changing)."""
+        if self._order is None:
+            self._order = dict(zip(map(id, self._listed), range(len(self._listed))))
+        order = self._order
+        pos = [order.get(id(m), -1) for m in members]
+        return all(a < b for a, b in zip(pos, pos[1:]))
+
+    def members(self, pool: str, device: int) -> tuple[Placement, ...]:
+        """Jobs on one device, in the order of the cluster's list."""
+        p = self._pools.get(pool)
+        ms = p.devices.get(device) if p is not None else None
+        if not ms:
+            return ()
+        placed = self._placed
+        if len(ms) == 1 or self._order is None:  # no incremental change since a regrouping: already in list order
+            return tuple(placed[k] for k in ms)
+        order = self._order
+        return tuple(placed[k] for _, k in sorted((order[k], k) for k in ms))
+
+    def count(self, pool: str, device: int) -> int:
+        p = self._pools.get(pool)
+        return len(p.devices.get(device, ())) if p is not None else 0
+
+    def used(self, pool: str, count: int) -> int:
+        """Slots taken on the pool's devices 0..count-1 (a placement naming a device the pool lacks is ignored)."""
+        p = self._pools.get(pool)
+        if p is None:
+            return 0
+        if min(p.devices) >= 0 and max(p.devices) < count:
+            return p.total
+        return sum(len(ms) for d, ms in p.devices.items() if 0 <= d < count)
+
+    def fullest_free(self, pool: str, count: int, cap: int) -> int | None:
+        """The occupied device with the most jobs but a free slot (lowest index among equals), or None."""
+        p = self._pools.get(pool)
+        if p is None:
+            return None
+        for n in sorted((n for n, ds in p.levels.items() if ds and n < cap), reverse=True):
+            ds = p.levels[n]
+            lo = min(ds)
+            if lo >= 0 and max(ds) < count:
+                return lo
+            valid = [d for d in ds if 0 <= d < count]
+            if valid:
+                return min(valid)
+        return None
+
+    def first_empty(self, pool: str, count: int) -> int | None:
+        """Lowest device index with no job on it (None when every device is occupied)."""
+        p = self._pools.get(pool)
+        devices = p.devices if p is not None else {}
+        i = 0
+        while i in devices:  # stops at the first gap: at most one step per occupied device
+            i += 1
+        return i if i < count else None
+
+    def least_loaded(self, pool: str, count: int) -> int:
+        """The device with the fewest jobs (lowest index among equals); walks every device (rare: a full pool)."""
+        p = self._pools.get(pool)
+        devices = p.devices if p is not None else {}
+        return min(range(count), key=lambda k: (len(devices.get(k, ())), k))

@@ -1,0 +1,25 @@
+"""The simulator's percentiles are numpy's, bit for bit (measurements feed the learner: no float may move)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oltunes.sim.percentile import percentiles
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_percentiles_equal_numpy_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        n = int(rng.integers(1, 3000)) if rng.random() < 0.1 else int(rng.integers(1, 200))
+        x = (rng.lognormal(0.0, 1.0, n) * rng.choice([1e-3, 1.0, 1e3])).tolist()
+        if rng.random() < 0.3:  # ties, as latencies rounded or repeated (shed requests at one threshold)
+            x = [round(v, 1) for v in x]
+        qs = (50, 95, 99) if rng.random() < 0.5 else (float(rng.uniform(0, 100)),)
+        assert percentiles(x, qs) == np.percentile(np.asarray(x), qs).tolist()
+
+
+def test_percentiles_of_an_empty_sample_refuse():
+    with pytest.raises(ValueError, match="empty"):
+        percentiles([], (50,))
