@@ -95,16 +95,14 @@ def test_recommend_sets_group_and_protects_co_runners(tuner):
     assert set(d.group.predicted_slowdown) == {"b1", "new"}
     assert d.candidate.co_runners and d.candidate.co_runners[0].job_id == "b1"
     # The same device, but the bert job has no room left: joining would break its SLO -> infeasible. "No room"
-    # by the tuner's own belief: its SLO just above the optimistic (mean less margin) latency it predicts alone.
-    b1 = placement("b1", "bert", 30)
-    alone = tuner.predict(JobSpec(family="bert", slo_ms=30), [b1.candidate])[0]
-    optimistic = alone.latency_p99_ms ** 2 / (alone.latency_p99_ms + alone.margin_ms)
-    tight = ClusterState(pools=[full], placements=[placement("b1", "bert", 1.05 * optimistic)])
+    # by the tuner's own belief: its SLO just above the latency it expects alone.
+    alone = tuner.predict(JobSpec(family="bert", slo_ms=30), [placement("b1", "bert", 30).candidate])[0]
+    tight = ClusterState(pools=[full], placements=[placement("b1", "bert", 1.05 * alone.latency_p99_ms)])
     d = tuner.recommend(JobSpec(job_id="new", family="cnn", slo_ms=30), tight)
     assert not d.feasible and "co-runners' SLOs" in d.explanation.note
-    # A member that misses its SLO even alone and optimistically is lost whoever joins: it does not make the
-    # device infeasible for everyone (one hopeless job used to send every decision to the fallback).
-    hopeless = ClusterState(pools=[full], placements=[placement("b1", "bert", 0.9 * optimistic)])
+    # A member expected to miss its SLO even alone is lost whoever joins: it does not make the device infeasible
+    # for everyone (one hopeless job used to send every decision to the fallback).
+    hopeless = ClusterState(pools=[full], placements=[placement("b1", "bert", 0.9 * alone.latency_p99_ms)])
     d = tuner.recommend(JobSpec(job_id="new", family="cnn", slo_ms=30), hopeless)
     assert d.feasible and d.group is not None and set(d.group.members) == {"b1", "new"}
 
