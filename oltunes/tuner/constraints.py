@@ -7,7 +7,7 @@ A candidate is feasible when it passes every constraint:
 * ``latency`` — pessimistic p99 (request latency for streaming: + batch-fill wait + queueing) <= SLO;
 * ``throughput`` — streaming: pessimistic throughput >= arrival rate x headroom;
 * ``co-runners`` — on a shared device, every job already there keeps its SLO with the newcomer
-  (``corunners.member_checks``), except one expected to miss it even alone (lost whoever joins).
+  (``corunners.member_checks``).
 
 Masks are small broadcastable arrays (materialised only where needed). The explanation — why a runner-up lost,
 which constraints the best infeasible candidate breaks, how many candidates each rules out — comes from here.

@@ -84,9 +84,6 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
                 + corr[:, None, None])
     log_alone = est.model.predict_many(*alone_idx)[:, LAT] + prior_alone + corr
     good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
-    # A member expected to miss its SLO even alone is lost whoever joins: it does not rule its device out (one
-    # hopeless job, a GPT-2 Large at 300 ms, made every device it shared infeasible; README, issue 9).
-    good |= (np.exp(log_alone) + waits > slos)[:, None, None]
     slow = np.exp(log_with - log_alone[:, None, None])
     if not good.all():
         vsize = [sizes.index(v.size) for v in variants]
