@@ -19,16 +19,26 @@ reported apart from the shipped ones. Drift events: per policy, violations befor
 
     .venv/bin/python -m benchmarks.sim_quality --json benchmarks/results/sim_quality.json
     .venv/bin/python -m benchmarks.sim_quality --scenarios tiny --heldout "" --seeds 0   # a quick look
+
+``--cache DIR`` keeps the runs of the policies that do not learn (baselines, oracle) between invocations, keyed by
+the scenario, the seed and a hash of the simulator's and the policies' sources: iterating on the tuner then reruns
+only the learners.
 """
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 from pathlib import Path
 from statistics import median
 
+import oltunes
+
 from benchmarks.common import parser, print_table, write_json
+from oltunes.atomic import atomic_write
 from oltunes.sim.report import events, regret_per_quarter
-from oltunes.simulation import prepare, run_scenario
+from oltunes.sim.metrics import compute
+from oltunes.simulation import Prepared, prepare, run_policy
 from oltunes.sim.scenario import load_scenario, shipped
 
 BASELINES = ("round-robin", "least-loaded", "random", "static-profile", "gavel-like")
@@ -38,11 +48,43 @@ HELDOUT = Path(__file__).parent / "heldout"
 REGRET_CLOSE = 0.05
 
 
-def run_one(name: str, seed_offset: int) -> dict:
+# What a non-learning policy's run depends on besides the scenario (the learners are never cached).
+_FIXED_SOURCES = ("sim", "policies", "profiles.py", "types.py", "simulation.py", "inventory.py")
+
+
+def _sources_digest() -> str:
+    root = Path(oltunes.__file__).parent
+    h = hashlib.sha256()
+    for name in _FIXED_SOURCES:
+        for f in sorted((root / name).rglob("*.py")) if (root / name).is_dir() else [root / name]:
+            if f.name != "oltunes_policy.py":
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run_cached(p: Prepared, policy: str, cache: Path | None) -> tuple:
+    """(RunResult, metrics) of one policy; a non-learning one's from ``cache`` when it holds this exact run."""
+    if cache is None or policy in LEARNERS:
+        res = run_policy(p, policy)
+        return res, compute(res)
+    key = hashlib.sha256(f"{p.scenario.model_dump_json()}|{policy}|{_sources_digest()}".encode()).hexdigest()[:24]
+    path = cache / f"{p.scenario.name}-{policy}-{key}.pkl"
+    if path.exists():
+        return pickle.loads(path.read_bytes())
+    out = run_policy(p, policy)
+    out = (out, compute(out))
+    cache.mkdir(parents=True, exist_ok=True)
+    data = pickle.dumps(out)
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+    return out
+
+
+def run_one(name: str, seed_offset: int, cache: Path | None = None, learners: tuple[str, ...] = LEARNERS) -> dict:
     """One scenario under one seed offset: every policy's metrics, regret per quarter and event impacts."""
     sc = load_scenario(name)
     sc = sc.model_copy(update={"seed": sc.seed + seed_offset})
-    results = run_scenario(prepare(sc), list(POLICIES))
+    p = prepare(sc)
+    results = {pol: run_cached(p, pol, cache) for pol in (*learners, *BASELINES, "oracle")}
     m = {k: v[1] for k, v in results.items()}
     best = min(BASELINES, key=lambda b: (m[b]["slo_violation_rate"], m[b]["energy_j_per_req"]))
     return {"scenario": sc.name, "seed": sc.seed, "best_baseline": best, "policies": m,
@@ -122,13 +164,15 @@ def main() -> None:
     p.add_argument("--heldout", default=",".join(str(x) for x in sorted(HELDOUT.glob("*.yaml"))),
                    help="comma-separated held-out scenario files (default: benchmarks/heldout/*.yaml)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seed offsets (medians over them)")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="directory keeping the baselines' and the oracle's runs between invocations")
     a = p.parse_args()
     offsets = [int(x) for x in a.seeds.split(",") if x.strip()]
     out: dict[str, dict] = {}
     for group, names in (("shipped", a.scenarios), ("heldout", a.heldout)):
         summary = {}
         for name in (n for n in names.split(",") if n):
-            runs = [run_one(name, k) for k in offsets]
+            runs = [run_one(name, k, a.cache) for k in offsets]
             summary[runs[0]["scenario"]] = {**summarise(runs), "runs": runs}
         if summary:
             report(group, summary)

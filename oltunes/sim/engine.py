@@ -194,7 +194,7 @@ class Simulator:
                 break
             if not cl.has_slot(pool.name, dev):
                 continue
-            jid = f"burst@{now:g}-{pool.name}-{dev}"
+            jid = f"burst-{now * 1000:.0f}ms-{pool.name}-{dev}"  # a valid Id: learners see it as a co-runner
             cand = Candidate.model_construct(pool=pool.name, accelerator=pool.accelerator.name, variant=variant,
                                              batch_size=1, concurrency=1, co_runners=())
             cl.add_tenant(Placement.model_construct(job_id=jid, pool=pool.name, device=dev, candidate=cand,

@@ -8,7 +8,8 @@ import pytest
 from oltunes.errors import ConfigError
 from oltunes.sim import report as R
 from oltunes.sim.metrics import event_impact, regret_per_quarter, request_arrays
-from oltunes.simulation import prepare, run_policy, run_scenario
+from oltunes.policies import Policy
+from oltunes.simulation import context, prepare, run_policy, run_scenario
 from oltunes.sim.scenario import load_scenario, scenario_from_data
 
 BASE = {
@@ -92,6 +93,21 @@ def test_a_co_runner_burst_slows_its_device_for_its_duration_only(shared_data):
     assert ratio(0, 20) == pytest.approx(1.0, rel=0.02)
     assert ratio(25, 40) > 1.15  # interference + time-slicing (gavel packing) with a fully busy neighbour
     assert ratio(50, 60) < 1.15
+
+
+def test_a_learning_policy_measures_next_to_a_burst_tenant(shared_data):
+    """The burst's tenant is a co-runner in the learner's measurements: its id must be a valid one (it once had an
+    '@', and the first measurement next to it raised)."""
+    one = [{"name": "a100", "accelerator": "a100", "count": 1}]
+    burst = {"at_s": 10, "kind": "co_runner_burst", "pool": "a100", "variant": "gpt2-xl", "load": 1.0,
+             "duration_s": 30}
+    p = prepare(_sc(burst, pools=one, duration_s=40))
+    policy = Policy.make("oltunes", ctx=context(p, p.truth()))
+    seen = []
+    learn = policy.observe
+    policy.observe = lambda m: (seen.append(m), learn(m))
+    run_policy(p, policy)
+    assert any(c.job_id.startswith("burst-") for m in seen for c in m.candidate.co_runners)
 
 
 def test_lost_devices_evict_their_jobs_which_are_placed_again_elsewhere(shared_data):
