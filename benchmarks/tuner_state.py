@@ -68,13 +68,14 @@ def _int_rng(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def v1_layout(d: dict[str, Any]) -> dict[str, Any]:
-    """Today's state in the version-1 layout: correction groups as nested lists, RNG states as integers."""
-    c = d["correction"]
-    groups = {k: [s, n] for k, s, n in zip(c["keys"], unpack_floats(c["sums"]).tolist(),
-                                            unpack_floats(c["counts"]).tolist())}
+    """Today's state in the version-1 way of writing it: float tables as nested lists, RNG states as integers."""
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return unpack_floats(x).tolist() if set(x) == {"f8", "shape"} else {k: plain(v) for k, v in x.items()}
+        return x
+
     model = {**d["model"], "rng": _int_rng(d["model"]["rng"]), "replay_rng": _int_rng(d["model"]["replay_rng"])}
-    return {**d, "version": 1, "model": model, "rng": _int_rng(d["rng"]),
-            "correction": {"root_k": c["root_k"], "decay": c["decay"], "groups": groups}}
+    return {**d, "version": 1, "model": model, "rng": _int_rng(d["rng"]), "correction": plain(d["correction"])}
 
 
 def save_v1(tuner: Tuner, path: Path) -> None:
