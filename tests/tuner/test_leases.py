@@ -305,3 +305,21 @@ def test_serve_refuses_bad_queue_policy_weights_naming_the_option(tmp_path):
         result = CliRunner().invoke(app, base + extra)
         assert result.exit_code == 2, result.output
         assert message in " ".join(result.output.split()) and "secret-contents" not in result.output
+
+
+def test_a_run_time_policy_orders_jobs_without_a_duration_by_the_tuners_estimate():
+    """No ``expected_duration_s`` in the request: the book estimates items / predicted throughput, so ``sjf``
+    still puts the smaller job first; ``fcfs`` (which reads no run time) neither estimates nor reorders."""
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    tuner = Tuner(make_variants(), seed=0)
+    sizes = {"big": 400_000, "small": 4_000, "medium": 40_000}
+    for policy, expected in (("sjf", ["job-small", "job-medium", "job-big"]), ("fcfs", [f"job-{n}" for n in sizes])):
+        book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), queue_policy=policy)
+        book.acquire(LeaseRequest(job=job("running"), ttl_s=600))
+        for name, items in sizes.items():
+            req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
+            assert book.acquire(req).status == "waiting"
+        waiting = book.view().waiting
+        assert [w.job.job_id for w in waiting] == expected, policy
+        estimates = [w.expected_duration_s for w in waiting]
+        assert all(e is not None and e > 0 for e in estimates) if policy == "sjf" else estimates == [None] * 3
