@@ -101,6 +101,8 @@ def serve_cmd(
     persist_every: Annotated[float, typer.Option(min=0, help="seconds between state saves (0: on exit only)")] = 30.0,
     log_level: Annotated[str, typer.Option()] = "info",
     queue_policy: Annotated[str, typer.Option(help="order of the lease queue (a QueuePolicy name)")] = "fcfs",
+    queue_policy_weights: Annotated[Path | None, typer.Option(
+        help="weights file of --queue-policy rltune (from `oltunes rltune train`)")] = None,
     class_limit: Annotated[list[str] | None, typer.Option(
         help="ACCELERATOR=N: at most N leased jobs of that class per host, e.g. t4=2 (repeatable)")] = None,
 ) -> None:
@@ -117,6 +119,7 @@ def serve_cmd(
         check_bind(host, token)  # before the (possibly slow) state load
         pools = load_inventory(inventory) if inventory else None
         limits = _class_limits(class_limit or [])
+        policy = _queue_policy(queue_policy, queue_policy_weights)
         tuner = _build_tuner(state_path, variants)
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}")
@@ -124,10 +127,27 @@ def serve_cmd(
     err.print(f"tuner: serving on http://{host}:{port}/v1 (auth {'on' if token else 'off'}), state {state_path}")
     try:  # replaying the observe journal can still refuse a corrupt file
         serve(tuner, host=host, port=port, token=token, state_path=state_path, pools=pools,
-              persist_every_s=persist_every, log_level=log_level, queue_policy=queue_policy, class_limits=limits)
+              persist_every_s=persist_every, log_level=log_level, queue_policy=policy, class_limits=limits)
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _queue_policy(name: str, weights: Path | None):
+    """The lease queue's policy, built once at start-up (a bad name or weights file stops the start, naming the
+    option; the file's contents are never echoed)."""
+    from oltunes.rltune.policies import QueuePolicy, queue_policy
+
+    if name not in QueuePolicy.known():
+        raise ConfigError(f"--queue-policy: unknown policy; known: {', '.join(sorted(QueuePolicy.known()))}")
+    if (weights is None) != (name != "rltune"):
+        raise ConfigError("--queue-policy-weights: required with --queue-policy rltune, and only with it")
+    if weights is not None and not weights.is_file():
+        raise ConfigError(f"--queue-policy-weights: file not found: {weights}")
+    try:
+        return queue_policy(name, weights)
+    except OLTunesError as e:
+        raise ConfigError(f"--queue-policy-weights: {e}") from None
 
 
 def _class_limits(items: list[str]) -> dict[str, int]:

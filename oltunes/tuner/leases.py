@@ -160,7 +160,7 @@ class LeaseBook:
                         raise DataError(f"queue: full ({MAX_WAITING} jobs waiting); try again later")
                     w = Waiting(job=req.job, holder=req.holder, ttl_s=req.ttl_s, submitted_at=now,
                                 expires_at=now + req.ttl_s, decision=req.decision,
-                                expected_duration_s=req.expected_duration_s)
+                                expected_duration_s=req.expected_duration_s or self._estimate(req.job))
                     self.waiting[req.job.job_id] = w
                 else:
                     w = w.model_copy(update={"expires_at": now + req.ttl_s})
@@ -284,6 +284,18 @@ class LeaseBook:
         waiting = [{"job_id": w.job.job_id, "gpus": 1, "submitted_s": w.submitted_at,
                     "expected_duration_s": w.expected_duration_s} for w in self.waiting.values()]
         return release_order(self.queue_policy, waiting, caps, now)
+
+    def _estimate(self, job: JobSpec) -> float | None:
+        """An estimate of a queued job's run time, for queue policies that read one (``sjf``, ``rltune``): its
+        items over the throughput the tuner predicts for it on this cluster as leased now. None when the policy
+        ignores run times, the job has no item count, or the tuner cannot say."""
+        if not self.queue_policy.uses_runtime or not job.items:
+            return None
+        try:
+            thr = self.decide(job, self._cluster()).explanation.predicted.throughput_items_per_s
+        except (ConfigError, DataError, LookupError, ValueError):
+            return None
+        return min(max(job.items / thr, 1e-3), 1e8) if thr > 0 else None
 
     def _admit(self, now: float) -> dict[str, str]:
         """Grant, in the queue policy's order, every waiting job that fits now; returns why the others wait."""

@@ -230,3 +230,96 @@ def test_a_job_that_cannot_fit_an_idle_cluster_is_refused_not_queued_forever():
     open_book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c))
     with pytest.raises(ConfigError, match="no-such-family"):
         open_book.acquire(LeaseRequest(job=unknown))
+
+
+@pytest.fixture(scope="module")
+def tiny_rltune_weights(tmp_path_factory):
+    """A tiny trained RLTune policy (a few CPU-seconds), as `oltunes rltune train` writes it."""
+    from oltunes.rltune.net import save_policy
+    from oltunes.rltune.ppo import TrainConfig, train
+    from tests.rltune.conftest import TINY_LOAD, synthetic_trace
+
+    cfg = TrainConfig(seed=0, iterations=6, episodes_per_iteration=4, train_sequences=12, sequence_length=48,
+                      load=TINY_LOAD)
+    net, meta = train(synthetic_trace(), cfg)
+    return save_policy(net, tmp_path_factory.mktemp("rltune") / "tiny.safetensors", meta)
+
+
+def _serve_cmd(tmp_path, *extra: str):
+    from tests.tuner.serve_process import ServeProcess
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("pools:\n  - {name: cpu-a, accelerator: cpu, count: 1, slots_per_device: 1}\n")
+    proc = ServeProcess(tmp_path)
+    proc.cmd += ["--inventory", str(inventory), *extra]
+    return proc
+
+
+@pytest.mark.slow
+def test_serve_orders_its_lease_queue_by_rltune_weights(tmp_path, tiny_rltune_weights):
+    """`oltunes tuner serve --queue-policy rltune --queue-policy-weights FILE` (a real process): the queue is in
+    the trained network's order, which here is not the submission order."""
+    from oltunes.rltune.policies import queue_policy
+    from oltunes.rltune.service_queue import release_order
+
+    with _serve_cmd(tmp_path, "--queue-policy", "rltune", "--queue-policy-weights", str(tiny_rltune_weights)) as srv:
+        with httpx.Client(base_url=srv.url, headers=AUTH, timeout=30) as http:
+            def ask(name: str, seconds: float | None = None) -> dict:
+                body = {"job": job(name).model_dump(mode="json"), "ttl_s": 600, "expected_duration_s": seconds}
+                r = http.post("/v1/leases", json=body)
+                assert r.status_code == 200, r.text
+                return r.json()
+
+            assert ask("running")["status"] == "granted"
+            submitted = [("long", 50_000.0), ("mid", 2_000.0), ("short", 30.0), ("mid2", 600.0)]
+            for name, seconds in submitted:
+                assert ask(name, seconds)["status"] == "waiting"
+            view = http.get("/v1/leases").json()
+    assert view["queue_policy"] == "rltune"
+    served = [w["job"]["job_id"] for w in view["waiting"]]
+    # The same network in this process, on the same queue (a full one-slot pool), gives the same order.
+    waiting = [{"job_id": w["job"]["job_id"], "gpus": 1, "submitted_s": w["submitted_at"],
+                "expected_duration_s": w["expected_duration_s"]} for w in view["waiting"]]
+    caps = [{"name": "cpu-a", "gpus_per_node": 1, "free_per_node": [0]}]
+    expected = release_order(queue_policy("rltune", tiny_rltune_weights), waiting, caps, time.time())
+    assert served == expected
+    assert served != [f"job-{n}" for n, _ in submitted]  # not FCFS: the weights did the ordering
+
+
+def test_serve_refuses_bad_queue_policy_weights_naming_the_option(tmp_path):
+    from typer.testing import CliRunner
+
+    from oltunes.cli import app
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("pools:\n  - {name: cpu-a, accelerator: cpu, count: 1, slots_per_device: 1}\n")
+    corrupt = tmp_path / "w.safetensors"
+    corrupt.write_text("secret-contents-42" * 10)
+    base = ["tuner", "serve", "--inventory", str(inventory), "--state", str(tmp_path / "s.json"), "--port", "1"]
+    cases = [(["--queue-policy", "rltune"], "--queue-policy-weights: required"),
+             (["--queue-policy", "rltune", "--queue-policy-weights", str(tmp_path / "none.pt")], "file not found"),
+             (["--queue-policy", "rltune", "--queue-policy-weights", str(corrupt)], "not a readable safetensors"),
+             (["--queue-policy", "sjf", "--queue-policy-weights", str(corrupt)], "only with it"),
+             (["--queue-policy", "no-such"], "--queue-policy: unknown policy; known: ")]
+    for extra, message in cases:
+        result = CliRunner().invoke(app, base + extra)
+        assert result.exit_code == 2, result.output
+        assert message in " ".join(result.output.split()) and "secret-contents" not in result.output
+
+
+def test_a_run_time_policy_orders_jobs_without_a_duration_by_the_tuners_estimate():
+    """No ``expected_duration_s`` in the request: the book estimates items / predicted throughput, so ``sjf``
+    still puts the smaller job first; ``fcfs`` (which reads no run time) neither estimates nor reorders."""
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    tuner = Tuner(make_variants(), seed=0)
+    sizes = {"big": 400_000, "small": 4_000, "medium": 40_000}
+    for policy, expected in (("sjf", ["job-small", "job-medium", "job-big"]), ("fcfs", [f"job-{n}" for n in sizes])):
+        book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), queue_policy=policy)
+        book.acquire(LeaseRequest(job=job("running"), ttl_s=600))
+        for name, items in sizes.items():
+            req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
+            assert book.acquire(req).status == "waiting"
+        waiting = book.view().waiting
+        assert [w.job.job_id for w in waiting] == expected, policy
+        estimates = [w.expected_duration_s for w in waiting]
+        assert all(e is not None and e > 0 for e in estimates) if policy == "sjf" else estimates == [None] * 3
