@@ -12,6 +12,7 @@ losing or duplicating rows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,8 +26,8 @@ from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tra
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.launchers import Launcher, WorkerSpec
-from oltunes.launchers.batch_job import job_outputs, measurement_from_results, record_decision, recorded_decision
-from oltunes.locks import lock_dir
+from oltunes.launchers.batch_job import measurement_from_results
+from oltunes.launchers.environment import Environment
 from oltunes.tuner.lease_holder import hold_lease, leases_for
 from oltunes.tuner.leases import MAX_TTL_S
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Pool, Variant
@@ -66,16 +67,11 @@ class BatchParams(BaseModel):
 
 
 @asynccontextmanager
-async def output_locked(out: Path | None, wait_s: float) -> AsyncIterator[None]:
-    """Hold the output directory's lock for the job's life (None: a simulated job writes no output)."""
-    if out is None:
+async def output_locked(env: Environment, out: Path, wait_s: float) -> AsyncIterator[None]:
+    """Hold the output directory's lock for the job's life (taken in a thread: it may wait `wait_s`)."""
+    with contextlib.ExitStack() as stack:
+        await asyncio.to_thread(stack.enter_context, env.outputs_locked(out, wait_s))
         yield
-        return
-    lock = await asyncio.to_thread(lock_dir, out, wait_s, what="parameter 'output': directory")
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 class BatchOutcome(BaseModel):
@@ -174,7 +170,7 @@ async def batch_inference(
     )  # fmt: skip
 
     # One run per output directory at a time (two would race on the same shards, and log and learn one job twice).
-    async with output_locked(None if backend.simulated else out, p.output_wait_s):
+    async with output_locked(backend.environment, out, p.output_wait_s):
         return await _run_job(p, backend, variants, family_variants, job, out, cluster)
 
 
@@ -185,11 +181,12 @@ async def _run_job(
     """Decide (or resume the recorded decision), run the parts, measure, log, feed back: under the output lock."""
     started_at = time.time()  # the job's MLflow run spans from here (the lock is held) to its measurement
     log = get_run_logger()
+    env = backend.environment
     jid = job.job_id
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants, p.policy)
-    replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
-    recorded = recorded_decision(out) if not backend.simulated else None
+    replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
+    recorded = env.recorded_decision(out)
     if recorded is not None:
         # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
         job = job.model_copy(update={"job_id": recorded.job_id})
@@ -199,8 +196,7 @@ async def _run_job(
     async with hold_lease(leases, job, ttl_s=p.lease_ttl_s, wait_s=p.lease_wait_s, decision=recorded) as lease:
         decision = lease.decision
         if recorded is None:
-            if not backend.simulated:
-                record_decision(out, decision)
+            env.record_decision(out, decision)
             log.info("job %s: decision %s (source %s), warm start replayed %d", jid, decision.candidate.key,
                      decision.source, replayed)
         if lease.pool not in {q.name for q in cluster.pools}:
@@ -210,7 +206,7 @@ async def _run_job(
             results, job_wall, n_parts = await _run_parts(p, job, out, cluster.pool(lease.pool), lease.device, decision)
         except Exception as e:  # the job's run still spans it, with the outcome as its status
             await track.log_failed_job(
-                tracker, decision, f"{type(e).__name__}: {e}", simulated=backend.simulated, policy=p.policy,
+                tracker, decision, f"{type(e).__name__}: {e}", simulated=env.simulated, policy=p.policy,
                 run_name=f"batch-{p.family}-{jid[:8]}", dataset=p.dataset, rows=job.items, started_at=started_at,
                 extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
             )  # fmt: skip
@@ -229,14 +225,14 @@ async def _run_job(
             dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
         observed = await tuning.observe(tuner, m, tsettings)
-        if not m.simulated:
+        if env.model_files:
             await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
-    rows = len(job_outputs(out)) if not backend.simulated else 0
+    rows = env.output_files(out)
     log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, n_parts, rows, run_id, observed)
     return BatchOutcome(
         job_id=jid, job=job, decision=decision, measurement=m, run_id=run_id, observed=observed,
-        output=None if backend.simulated else str(out), parts=n_parts, job_wall_s=job_wall,
+        output=env.reported_output(out), parts=n_parts, job_wall_s=job_wall,
     )  # fmt: skip
 
 

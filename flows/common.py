@@ -68,9 +68,8 @@ def cluster_for(launcher: type[Launcher], inventory: str | None) -> ClusterState
 
 
 def tuner_settings(launcher: type[Launcher], settings: Settings | None = None) -> Settings:
-    """Simulated runs learn in a tuner state of their own, so simulated GPUs never mix with real measurements."""
-    s = settings or get_settings()
-    return s.model_copy(update={"home": s.home / "simulated"}) if launcher.simulated else s
+    """The settings the launcher's tuner learns under (its environment's tuner state home)."""
+    return launcher.environment.tuner_settings(settings or get_settings())
 
 
 class PolicyTuner:
@@ -109,17 +108,12 @@ class PolicyTuner:
 
 def make_tuner(launcher: type[Launcher], variants: list[Variant], policy: str = "oltunes") -> tuple[Any, Settings]:
     """The deciding object of a flow: the ``policy`` by name (``Policy.make``), given the configured tuner (its
-    saved state, or the tuning service) and, for the simulated launcher, the public profile table."""
+    saved state, or the tuning service) and the launcher environment's public profile table, if it has one."""
     from oltunes.policies import Policy, PolicyContext
 
     Policy.lookup(policy)  # an unknown name fails here, listing the known ones
     tuner, s = _configured_tuner(launcher, variants)
-    profile = None
-    if launcher.simulated:
-        from oltunes.sim.perfmodel import load_performance_model
-
-        profile = load_performance_model(s)
-    ctx = PolicyContext(profile=profile, variants=tuple(variants), tuner=tuner)
+    ctx = PolicyContext(profile=launcher.environment.profile(s), variants=tuple(variants), tuner=tuner)
     return PolicyTuner(Policy.make(policy, ctx=ctx)), s
 
 

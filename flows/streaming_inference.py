@@ -8,7 +8,8 @@ window and telemetry, log one step to the model's MLflow run, feed the learner, 
 other models' placements in the cluster state) and, when the decision changes, switch workers behind the gateway
 (new worker up, route moved, old one drained, stopped). A worker that dies is restarted; the gateway re-sends what
 it had accepted. The flow stops after `duration_s` or on cancellation, always stopping its workers and gateway and
-closing its MLflow runs. With the ``simulated`` launcher the same loop runs on the simulator in simulated time.
+closing its MLflow runs. With the ``simulated`` launcher the loop runs on the simulator in simulated time instead
+(`SERVICE_LOOPS`, by the launcher's environment).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import contextlib
 import signal
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,7 @@ from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, load_arrivals, oip_payloads
 from oltunes.tracking import conventions as cv
-from oltunes.types import Decision, Id, JobSpec, Measurement
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement
 from tasks import serving
 from tasks import tracking as track
 from tasks import tuning
@@ -119,18 +122,51 @@ def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-async def _simulated_model(p: StreamParams, mp: ModelParams, job: JobSpec, cluster: Any, decision: Decision, arrivals: Any,
-                           tuner: Any, tsettings: Any, svc: Any) -> tuple[list[Decision], list[Measurement]]:  # fmt: skip
-    """The same control loop against the simulator's performance model (simulated time: no waiting, no traffic).
+@dataclass
+class Service:
+    """What both service loops share: the validated parameters, the jobs with their first decisions, the tuner."""
 
-    Each interval's offered requests are "served" by ``SimulatedLauncher.measure_interval`` with the current
-    decision; the step is logged (experiment ``oltunes-simulation``), observed, and the tuner re-consulted.
+    p: StreamParams
+    sid: str
+    jobs: list[JobSpec]
+    decisions: list[Decision]
+    cluster: ClusterState
+    arrivals: Any
+    trace_path: Path
+    tuner: Any
+    tsettings: Any
+    open_run: Callable[[JobSpec, ModelParams, Decision], Any]  # the model's MLflow service run
+    workdir: Path
+    token: str | None  # the gateway's bearer token
+    log: Any
+
+
+async def _serve_in_simulated_time(svc: Service, settings: Any, gateway: Gateway, server: GatewayServer) -> StreamOutcome:
+    """The control loop against the simulator's performance model (simulated time: no waiting, no traffic)."""
+    all_d, all_m = [], []
+    for mp, job, d in zip(svc.p.models, svc.jobs, svc.decisions, strict=True):
+        ds, ms = await _simulated_model(svc, mp, job, d)
+        all_d += ds
+        all_m += ms
+    n = len(svc.arrivals) * len(svc.jobs)
+    return StreamOutcome(
+        service_id=svc.sid, decisions=all_d, measurements=all_m, steps=len(all_m), restarts=0, switches=len(all_d) - len(svc.jobs),
+        requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0, "refused": 0}, failures={},
+        trace=str(svc.trace_path), request_latency={}, status="FINISHED",
+    )  # fmt: skip
+
+
+async def _simulated_model(svc: Service, mp: ModelParams, job: JobSpec, decision: Decision) -> tuple[list[Decision], list[Measurement]]:
+    """One model's loop: each interval's offered requests are "served" by ``SimulatedLauncher.measure_interval``
+    with the current decision; the step is logged (the environment's experiment), observed, the tuner re-consulted.
     """
     import numpy as np
 
+    p, cluster = svc.p, svc.cluster
+    run = svc.open_run(job, mp, decision)
     launcher = Launcher.make(p.launcher)
     edges = np.arange(0.0, p.duration_s + p.control_interval_s, p.control_interval_s)
-    counts = np.histogram(arrivals, bins=edges)[0]
+    counts = np.histogram(svc.arrivals, bins=edges)[0]
     current, decisions, measurements = decision, [decision], []
     for k, n in enumerate(counts):
         if n == 0:
@@ -140,14 +176,14 @@ async def _simulated_model(p: StreamParams, mp: ModelParams, job: JobSpec, clust
         spec = WorkerSpec(mode="serve", job=now_job, candidate=current.candidate, pool=cluster.pool(current.pool),
                           decision_id=current.decision_id, run_dir=Path(job.job_id))  # fmt: skip
         m = launcher.measure_interval(spec, int(n), k)
-        await serving.log_step(svc, len(measurements), m, mp.slo_ms, p.policy, current, {"offered_rps": rate, "switches": float(len(decisions) - 1)})
-        await tuning.observe(tuner, m, tsettings)
+        await serving.log_step(run, len(measurements), m, mp.slo_ms, p.policy, current, {"offered_rps": rate, "switches": float(len(decisions) - 1)})
+        await tuning.observe(svc.tuner, m, svc.tsettings)
         measurements.append(m)
-        new = await tuning.recommend(tuner, now_job, cluster, placement(now_job, current, mp.slo_ms))
+        new = await tuning.recommend(svc.tuner, now_job, cluster, placement(now_job, current, mp.slo_ms))
         if new.candidate.key != current.candidate.key:
             current = new
             decisions.append(new)
-    await serving.end_service(svc, "FINISHED")
+    await serving.end_service(run, "FINISHED")
     return decisions, measurements
 
 
@@ -233,7 +269,7 @@ async def streaming_inference(
 
     tracker = make_tracker()
     tuner, tsettings = make_tuner(backend, variants, p.policy)
-    await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.simulated)
+    await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), backend.environment)
     decisions = await first_decisions(tuner, p.models, jobs, cluster)
     for job, d in zip(jobs, decisions, strict=True):
         log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; %s first decision %s (%s)",
@@ -241,37 +277,33 @@ async def streaming_inference(
 
     def service_run(job: JobSpec, mp: ModelParams, d: Decision) -> Any:
         return tracker.service(
-            job.job_id, candidate=d.candidate, run_name=job.job_id,
-            experiment=cv.experiment_for("simulation" if backend.simulated else "streaming"),
+            job.job_id, candidate=d.candidate, run_name=job.job_id, experiment=backend.environment.experiment("streaming"),
             params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": mp.slo_ms, "launcher": p.launcher,
                     "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
             tags={cv.TAG_JOB: job.job_id, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
             datasets=[cv.dataset_record(trace_path, len(arrivals))],
         )  # fmt: skip
 
-    if backend.simulated:
-        all_d, all_m = [], []
-        for mp, job, d in zip(p.models, jobs, decisions, strict=True):
-            ds, ms = await _simulated_model(p, mp, job, cluster, d, arrivals, tuner, tsettings, service_run(job, mp, d))
-            all_d += ds
-            all_m += ms
-        n = len(arrivals) * len(jobs)
-        return StreamOutcome(
-            service_id=sid, decisions=all_d, measurements=all_m, steps=len(all_m), restarts=0, switches=len(all_d) - len(jobs),
-            requests={"sent": n, "ok": n, "failed": 0, "shed": 0, "in_flight": 0, "refused": 0}, failures={}, trace=str(trace_path),
-            request_latency={}, status="FINISHED",
-        )  # fmt: skip
+    svc = Service(p=p, sid=sid, jobs=jobs, decisions=decisions, cluster=cluster, arrivals=arrivals, trace_path=trace_path,
+                  tuner=tuner, tsettings=tsettings, open_run=service_run, workdir=workdir, token=token, log=log)  # fmt: skip
+    return await SERVICE_LOOPS[backend.environment.name](svc, settings, gateway, server)
 
+
+async def _serve_with_workers(svc: Service, settings: Any, gateway: Gateway, server: GatewayServer) -> StreamOutcome:
+    """The control loop against real serving workers behind the gateway, under the replayed trace (wall time)."""
+    p, sid, cluster, log = svc.p, svc.sid, svc.cluster, svc.log
+    tuner, tsettings, arrivals, workdir, token = svc.tuner, svc.tsettings, svc.arrivals, svc.workdir, svc.token
+    names = [m.family for m in p.models]
     served: list[ServedModel] = []
     launcher_obj = Launcher.make(p.launcher)
-    for mp, job, d in zip(p.models, jobs, decisions, strict=True):
+    for mp, job, d in zip(p.models, svc.jobs, svc.decisions, strict=True):
         def spec_for(dec: Decision, generation: int, job: JobSpec = job) -> WorkerSpec:
             return WorkerSpec(mode="serve", job=job, candidate=dec.candidate, pool=cluster.pool(dec.pool), decision_id=dec.decision_id,
                               run_dir=run_dir(workdir, job.family, generation), max_delay_ms=p.max_delay_ms)  # fmt: skip
 
         route = gateway.add(mp.family, mp.slo_ms)
         served.append(ServedModel(params=mp, job=job, route=route, supervisor=ServeSupervisor(launcher_obj, route, spec_for),
-                                  svc=service_run(job, mp, d), decisions=[d]))  # fmt: skip
+                                  svc=svc.open_run(job, mp, d), decisions=[d]))  # fmt: skip
     stop_traffic, stop_watch, terminated = asyncio.Event(), asyncio.Event(), asyncio.Event()
     status = "FINISHED"
     tasks: list[asyncio.Task] = []
@@ -323,7 +355,14 @@ async def streaming_inference(
                 m.svc.end(status)  # no new task runs once the flow is being cancelled
             else:
                 await serving.end_service(m.svc, status)
-    return await _outcome(sid, served, gateway, server.url, trace_path, status, log)
+    return await _outcome(sid, served, gateway, server.url, svc.trace_path, status, log)
+
+
+#: How a service runs its control intervals, by launcher environment (`oltunes.launchers.environment`).
+SERVICE_LOOPS: dict[str, Callable[[Service, Any, Gateway, GatewayServer], Awaitable[StreamOutcome]]] = {
+    "disk": _serve_with_workers,
+    "simulated": _serve_in_simulated_time,
+}
 
 
 async def _outcome(sid: str, served: list[ServedModel], gateway: Gateway, url: str, trace_path: Path, status: str, log: Any) -> StreamOutcome:

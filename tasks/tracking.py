@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from oltunes.config import Settings
 from oltunes.errors import OLTunesError
+from oltunes.launchers.environment import Environment
 from oltunes.tracking import Tracker
 from oltunes.tracking import warm_start as warm_start_from
 from oltunes.tracking.report import decision_markdown
@@ -21,12 +22,13 @@ log = logging.getLogger(__name__)
 
 
 @task(name="warm-start-from-mlflow", cache_policy=NO_CACHE, timeout_seconds=600)
-async def warm_start(tracker: Tracker, tuner: Any, settings: Settings, kinds: tuple[str, ...], simulated: bool) -> int:
-    """Replay into the tuner only what its state has not absorbed (cursor beside ``settings.tuner_state_path``);
+async def warm_start(tracker: Tracker, tuner: Any, settings: Settings, kinds: tuple[str, ...], env: Environment) -> int:
+    """Replay into the tuner only what its state has not absorbed (cursor beside ``settings.tuner_state_path``),
+    and only measurements made in an environment like `env` (simulated or real);
     0, with a warning, if MLflow is down (the tuner's own state is the source of truth)."""
     try:
         return await asyncio.to_thread(
-            warm_start_from, tracker, tuner, settings.tuner_state_path, kinds, simulated=simulated
+            warm_start_from, tracker, tuner, settings.tuner_state_path, kinds, simulated=env.simulated
         )
     except OLTunesError as e:
         log.warning("tuner warm start skipped: %s", e)

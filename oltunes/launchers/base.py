@@ -7,12 +7,13 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from oltunes.errors import InputRejected, WorkerError
+from oltunes.launchers.environment import Environment, OnDisk
 from oltunes.registry import Registered
 from oltunes.telemetry import TelemetryReport
 from oltunes.types import Candidate, JobSpec, Measurement, Pool, Variant
@@ -79,11 +80,12 @@ class Launcher(Registered, root=True):
     """Start workers somewhere. Implementations register by name: ``class X(Launcher, name="x")``.
 
     Each launcher also says which cluster it drives (`default_inventory`), which variants it can run
-    (`variants`) and whether its results are simulated, so flows never branch on the launcher's name.
+    (`variants`) and where its jobs live (`environment`: outputs, tuner state, history), so flows never branch on
+    the launcher's name or on whether its results are simulated.
     """
 
     default_inventory: str = "infra/inventory.yaml"  # relative to the repository root
-    simulated: bool = False
+    environment: ClassVar[Environment] = OnDisk()
     needs_dataset: bool = True
 
     @classmethod

@@ -13,6 +13,7 @@ import numpy as np
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, WorkerError
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec
+from oltunes.launchers.environment import Simulated
 from oltunes.types import Measurement, Variant
 
 
@@ -27,7 +28,7 @@ class SimulatedLauncher(Launcher, name="simulated"):
         Seed of the noise generator (default ``settings.seed``).
     """
 
-    simulated = True
+    environment = Simulated()
     needs_dataset = False
 
     @classmethod
