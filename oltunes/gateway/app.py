@@ -162,27 +162,30 @@ class Gateway:
         if req.context is None:  # model metadata or readiness: forwarded, not counted as inference
             route = self.routes[MODEL_PATH.match(req.path).group(1)]  # type: ignore[union-attr]
             try:
-                return _answer(*await self.forward(route, b"GET", req.raw_path, b"", []))
+                return _answer(*(await self.forward(route, b"GET", req.raw_path, b"", []))[:3])
             except ProtocolError as e:
                 return refusal(e)
         admission: Admission = req.context
         route = admission.route
         route.unadmit()  # in flight from here on (`forward` counts it before its first wait)
         fwd = [(k, req.headers[k]) for k in FORWARD_REQUEST if k in req.headers]
+        retried = False
         try:
-            answer = _answer(*await self.forward(route, b"POST", req.raw_path, req.body, fwd))
+            status, out, content, retried = await self.forward(route, b"POST", req.raw_path, req.body, fwd)
+            answer = _answer(status, out, content)
         except ProtocolError as e:
             answer = refusal(e)
         self._count(route.name, answer.status)
-        if answer.status == 200:
+        if answer.status == 200 and not retried:  # a re-sent request waited out a crash or switch, not a queue
             seconds = time.perf_counter() - admission.t0
             route.answered(admission.position, seconds)
             self.prom.latency.labels(route.name).observe(seconds)
         return answer
 
     async def forward(self, route: Route, method: bytes, path: bytes, body: bytes,
-                      headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
-        """One answer from the route's current worker, re-sending across switches and crashes (see module doc)."""
+                      headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:  # fmt: skip
+        """One answer from the route's current worker, re-sending across switches and crashes (see module doc):
+        status, headers, body, and whether it had to be re-sent."""
         assert self.upstream is not None, "the gateway is not open"
         deadline = time.monotonic() + self.retry_window_s
         attempt = 0
@@ -201,7 +204,7 @@ class Gateway:
                 finally:
                     route.end(url)
                 if status and status not in RETRYABLE:
-                    return status, out, content
+                    return status, out, content, attempt > 0
                 if status:
                     reason = str(status)
             if time.monotonic() >= deadline:

@@ -116,8 +116,7 @@ class Route:
 
     def switch(self, url: str, reason: SwitchReason = "switch") -> None:
         self.current = url
-        if reason == "switch":
-            self.waits = WaitModel()  # a new decision: its waits are measured afresh
+        self.waits = WaitModel()  # a new decision or a restarted worker: its waits are measured afresh
         if self.on_switch is not None:
             self.on_switch(self.name, reason)
         if self._moved is not None:
