@@ -56,6 +56,23 @@ VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
 ROUNDS_PER_OBSERVATION, MAX_ROUNDS, _TOL = 2, 200, 1e-4
 
 
+# Parent of each effect's groups in its tree: name -> (the effect whose groups it indexes, the parent effect, or
+# None for a tree's root, whose parent is 0). "fam_kind" sends the family effects up to the kind (``_centre_families``).
+PARENTS: dict[str, tuple[str, str | None]] = {
+    **{tree[0]: (tree[0], None) for tree in (ACCELERATOR_TREE, VARIANT_TREE)},
+    **{c: (c, p) for tree in (ACCELERATOR_TREE, VARIANT_TREE) for c, p in zip(tree[1:], tree)},
+    "fam_kind": ("fam", "kind"),
+}
+
+
+def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
+    """``a[i] = value``, first doubling ``a``'s capacity if needed (amortised O(1) appends)."""
+    if i >= len(a):
+        a = np.concatenate([a, np.zeros(max(16, len(a)), dtype=a.dtype)])
+    a[i] = value
+    return a
+
+
 def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
     """The group key of each effect (``EFFECTS`` order) for one configuration."""
     k = accelerator_kind(acc)
@@ -101,7 +118,11 @@ class PooledCorrection:
         self._sums = np.zeros((n_targets, 0))  # decayed sums of residuals per cell
         self._counts = np.zeros((n_targets, 0))
         self._gid: dict[str, dict[str, int]] = {e: {} for e in EFFECTS}  # effect -> group key -> index
-        self._cell_groups: list[list[int]] = [[] for _ in EFFECTS]  # effect -> group index per cell
+        # Index arrays of the fit, grown in place (capacity doubled) as configurations and groups appear, so a new
+        # configuration costs O(1) here instead of rebuilding them from lists: effect -> group per cell, and
+        # effect -> parent group per group (``PARENTS``).
+        self._idx: dict[str, np.ndarray] = {e: np.zeros(0, dtype=np.intp) for e in EFFECTS}
+        self._parent: dict[str, np.ndarray] = {e: np.zeros(0, dtype=np.intp) for e in PARENTS}
         self._effects: dict[str, np.ndarray] = {e: np.zeros((n_targets, 0)) for e in EFFECTS}
         self._mu = np.zeros(n_targets)
         self._fitted = -1
@@ -139,7 +160,8 @@ class PooledCorrection:
         if j >= self._sums.shape[1]:  # grow by doubling: appending one column at a time is quadratic
             grow = np.zeros((self.n_targets, max(16, j)))
             self._sums, self._counts = np.hstack([self._sums, grow]), np.hstack([self._counts, grow])
-        for e, key_e, cells in zip(EFFECTS, _groups(acc, v, batch, conc), self._cell_groups):
+        groups = {}
+        for e, key_e in zip(EFFECTS, _groups(acc, v, batch, conc)):
             ids = self._gid[e]
             g = ids.get(key_e)
             if g is None:
@@ -149,7 +171,10 @@ class PooledCorrection:
                     self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
                 elif e == "cfg":
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
-            cells.append(g)
+            groups[e] = g
+            self._idx[e] = _set_grown(self._idx[e], j, g)
+        for child, (of, par) in PARENTS.items():  # set on every new cell: the last configuration's parent wins
+            self._parent[child] = _set_grown(self._parent[child], groups[of], groups[par] if par else 0)
         return j
 
     # ------------------------------------------------------------------------------------------------ fit
@@ -183,31 +208,24 @@ class PooledCorrection:
                 break
 
     def _structure(self) -> dict[str, Any]:
-        """Index arrays of the groups (per configuration, per parent), rebuilt when a configuration is added."""
+        """Views of the index arrays (per configuration, per parent) and their flattened bincount indices, renewed
+        when a configuration is added (the arrays themselves grow in place in ``_cell``)."""
         n_cells = len(self._cells)
         if self._struct is not None and self._struct["n_cells"] == n_cells:
             return self._struct
         T = self.n_targets
-        idx = {e: np.asarray(self._cell_groups[i]) for i, e in enumerate(EFFECTS)}
         n_groups = {e: len(self._gid[e]) for e in EFFECTS}
-        parent: dict[str, np.ndarray] = {}
-        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
-            parent[tree[0]] = np.zeros(n_groups[tree[0]], dtype=int)  # the root (mu, or 0 for the variant side)
-            for child, par in zip(tree[1:], tree):
-                parent[child] = np.zeros(n_groups[child], dtype=int)
-                parent[child][idx[child]] = idx[par]  # nested: all configurations of a group share its parent
-        parent["fam_kind"] = np.zeros(n_groups["fam"], dtype=int)
-        parent["fam_kind"][idx["fam"]] = idx["kind"]
+        idx = {e: self._idx[e][:n_cells] for e in EFFECTS}
+        parent = {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}
+        rows = np.arange(T)[:, None]
 
         def flat(group_of: np.ndarray, n: int) -> tuple[np.ndarray, int]:  # (target, group) -> one bincount
-            return (group_of[None, :] + n * np.arange(T)[:, None]).ravel(), T * n
+            return (group_of[None, :] + n * rows).ravel(), T * n
 
         self._struct = {
             "n_cells": n_cells, "idx": idx, "parent": parent,
             "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
-            "up": {**{c: flat(parent[c], n_groups[p]) for tree in (ACCELERATOR_TREE, VARIANT_TREE)
-                      for c, p in zip(tree[1:], tree)},
-                   "fam_kind": flat(parent["fam_kind"], n_groups["kind"])},
+            "up": {c: flat(parent[c], n_groups[par]) for c, (_, par) in PARENTS.items() if par},
         }
         return self._struct
 
