@@ -224,6 +224,8 @@ class PooledCorrection:
 
         self._struct = {
             "n_cells": n_cells, "idx": idx, "parent": parent,
+            # each configuration created its own "cfg" group, in order: group index = configuration index
+            "cell_is_cfg": n_groups["cfg"] == n_cells,
             "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
             "up": {c: flat(parent[c], n_groups[par]) for c, (_, par) in PARENTS.items() if par},
         }
@@ -233,16 +235,23 @@ class PooledCorrection:
     def _sum_by(flat: tuple[np.ndarray, int], x: np.ndarray, T: int) -> np.ndarray:
         return np.bincount(flat[0], x.ravel(), flat[1]).reshape(T, -1)
 
+    def _leaf_sum(self, tree: tuple[str, ...], st: dict[str, Any], x: np.ndarray) -> np.ndarray:
+        """Per-configuration values summed into the tree's leaf groups. A configuration is its own "cfg" group
+        (same index): the sum is then ``0.0 + x``, as bincount would add it, without the bincount."""
+        if st["cell_is_cfg"] and tree[-1] == "cfg":
+            return x + 0.0
+        return self._sum_by(st["leaf"][tree[-1]], x, self.n_targets)
+
     def _tree_counts(self, tree: tuple[str, ...], st: dict[str, Any], N: np.ndarray) -> dict[str, tuple]:
         """Per level of a tree: measurements under each group, and the share of its data it passes up."""
         T = self.n_targets
         out = {}
-        n = self._sum_by(st["leaf"][tree[-1]], N, T)
+        n = self._leaf_sum(tree, st, N)
         for level in range(len(tree) - 1, -1, -1):
             e = tree[level]
             k = min(self.effect_k[e], 1e12)  # inf: left out (pinned to its parent)
             share = k / (n + k)  # the group's data integrated over its own effect: weight n k / (n + k)
-            out[e] = (n, k, share)
+            out[e] = (n, k, share, n + k)
             if level:
                 n = self._sum_by(st["up"][e], n * share, T)
         return out
@@ -253,7 +262,7 @@ class PooledCorrection:
         tree's sum per configuration and how far ``mu`` moved."""
         T = self.n_targets
         sums = {}
-        s = self._sum_by(st["leaf"][tree[-1]], s_cell, T)
+        s = self._leaf_sum(tree, st, s_cell)
         for level in range(len(tree) - 1, -1, -1):  # up: each group's data as a message to its parent
             e = tree[level]
             sums[e] = s
@@ -262,16 +271,18 @@ class PooledCorrection:
         change = 0.0
         cum = np.zeros((T, 1))
         if tree is ACCELERATOR_TREE:  # the root: mu, shrunk towards the prior by its evidence
-            n_top, _, share = counts[tree[0]]
+            n_top, _, share, _ = counts[tree[0]]
             mu = (s * share).sum(axis=1) / ((n_top * share).sum(axis=1) + self.root_k)
             change = float(np.abs(mu - self._mu).max())
             self._mu = mu
             cum = mu[:, None]
         for e in tree:  # down: a group's cumulative value = its data shrunk towards its parent's
-            n, k, _ = counts[e]
+            _, k, _, n_plus_k = counts[e]
             up = cum[:, st["parent"][e]]
-            cum = (sums[e] + k * up) / (n + k)
+            cum = (sums[e] + k * up) / n_plus_k
             self._effects[e] = cum - up
+        if st["cell_is_cfg"] and tree[-1] == "cfg":
+            return cum, change
         return cum[:, st["idx"][tree[-1]]], change
 
     def _centre_families(self, st: dict[str, Any], counts: dict[str, tuple]) -> np.ndarray:
@@ -321,7 +332,7 @@ class PooledCorrection:
         for tree in (ACCELERATOR_TREE, VARIANT_TREE):
             counts = self._fit_counts.get(tree, {})
             if tree is ACCELERATOR_TREE:  # the overall offset: the prior's evidence + what the top groups carry
-                n_top, _, share = counts.get(tree[0], (np.zeros((self.n_targets, 0)), 0.0, 0.0))
+                n_top, _, share, _ = counts.get(tree[0], (np.zeros((self.n_targets, 0)), 0.0, 0.0, 0.0))
                 var = 1.0 / ((n_top * share).sum(axis=1) + self.root_k)
             else:
                 var = np.zeros(self.n_targets)

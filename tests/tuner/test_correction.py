@@ -186,7 +186,8 @@ def test_spread_shrinks_where_measured_and_is_widest_where_nothing_related_was()
 
 class _RebuiltEachFit(PooledCorrection):
     """Reference: the index arrays rebuilt from the configurations' group keys before every fit (what the fit used
-    before they grew in place), so the grown arrays are checked against an independent construction."""
+    before they grew in place), so the grown arrays are checked against an independent construction; and every
+    sum into the configurations' own groups by bincount (no shortcut)."""
 
     def _structure(self):
         from oltunes.tuner.correction import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, _groups
@@ -208,7 +209,7 @@ class _RebuiltEachFit(PooledCorrection):
         def flat(group_of, n):
             return (group_of[None, :] + n * np.arange(T)[:, None]).ravel(), T * n
 
-        return {"n_cells": len(keys), "idx": idx, "parent": parent,
+        return {"n_cells": len(keys), "idx": idx, "parent": parent, "cell_is_cfg": False,  # always the bincounts
                 "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
                 "up": {**{c: flat(parent[c], n_groups[p]) for tree in (ACCELERATOR_TREE, VARIANT_TREE)
                           for c, p in zip(tree[1:], tree)},
