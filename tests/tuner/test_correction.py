@@ -182,3 +182,58 @@ def test_spread_shrinks_where_measured_and_is_widest_where_nothing_related_was()
     other_gpu = pc.spread("a100", V[0], 4, 1)[0]
     assert measured < 0.6 < same_gpu_other_batch < cold  # ~1/sqrt(8) per side where measured 8 times
     assert same_gpu_other_batch <= other_gpu <= cold
+
+
+class _RebuiltEachFit(PooledCorrection):
+    """Reference: the index arrays rebuilt from the configurations' group keys before every fit (what the fit used
+    before they grew in place), so the grown arrays are checked against an independent construction; and every
+    sum into the configurations' own groups by bincount (no shortcut)."""
+
+    def _structure(self):
+        from oltunes.tuner.correction import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, _groups
+
+        T = self.n_targets
+        keys = [_groups(acc, Variant(family=self._families[name], name=name, size="s", accuracy=0.0), b, c)
+                for (acc, name, b, c) in self._cells]
+        idx = {e: np.asarray([self._gid[e][k[i]] for k in keys]) for i, e in enumerate(EFFECTS)}
+        n_groups = {e: len(self._gid[e]) for e in EFFECTS}
+        parent = {}
+        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
+            parent[tree[0]] = np.zeros(n_groups[tree[0]], dtype=int)
+            for child, par in zip(tree[1:], tree):
+                parent[child] = np.zeros(n_groups[child], dtype=int)
+                parent[child][idx[child]] = idx[par]
+        parent["fam_kind"] = np.zeros(n_groups["fam"], dtype=int)
+        parent["fam_kind"][idx["fam"]] = idx["kind"]
+
+        def flat(group_of, n):
+            return (group_of[None, :] + n * np.arange(T)[:, None]).ravel(), T * n
+
+        return {"n_cells": len(keys), "idx": idx, "parent": parent, "cell_is_cfg": False,  # always the bincounts
+                "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
+                "up": {**{c: flat(parent[c], n_groups[p]) for tree in (ACCELERATOR_TREE, VARIANT_TREE)
+                          for c, p in zip(tree[1:], tree)},
+                       "fam_kind": flat(parent["fam_kind"], n_groups["kind"])}}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grown_index_arrays_fit_bit_for_bit_as_rebuilt_ones(seed):
+    """A random stream over hundreds of configurations (new ones keep appearing, past every capacity doubling):
+    every learn's before/after and the predictions everywhere equal, to the bit, those of the reference."""
+    rng = np.random.default_rng(seed)
+    accs = ["t4", "a100", "p100", "cpu", "gpu-x"]
+    variants = [Variant(family=f"f{i % 3}", name=f"v{i}", size="s", accuracy=0.5) for i in range(8)]
+    fast, ref = PooledCorrection(n_targets=3, root_k=1.5), _RebuiltEachFit(n_targets=3, root_k=1.5)
+    for i in range(400):
+        cfg = (accs[rng.integers(len(accs))], variants[rng.integers(len(variants))], int(rng.choice([1, 2, 4, 8])),
+               int(rng.choice([1, 2, 3])))
+        y, m = rng.normal(0, 1, 3), rng.random(3) > 0.2
+        for a, b in zip(fast.learn(*cfg, y, m), ref.learn(*cfg, y, m)):
+            assert np.array_equal(a, b)
+        if i % 50 == 49:
+            assert np.array_equal(fast.grid(accs + ["h100"], variants, [1, 2, 4, 8], [1, 2, 3]),
+                                  ref.grid(accs + ["h100"], variants, [1, 2, 4, 8], [1, 2, 3]))
+    assert len(fast._cells) > 200  # the stream did cross several capacity doublings
+    back = PooledCorrection.from_state_dict(json.loads(json.dumps(fast.state_dict())))
+    assert np.array_equal(back.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]),
+                          fast.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]))
