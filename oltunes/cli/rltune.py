@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from oltunes.cli.tables import print_table
 from oltunes.cli.worker import clean_errors
 
 rltune_app = typer.Typer(no_args_is_help=True, help="RLTune: learned queue order + MILP placement for GPU batch jobs.")
@@ -84,13 +84,7 @@ def _print_report(key: str, rep: dict, title: str, json_path: Path | None, plots
     from oltunes.atomic import atomic_write_json
     from oltunes.rltune.evaluate import table, write_plots
 
-    cols, rows = table(rep)
-    t = Table(title=title)
-    for c in cols:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*r)
-    console.print(t)
+    print_table(console, title, *table(rep))
     if json_path:
         console.print(f"report: {atomic_write_json(json_path, {key: rep})}")
     for p in write_plots({key: rep}, plots) if plots else []:

@@ -27,14 +27,14 @@ def simulate(
     """Run a scenario under several policies and compare them (table, JSON, plots, MLflow)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
+    from oltunes.cli.tables import print_table
     from oltunes.errors import OLTunesError
     from oltunes.policies import Policy
     from oltunes.rltune import scenario as batch_queue
     from oltunes.sim import report as R
-    from oltunes.simulation import prepare, run_scenario
     from oltunes.sim.scenario import load_scenario
+    from oltunes.simulation import prepare, run_scenario
 
     console = Console(width=max(Console().width, 130))
     names = [p.strip() for p in (policies or SERVING_POLICIES).split(",") if p.strip()]
@@ -53,13 +53,8 @@ def simulate(
             results = run_scenario(prep, names, lambda n, f: bar.update(tasks[n], completed=f))
         rep = R.build(sc, results)
         cols, rows = R.table_rows(rep, short=True)
-        table = Table(title=f"scenario {sc.name}: {len(prep.jobs)} jobs, {prep.n_requests} requests, "
-                            f"{rep['meta']['devices']} devices, {sc.duration_s:g} s")
-        for c in cols:
-            table.add_column(c)
-        for r in rows:
-            table.add_row(*r)
-        console.print(table)
+        print_table(console, f"scenario {sc.name}: {len(prep.jobs)} jobs, {prep.n_requests} requests, "
+                             f"{rep['meta']['devices']} devices, {sc.duration_s:g} s", cols, rows)
         if rep["learning"]:
             lr = rep["learning"]
             wl = "never reached" if lr["warmup_s"] is None else f"{lr['warmup_s']:g} s"
@@ -68,20 +63,13 @@ def simulate(
                           f"(violations vs oracle, cumulative) at quarters: "
                           f"{', '.join(f'{x:.3f}' for x in lr['regret_quarters'])}")
         if rep["regret_per_quarter"]:
-            rq = Table(title="regret vs the oracle per quarter of the run (violated requests, share of the quarter's)")
-            for c in ("policy", "q1", "q2", "q3", "q4"):
-                rq.add_column(c)
-            for name, qs in rep["regret_per_quarter"].items():
-                rq.add_row(name, *(f"{x:.3f}" for x in qs))
-            console.print(rq)
+            print_table(console, "regret vs the oracle per quarter of the run (violated requests, share of the quarter's)",
+                        ("policy", "q1", "q2", "q3", "q4"),
+                        ([name, *(f"{x:.3f}" for x in qs)] for name, qs in rep["regret_per_quarter"].items()))
         if rep["events"]:
             cols, rows = R.event_rows(rep)
-            et = Table(title="drift events: SLO violations before/after (2 re-tune intervals) and recovery time")
-            for c in cols:
-                et.add_column(c)
-            for r in rows:
-                et.add_row(*r)
-            console.print(et)
+            print_table(console, "drift events: SLO violations before/after (2 re-tune intervals) and recovery time",
+                        cols, rows)
         if json_path:
             console.print(f"report: {R.write_json(rep, json_path)}")
         written = R.write_plots(results, plots, sc.name) if plots else []

@@ -8,6 +8,7 @@ import shutil
 import socket
 
 import pytest
+import yaml
 
 from oltunes.config import get_settings
 
@@ -60,3 +61,28 @@ def closed_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def own_home(settings_env, monkeypatch, flows_home, tmp_path):
+    """A home of the test's own (the session's zoo linked in): its runs, tuner state and lease book touch no other
+    test's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "zoo").symlink_to(flows_home / "zoo")
+    monkeypatch.setenv("OLTUNES_HOME", str(home))
+    settings_env()
+    return home
+
+
+@pytest.fixture
+def one_device_inventory(tmp_path):
+    """Writes an inventory of one CPU pool with one device of `slots` slots; returns its path."""
+
+    def write(name: str, slots: int):
+        path = tmp_path / "inventory.yaml"
+        path.write_text(yaml.safe_dump({"pools": [
+            {"name": name, "accelerator": "cpu", "count": 1, "slots_per_device": slots, "cpu_set": [0]}]}))
+        return path
+
+    return write

@@ -7,7 +7,6 @@ import asyncio
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
@@ -20,15 +19,9 @@ from oltunes.tuner.service import create_app, serve_in_thread
 pytestmark = pytest.mark.timeout(400)
 
 
-def test_two_flow_runs_share_one_device_as_a_co_running_group(settings_env, monkeypatch, flows_home, dataset, tmp_path):
-    # A home of its own (the session's zoo linked in): its runs, tuner state and book touch no other test's.
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "zoo").symlink_to(flows_home / "zoo")
-    monkeypatch.setenv("OLTUNES_HOME", str(tmp_path / "home"))
-    settings_env()
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(yaml.safe_dump({"pools": [
-        {"name": "cpu-shared", "accelerator": "cpu", "count": 1, "slots_per_device": 2, "cpu_set": [0]}]}))
+def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_device_inventory, monkeypatch,
+                                                             settings_env, dataset, tmp_path):
+    inventory = one_device_inventory("cpu-shared", slots=2)
     variants = Launcher.lookup("local").variants(get_settings())
     app = create_app(Tuner(variants, seed=0), state_path=tmp_path / "tuner.json", pools=load_inventory(inventory),
                      persist_every_s=0)

@@ -15,7 +15,6 @@ import time
 import httpx
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
@@ -28,16 +27,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 SIZES = {"q-long": 1_200, "q-short": 150, "q-mid": 450}  # submitted in this order
 
 
-def test_batch_flows_waiting_on_a_full_pool_get_it_shortest_first(settings_env, monkeypatch, flows_home, tmp_path):
+def test_batch_flows_waiting_on_a_full_pool_get_it_shortest_first(own_home, one_device_inventory, monkeypatch,
+                                                                  settings_env, tmp_path):
     from oltunes.zoo import make_dataset
 
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "zoo").symlink_to(flows_home / "zoo")
-    monkeypatch.setenv("OLTUNES_HOME", str(tmp_path / "home"))
-    settings_env()
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(yaml.safe_dump({"pools": [
-        {"name": "cpu-one", "accelerator": "cpu", "count": 1, "slots_per_device": 1, "cpu_set": [0]}]}))
+    inventory = one_device_inventory("cpu-one", slots=1)
     datasets = {name: make_dataset("cnn", n, tmp_path / f"{name}.parquet", seed=2) for name, n in SIZES.items()}
 
     (tmp_path / "service").mkdir()
@@ -45,7 +39,7 @@ def test_batch_flows_waiting_on_a_full_pool_get_it_shortest_first(settings_env, 
     (tmp_path / "service" / "variants.json").write_text(json.dumps(
         [v.model_dump(mode="json") for v in Launcher.lookup("local").variants(get_settings())]))
     srv.cmd += ["--inventory", str(inventory), "--queue-policy", "sjf"]
-    srv.env["OLTUNES_HOME"] = str(tmp_path / "home")  # the flows' home: its zoo is the service's model store
+    srv.env["OLTUNES_HOME"] = str(own_home)  # the flows' home: its zoo is the service's model store
     with srv:
         monkeypatch.setenv("OLTUNES_TUNER_URL", srv.url)
         monkeypatch.setenv("OLTUNES_TUNER_TOKEN", TOKEN)
