@@ -28,6 +28,9 @@ def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_devi
     book = app.state.service.leases
     with serve_in_thread(app) as url:
         monkeypatch.setenv("OLTUNES_TUNER_URL", url)
+        # The service runs in this process's threads, beside both flows: under load its first answers can take
+        # longer than the client's 2 s default, and a timed-out acquire runs the job on an unshared fallback lease.
+        monkeypatch.setenv("OLTUNES_TUNER_TIMEOUT_S", "30")
         settings_env()
 
         async def both():
