@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from oltunes.atomic import atomic_write_json
+from oltunes.cli.tables import print_table as print_rows
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -24,12 +24,8 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title)
-    for c in columns:
-        table.add_column(str(c))
-    for r in rows:
-        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r))
-    Console().print(table)
+    print_rows(Console(), title, [str(c) for c in columns],
+               ([f"{v:.4g}" if isinstance(v, float) else str(v) for v in r] for r in rows))
 
 
 def machine() -> dict[str, Any]:

@@ -73,6 +73,14 @@ def synthetic_variants() -> list[Variant]:
     ]
 
 
+def synthetic_tuner(seed: int) -> tuple[np.random.Generator, list[Variant], ClusterState, Tuner]:
+    """The generator, variants, cluster and a cold tuner every tuner benchmark starts from."""
+    rng = np.random.default_rng(seed)
+    variants = synthetic_variants()
+    cluster = synthetic_cluster(rng, variants)
+    return rng, variants, cluster, Tuner(variants, batch_sizes=BATCHES, concurrencies=CONCURRENCIES, seed=seed)
+
+
 def synthetic_cluster(rng: np.random.Generator, variants: list[Variant], per_pool: int = 2) -> ClusterState:
     kinds = [*CATALOG, "a100", "t4"]
     pools = [Pool(name=f"{k}-{i}", accelerator=CATALOG[k], count=int(rng.integers(2, 9)), slots_per_device=4)
@@ -253,10 +261,7 @@ def main() -> None:
     p.add_argument("--scale-repeats", type=int, default=3)
     args = p.parse_args()
 
-    rng = np.random.default_rng(args.seed)
-    variants = synthetic_variants()
-    cluster = synthetic_cluster(rng, variants)
-    tuner = Tuner(variants, batch_sizes=BATCHES, concurrencies=CONCURRENCIES, seed=args.seed)
+    rng, variants, cluster, tuner = synthetic_tuner(args.seed)
     measurements = [synthetic_measurement(rng, cluster, variants, i) for i in range(args.warm + args.observe)]
     for m in measurements[: args.warm]:
         tuner.observe(m)

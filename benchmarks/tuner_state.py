@@ -32,11 +32,8 @@ import numpy as np
 
 from benchmarks.common import alternate, median, parser, print_table, write_json
 from benchmarks.tuner_latency import (
-    BATCHES,
-    CONCURRENCIES,
-    synthetic_cluster,
     synthetic_measurement,
-    synthetic_variants,
+    synthetic_tuner,
 )
 from oltunes.atomic import atomic_write, atomic_write_text
 from oltunes.jsonstate import find_nonfinite, set_rng_state, unpack_floats
@@ -92,10 +89,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
-    rng = np.random.default_rng(args.seed)
-    variants = synthetic_variants()
-    cluster = synthetic_cluster(rng, variants)
-    tuner = Tuner(variants, batch_sizes=BATCHES, concurrencies=CONCURRENCIES, seed=args.seed)
+    rng, variants, cluster, tuner = synthetic_tuner(args.seed)
     ids = [uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i).hex for i in range(args.n)]
     t0 = time.perf_counter()
     for i, mid in enumerate(ids):
