@@ -1,7 +1,11 @@
 """Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
 
 * **choose** — lowest objective; candidates within ``near_equal`` of the best are ranked by fragmentation (free
-  slots left on the device, then in the pool), then the objective's secondary.
+  slots left on the device, then in the pool), then by SLO risk (lower pessimistic request latency: the most
+  slack), then the smaller variant (lower accuracy, still above the floor), then the objective's secondary.
+  Near-equal means the estimate cannot tell them apart on the objective (at a cold start every variant whose
+  size is unknown gets the same prior): the choice then takes the least risk instead of the largest batch,
+  concurrency or model.
 * **stay** — a running job (``current``) keeps its placement while feasible and within ``stay_tolerance`` of
   the best (a move costs a model load and a cold start); an infeasible one unless moving cuts its graded
   violation by more than ``INFEASIBLE_STAY``.
@@ -67,14 +71,17 @@ class Selector:
         return Choice(idx, stayed=stay is not None and idx == stay)
 
     def choose(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
-        """Best objective; within ``near_equal`` of it: least fragmentation, then the secondary objective."""
+        """Best objective; within ``near_equal`` of it: least fragmentation, then most SLO slack, then the smaller
+        variant, then the secondary objective."""
         o = np.where(feasible, obj, np.inf).ravel()
         best = o.min()
         flat = np.flatnonzero(o <= best * (1.0 + self.near_equal))
         p_idx = np.unravel_index(flat, feasible.shape)[0]
         frag = np.array([o_.free_slots_after + o_.pool_free_slots_after / 1e4 for o_ in est.options])[p_idx]
         secondary = objective.secondary(est, flat, p_idx)
-        keys = np.lexsort((o[flat], secondary, frag))
+        risk = np.broadcast_to(est.req_lat, feasible.shape).ravel()[flat]
+        accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
+        keys = np.lexsort((o[flat], secondary, accuracy, risk, frag))
         return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
 
     def explore(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
