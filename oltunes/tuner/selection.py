@@ -1,6 +1,7 @@
 """Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
 
-* **choose** — lowest objective; candidates within ``near_equal`` of the best are ranked by fragmentation (free
+* **choose** — lowest objective; candidates within ``near_equal`` of the best, or within the estimate's typical
+  error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when that is wider, are ranked by fragmentation (free
   slots left on the device, then by robustness (:func:`tolerated_slowdown`: the largest factor by which the
   estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
   variant (lower accuracy, still above the floor), then the objective's secondary. Near-equal means the estimate
@@ -18,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +33,9 @@ __all__ = ["Choice", "Selector", "INFEASIBLE_STAY"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
+# Margins are 95th percentiles of |log error|; for a normal error the median |error| is 0.674 / 1.96 = 0.34 of
+# that: objectives closer than the estimate's typical error are near-equal (it cannot rank them).
+TYPICAL_ERROR_OF_MARGIN = 0.674 / 1.96
 Index = tuple[int, int, int, int]
 
 
@@ -76,7 +81,9 @@ class Selector:
         variant, then the secondary objective."""
         o = np.where(feasible, obj, np.inf).ravel()
         best = o.min()
-        flat = np.flatnonzero(o <= best * (1.0 + self.near_equal))
+        p_best = np.unravel_index(int(o.argmin()), feasible.shape)[0]
+        band = max(self.near_equal, math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target]))
+        flat = np.flatnonzero(o <= best * (1.0 + band))
         p_idx = np.unravel_index(flat, feasible.shape)[0]
         frag = np.array([o_.free_slots_after + o_.pool_free_slots_after / 1e4 for o_ in est.options])[p_idx]
         secondary = objective.secondary(est, flat, p_idx)
