@@ -13,7 +13,7 @@ prior, e.g. a profile table the user supplies"):
 Both pass the job's current placement on as ``current=`` when re-decided, so staying is one of the candidates and
 is preferred while near-best. Both are re-decided once right after a job's first measurement (``retunes_early``):
 a cold start is a guess from the prior, and the first measurement (one control interval) already corrects it by
-far more than the measurement noise, so waiting a whole re-tune interval (6 control intervals in the shipped
+far more than the measurement noise, so waiting a whole re-tune interval (3-6 control intervals in the shipped
 scenarios) on a wrong guess only adds violations.
 """
 
