@@ -141,14 +141,22 @@ class PooledCorrection:
         """
         j = self._cell(acc, v, batch, conc)
         self._fit()
-        before = self._current(acc, v, batch, conc)
+        before = self._cell_correction(j)
         m = np.asarray(mask, dtype=bool)
         s, n = self._sums[:, j], self._counts[:, j]
         self._sums[:, j] = np.where(m, self.decay * s + np.where(m, y, 0.0), s)
         self._counts[:, j] = np.where(m, self.decay * n + 1.0, n)
         self.version += 1
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        return before, self._current(acc, v, batch, conc)
+        return before, self._cell_correction(j)
+
+    def _cell_correction(self, j: int) -> np.ndarray:
+        """``_current`` of a known configuration by its column: its groups' indices instead of their keys (the
+        same additions in the same order)."""
+        out = self._mu.copy()
+        for e in EFFECTS:
+            out = out + self._effects[e][:, self._idx[e][j]]
+        return out
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int) -> int:
         key = (acc, v.name, batch, conc)
