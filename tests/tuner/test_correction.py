@@ -237,3 +237,18 @@ def test_grown_index_arrays_fit_bit_for_bit_as_rebuilt_ones(seed):
     back = PooledCorrection.from_state_dict(json.loads(json.dumps(fast.state_dict())))
     assert np.array_equal(back.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]),
                           fast.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]))
+
+
+def test_benchmark_huber_line_follows_the_many_not_the_few():
+    """The held-out-accelerator benchmark's robust reference: 3 of 12 rows far off pull a least-squares line away,
+    not the Huber fit (which recovers the line of the other 9 to within their noise)."""
+    from benchmarks.heldout_accelerator import _huber_line
+
+    rng = np.random.default_rng(0)
+    x = np.linspace(0.0, 2.4, 12)
+    y = 0.4 - 0.35 * x + rng.normal(0, 0.02, 12)
+    y[[2, 5, 9]] -= 1.5
+    a, b = _huber_line(x, y, slope_k=0.0)
+    ls_a, ls_b = np.polyfit(x, y, 1)[::-1]
+    assert abs(a - 0.4) < 0.06 and abs(b + 0.35) < 0.05
+    assert abs(ls_a - 0.4) > 0.2  # least squares is pulled by the outliers
