@@ -152,6 +152,7 @@ ABLATIONS = {
     "ablation: accelerator side only (no variant effects shared across GPUs)":
         (_prior, {"fam": LEFT_OUT, "var": LEFT_OUT, "shape": LEFT_OUT}),
     "ablation: variant side without its batch x concurrency shape": (_prior, {"shape": LEFT_OUT}),
+    "ablation: no batch elasticity (every GPU's batch growth its kind's)": (_prior, {"elasticity": LEFT_OUT}),
     "ablation: the former (not separable) heuristic prior": (_former_heuristic, {}),
     "ablation: every effect k = 1 (shared effects not looser)":
         (_prior, {e: 1.0 for e in ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")}),
@@ -162,11 +163,14 @@ def correction_predictions(rows, train, test, log_prior, effect_k) -> np.ndarray
     pc = PooledCorrection(n_targets=1, root_k=Prior.make("heuristic").evidence, effect_k=effect_k)
     base = {i: log_prior(CATALOG[rows[i][0].accelerator], rows[i][0].variant, rows[i][0].batch_size)
             for i in (*train, *test)}
+    # the prior's log growth from batch 1 (what the batch elasticity scales)
+    growth = {i: np.array([base[i] - log_prior(CATALOG[rows[i][0].accelerator], rows[i][0].variant, 1)])
+              for i in (*train, *test)}
     for i in train:
         c, y = rows[i]
         pc.learn(c.accelerator, c.variant, c.batch_size, c.concurrency, np.array([math.log(y) - base[i]]),
-                 np.array([True]))
-    return np.array([math.exp(base[i] + pc.predict_candidate(rows[i][0])[0]) for i in test])
+                 np.array([True]), growth[i])
+    return np.array([math.exp(base[i] + pc.predict_candidate(rows[i][0], growth[i])[0]) for i in test])
 
 
 def evaluate(rows: list[tuple[Candidate, float]], seed: int, share: float = 0.1) -> dict[str, dict[str, float]]:
