@@ -317,3 +317,19 @@ def test_batch_elasticity_reaches_the_grid_and_batch_sizes_never_measured():
     assert not np.allclose(g[:, 1, :, 4], pc.grid(["t4", "a100"], V, bs, [1])[:, 1, :, 4])  # the growth counts
     back = PooledCorrection.from_state_dict(json.loads(json.dumps(pc.state_dict())), n_targets=1)
     np.testing.assert_array_equal(back.grid(["t4", "a100"], V, bs, [1], growth_of), g)
+
+
+def test_partial_batches_do_not_teach_the_batch_elasticity():
+    """A stream's batches are partial (its batch size is an upper bound), so its measurements leave the tilt alone;
+    the same measurements as full batches set it."""
+    tilts = []
+    for full in (False, True):
+        pc = PooledCorrection(n_targets=1, root_k=1.0)
+        for v in V:
+            for b in (1, 2, 4, 8):
+                g = 0.75 * math.log(b)
+                for acc, lam in (("t4", 1.0), ("a100", 0.5)):
+                    pc.learn(acc, v, b, 1, np.array([lam * math.log(b) - g]), np.array([True]), np.array([g]),
+                             full_batches=full)
+        tilts.append(float(pc.elastic.coef[0, pc._gid["acc"]["a100"]]))
+    assert tilts[0] == 0.0 and tilts[1] < -0.1
