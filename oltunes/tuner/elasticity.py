@@ -26,6 +26,7 @@ __all__ = ["BatchElasticity", "ELASTICITY_K"]
 # held-out-accelerator split (benchmarks/heldout_accelerator.py), pseudo-counts 1, 0.1, 0.01, 0.001 gave 34.5, 31.3,
 # 30.9, 30.9 % MAPE for the correction alone (36.5 without the term).
 ELASTICITY_K = 0.01
+BOUNDS = (-0.9, 1.0)  # coefficient = elasticity - 1
 
 
 def _grown(a: np.ndarray, n: int) -> np.ndarray:
@@ -86,7 +87,9 @@ class BatchElasticity:
         kind_w = np.bincount(by_kind, w.ravel(), T * K).reshape(T, K)
         kind_wc = np.bincount(by_kind, (w * c).ravel(), T * K).reshape(T, K)
         kind_mean = np.divide(kind_wc, kind_w, out=np.zeros_like(kind_w), where=kind_w > 0)
-        self.coefficients(A)[:] = c - kind_mean.take(kind_of_acc, axis=1)
+        # bounded to a latency growing 0.1-2x as fast as the kind's: a first full-batch measurement of a new
+        # accelerator, before the other effects have taken their share of its residual, must not tilt it wildly
+        self.coefficients(A)[:] = np.clip(c - kind_mean.take(kind_of_acc, axis=1), *BOUNDS)
 
     def term(self, acc_group: int | None, shape_group: int | None, centre_key: str,
              growth: np.ndarray | None) -> np.ndarray | float:

@@ -333,3 +333,16 @@ def test_partial_batches_do_not_teach_the_batch_elasticity():
                              full_batches=full)
         tilts.append(float(pc.elastic.coef[0, pc._gid["acc"]["a100"]]))
     assert tilts[0] == 0.0 and tilts[1] < -0.1
+
+
+def test_the_batch_elasticity_is_bounded():
+    """Residuals that a tilt of 5 would explain (a cold start, before the other effects took their share) give at
+    most the bound (an elasticity of 0.1-2): no prediction explodes."""
+    from oltunes.tuner.elasticity import BOUNDS, BatchElasticity
+
+    el = BatchElasticity(n_targets=1)
+    x = np.array([[-1.0, 1.0, -1.0, 1.0]])
+    n = np.ones((1, 4))
+    acc_of_cell, kind_of_acc = np.array([0, 0, 1, 1]), np.array([0, 0])
+    el.fit(x, n, 5.0 * x * np.array([[0.0, 0.0, 1.0, 1.0]]), acc_of_cell, kind_of_acc)
+    assert el.coef[0, 1] == BOUNDS[1] and el.coef[0, 0] == BOUNDS[0]
