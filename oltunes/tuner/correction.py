@@ -125,6 +125,7 @@ class PooledCorrection:
         self._sums = np.zeros((n_targets, 0))  # decayed sums of residuals per cell
         self._counts = np.zeros((n_targets, 0))
         self._tilt_counts = np.zeros((n_targets, 0))  # the part of the counts the batch elasticity learns from
+        self._tilt_news = 0  # full-batch measurements since the elasticity was last refitted
         self._gid: dict[str, dict[str, int]] = {e: {} for e in EFFECTS}  # effect -> group key -> index
         # Index arrays of the fit, grown in place (capacity doubled) as configurations and groups appear, so a new
         # configuration costs O(1) here instead of rebuilding them from lists: effect -> group per cell, and
@@ -161,6 +162,7 @@ class PooledCorrection:
         self._counts[:, j] = np.where(m, self.decay * n + 1.0, n)
         t = self._tilt_counts[:, j]
         self._tilt_counts[:, j] = np.where(m, self.decay * t + full_batches, t)
+        self._tilt_news += bool(full_batches and m.any())
         self.version += 1
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
         return before, self._cell_correction(j)
@@ -239,8 +241,9 @@ class PooledCorrection:
             var_side = new_var_side
             if change < _TOL:
                 break
-        x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
-        if acc_side is not None:
+        if acc_side is not None and self._tilt_news:  # (its own evidence unchanged: left as it is, cheaply)
+            self._tilt_news = 0
+            x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
             # each configuration's residual weighted by the share of its measurements that ran full batches
             share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
             el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
@@ -440,7 +443,7 @@ class PooledCorrection:
                 "sums": pack_floats(self._sums[:, :n]), "counts": pack_floats(self._counts[:, :n]),
                 "tilt_counts": pack_floats(self._tilt_counts[:, :n]),
                 "mu": self._mu.tolist(), "effects": {e: pack_floats(self._effects[e]) for e in EFFECTS},
-                "elasticity": self.elastic.state_dict(),
+                "elasticity": self.elastic.state_dict(), "tilt_news": self._tilt_news,
                 "unfitted": self.version - max(self._fitted, 0)}  # measurements since the last fit
 
     @classmethod
@@ -466,7 +469,8 @@ class PooledCorrection:
                 if eff.shape == pc._effects[e].shape:
                     pc._effects[e] = eff
         if "elasticity" in d:  # absent in states saved before it existed: the tilt relearns
-            pc.elastic.load(d["elasticity"], pc._effects["shape"])
+            pc.elastic.load(d["elasticity"])
+            pc._tilt_news = int(d.get("tilt_news", 0))
         pc._fitted = 0
         pc.version = int(d.get("unfitted", len(pc._cells)))
         return pc

@@ -106,12 +106,15 @@ class BatchElasticity:
         return self.coef[:, acc_group] * x
 
     def state_dict(self) -> dict:
-        return {"growth": pack_floats(self.growth[:, : self.n_groups]), "coef": pack_floats(self.coef)}
+        n = self.n_groups
+        return {"growth": pack_floats(self.growth[:, :n]), "coef": pack_floats(self.coef),
+                "x": pack_floats(self.x[:, :n]), "mean": pack_floats(self.mean)}
 
-    def load(self, d: dict, shape: np.ndarray) -> None:
-        """Restore growth and coefficients after the shape groups were recreated in order (``add_group``)."""
-        growth = unpack_floats(d["growth"]).reshape(self.n_targets, -1)
-        if growth.shape[1] == self.n_groups:
-            self.growth[:, : self.n_groups] = growth
-        self.coef = unpack_floats(d["coef"]).reshape(self.n_targets, -1).copy()
-        self.centred(shape)
+    def load(self, d: dict) -> None:
+        """Restore after the shape groups were recreated in order (``add_group``), exactly as saved."""
+        T, n = self.n_targets, self.n_groups
+        growth, x = (unpack_floats(d[k]).reshape(T, -1) for k in ("growth", "x"))
+        if growth.shape[1] == n and x.shape[1] == n:
+            self.growth[:, :n], self.x[:, :n] = growth, x
+            self.coef = unpack_floats(d["coef"]).reshape(T, -1).copy()
+            self.mean = unpack_floats(d["mean"]).reshape(T, -1).copy()
