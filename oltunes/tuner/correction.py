@@ -10,7 +10,9 @@ observation, needs hundreds of observations to learn offsets that size. This cor
                   + fam(k, f) + var(k, v) + shape(k, v, b, c)           variant side, shared by accelerators of kind k
                   + acc_fam(a, f) + acc_var(a, v) + cfg(a, v, b, c)     interactions, exact where measured
 
-with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family.
+with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family,
+plus a per-accelerator tilt on the kind's growth with batch size (``oltunes.tuner.elasticity``: an Ampere GPU's
+latency grows with batch ~0.6x as fast as a Pascal one's for compute-bound models).
 Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
 moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
 it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
