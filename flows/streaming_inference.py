@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
