@@ -61,12 +61,13 @@ class SimulatedServing(Serving):
             if m is None:
                 out.append(None)
                 continue
-            offered = int(np.searchsorted(r.arr, t1) - np.searchsorted(r.arr, t0))
-            req_p99 = m.request_latency_p99_ms
-            out.append(Interval(m.model_copy(update={"timestamp": time.time()}), {  # simulated time is not wall time
-                "request_latency_p99_ms": req_p99 or 0.0, cv.SLO_MET: float(req_p99 is not None and req_p99 <= r.job.spec.slo_ms),
-                "offered_rps": offered / span, "served_rps": m.items / span, "requests_ok": float(m.items),
-                "requests_failed": float(r.interval_dropped), "queueing_delay_ms": m.queueing_delay_ms or 0.0,
+            offered = int(np.searchsorted(r.job.arrivals, t1) - np.searchsorted(r.job.arrivals, t0))
+            req_p99 = m.request_latency_p99_ms  # logged with the measurement, as its queueing delay
+            # the offered rate (what the tuner plans for, as a real client reports it); wall-clock timestamps
+            m = m.model_copy(update={"arrival_rate_rps": offered / span, "timestamp": time.time()})
+            out.append(Interval(m, {
+                cv.SLO_MET: float(req_p99 is not None and req_p99 <= r.job.spec.slo_ms), "offered_rps": offered / span,
+                "served_rps": m.items / span, "requests_ok": float(m.items), "requests_failed": float(r.interval_dropped),
             }))  # fmt: skip
         return out
 

@@ -63,7 +63,7 @@ def runs(shared_data, tmp_path_factory):
 
 def test_latency_grows_with_load_past_capacity_at_the_same_configuration(runs):
     def p99(load):
-        return statistics.median(iv.metrics["request_latency_p99_ms"] for ivs, _ in runs[load] for iv in ivs)
+        return statistics.median(iv.measurement.request_latency_p99_ms for ivs, _ in runs[load] for iv in ivs)
 
     def queueing(load):
         return statistics.median(iv.measurement.queueing_delay_ms for ivs, _ in runs[load] for iv in ivs)
