@@ -26,18 +26,23 @@ def _decision(job: JobSpec, variant) -> Decision:
     return Decision(job_id=job.job_id, candidate=cand, explanation=Explanation(predicted=pred, n_candidates=1, n_feasible=1))
 
 
-def _serve(load: float, seed: int, tmp_path) -> tuple[list, dict]:
-    """Poisson arrivals at ``load`` x the configuration's isolated capacity, served by one fixed decision."""
+def fixed_configuration():
+    """resnet's first variant at batch 8 on a T4: the model, the variant, its capacity (requests/s, full batches)."""
     model = load_performance_model(get_settings())
     variant = next(v for v in model.variants() if v.family == "resnet")
     batch_ms = float(model.latency_row(model.variant_index(variant.name), "t4")[BATCH])
-    capacity = BATCH / batch_ms * 1000.0  # requests/s with full batches back to back
+    return model, variant, BATCH / batch_ms * 1000.0
+
+
+def serve_at_load(load: float, seed: int, tmp_path, duration: float = 8.0, interval: float = 2.0):
+    """Poisson arrivals at ``load`` x the configuration's capacity, served by one fixed decision through the
+    simulated environment's `Serving`: the intervals and the drained report."""
+    _, variant, capacity = fixed_configuration()
     rng = np.random.default_rng(seed)
-    duration = 8.0
-    arrivals = np.cumsum(rng.exponential(1.0 / (load * capacity), int(load * capacity * duration * 1.5)))
+    arrivals = np.cumsum(rng.exponential(1.0 / (load * capacity), int(load * capacity * duration * 1.5) + 10))
     arrivals = arrivals[arrivals < duration]
     job = JobSpec(job_id=f"svc-{seed}", kind="streaming", family="resnet", slo_ms=1000.0, arrival_rate_rps=load * capacity)
-    setup = ServiceSetup(jobs=[job], arrivals=arrivals, duration_s=duration, control_interval_s=2.0,
+    setup = ServiceSetup(jobs=[job], arrivals=arrivals, duration_s=duration, control_interval_s=interval,
                          cluster=Environment.make("simulated").cluster(), workdir=tmp_path)  # fmt: skip
     serving = Environment.make("simulated").serving(setup)
     assert isinstance(serving, SimulatedServing)
@@ -51,14 +56,13 @@ def _serve(load: float, seed: int, tmp_path) -> tuple[list, dict]:
             out.append(iv)
         return out, await serving.drain()
 
-    intervals, report = asyncio.run(run())
-    return intervals, report
+    return asyncio.run(run())
 
 
 @pytest.fixture(scope="module")
 def runs(shared_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sim")
-    return {load: [_serve(load, s, tmp) for s in SEEDS] for load in (0.4, 2.0)}
+    return {load: [serve_at_load(load, s, tmp) for s in SEEDS] for load in (0.4, 2.0)}
 
 
 def test_latency_grows_with_load_past_capacity_at_the_same_configuration(runs):
