@@ -39,7 +39,7 @@ class _Model:
     monitor: Monitor | None = None
 
 
-def _inputs(family: str, where: Path) -> np.ndarray:
+def request_inputs(family: str, where: Path) -> np.ndarray:
     """Real model inputs for the client's requests (a small dataset of the family, built once per service)."""
     from oltunes.worker.dataset import read_dataset
     from oltunes.zoo import make_dataset
@@ -99,7 +99,7 @@ class GatewayServing(Serving):
         async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {s.token}"} if s.token else None) as http:
             for m in self.models:
                 meta = (await http.get(f"{self.url}/v2/models/{m.job.family}")).raise_for_status().json()
-                payload = oip_payloads(_inputs(m.job.family, s.workdir), meta)
+                payload = oip_payloads(request_inputs(m.job.family, s.workdir), meta)
                 m.gen = LoadGenerator(self.url, m.job.family, s.arrivals, payload, max_in_flight=s.max_in_flight, token=s.token)
         self._tasks = [asyncio.create_task(m.gen.run(self._stop_traffic)) for m in self.models if m.gen is not None]
         self._tasks += [asyncio.create_task(m.supervisor.watch(self._stop_watch)) for m in self.models]
