@@ -48,9 +48,9 @@ async def _bare_stream(candidate, trace: Path, duration_s: float, workdir: Path)
     from oltunes.config import REPO_ROOT
     from oltunes.inventory import load_inventory
     from oltunes.launchers import Launcher, WorkerSpec
+    from oltunes.launchers.gateway_serving import request_inputs
     from oltunes.launchers.traffic import LoadGenerator, load_arrivals, oip_payloads
     from oltunes.types import JobSpec
-    from flows.streaming_inference import _inputs
 
     pool = {p.name: p for p in load_inventory(REPO_ROOT / "infra/inventory.local.yaml")}[candidate.pool]
     launcher = Launcher.make("local")
@@ -61,7 +61,7 @@ async def _bare_stream(candidate, trace: Path, duration_s: float, workdir: Path)
         launcher.ready(h, 90)
         family = candidate.variant.family
         meta = httpx.get(f"{h.url}/v2/models/{family}", timeout=30).json()
-        gen = LoadGenerator(h.url, family, load_arrivals(trace, duration_s=duration_s), oip_payloads(_inputs(family, workdir), meta))
+        gen = LoadGenerator(h.url, family, load_arrivals(trace, duration_s=duration_s), oip_payloads(request_inputs(family, workdir), meta))
         await gen.run(asyncio.Event())
         return gen.latency_summary()
     finally:

@@ -22,10 +22,10 @@ from typing import Any
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flows.common import bind_ephemeral_api, check_family, cluster_for, make_tracker, make_tuner, run_id, run_name, validate
+from flows.common import bind_ephemeral_api, check_family, make_tracker, make_tuner, run_id, run_name, validate
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
-from oltunes.launchers import Launcher, WorkerSpec
+from oltunes.launchers import WorkerSpec
 from oltunes.launchers.batch_job import measurement_from_results
 from oltunes.launchers.environment import Environment
 from oltunes.tuner.lease_holder import hold_lease, leases_for
@@ -150,12 +150,12 @@ async def batch_inference(
         lease_wait_s=lease_wait_s,
     )  # fmt: skip
     settings = get_settings()
-    backend = Launcher.lookup(p.launcher)
+    env = Environment.make(p.launcher)
     if p.dataset is not None and not p.dataset.is_file():
         raise DataError(f"parameter 'dataset': {p.dataset} does not exist")
-    if p.dataset is None and backend.needs_dataset:
+    if p.dataset is None and env.needs_dataset:
         raise DataError(f"parameter 'dataset': required with launcher {p.launcher!r}")
-    variants = backend.variants(settings)
+    variants = env.variants(settings)
     family_variants = check_family(p.family, variants, p.launcher)
     # Bad data is refused here, before any decision, output file or worker (and it is never retried).
     n_items = p.items if p.dataset is None else await check_dataset(p.dataset, family_variants)
@@ -163,28 +163,27 @@ async def batch_inference(
         raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")
     jid = p.job_id or run_id()
     out = p.output or settings.home / "outputs" / jid
-    cluster = cluster_for(backend, p.inventory)
+    cluster = env.cluster(p.inventory)
     job = JobSpec(
         job_id=jid, kind="batch", family=p.family, slo_ms=p.slo_ms, accuracy_floor=p.accuracy_floor,
         objective=p.objective, items=n_items, deadline_s=p.deadline_s,
     )  # fmt: skip
 
     # One run per output directory at a time (two would race on the same shards, and log and learn one job twice).
-    async with output_locked(backend.environment, out, p.output_wait_s):
-        return await _run_job(p, backend, variants, family_variants, job, out, cluster)
+    async with output_locked(env, out, p.output_wait_s):
+        return await _run_job(p, env, variants, family_variants, job, out, cluster)
 
 
 async def _run_job(
-    p: BatchParams, backend: type[Launcher], variants: list[Variant], family_variants: list[Variant], job: JobSpec,
+    p: BatchParams, env: Environment, variants: list[Variant], family_variants: list[Variant], job: JobSpec,
     out: Path, cluster: ClusterState,
 ) -> BatchOutcome:  # fmt: skip
     """Decide (or resume the recorded decision), run the parts, measure, log, feed back: under the output lock."""
     started_at = time.time()  # the job's MLflow run spans from here (the lock is held) to its measurement
     log = get_run_logger()
-    env = backend.environment
     jid = job.job_id
     tracker = make_tracker()
-    tuner, tsettings = make_tuner(backend, variants, p.policy)
+    tuner, tsettings = make_tuner(env, variants, p.policy)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
     recorded = env.recorded_decision(out)
     if recorded is not None:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from oltunes.config import REPO_ROOT, Settings, get_settings
+from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError, TunerUnavailable, field_errors
-from oltunes.inventory import load_inventory
-from oltunes.launchers import Launcher
+from oltunes.launchers.environment import Environment
 from oltunes.lifeline import kill_with_me
 from oltunes.tracking import Tracker
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant, new_id
@@ -55,6 +53,7 @@ def validate(model: type[BaseModel], **params: Any) -> Any:
 
 
 def check_family(family: str, variants: list[Variant], launcher: str) -> list[Variant]:
+    """The family's variants in the environment's catalogue; an unknown family names the known ones."""
     known = sorted({v.family for v in variants})
     if family not in known:
         hint = "" if known else " (no variants: build the zoo with `oltunes zoo build`)"
@@ -62,14 +61,9 @@ def check_family(family: str, variants: list[Variant], launcher: str) -> list[Va
     return [v for v in variants if v.family == family]
 
 
-def cluster_for(launcher: type[Launcher], inventory: str | None) -> ClusterState:
-    path = Path(inventory) if inventory else REPO_ROOT / launcher.default_inventory
-    return ClusterState(pools=load_inventory(path))
-
-
-def tuner_settings(launcher: type[Launcher], settings: Settings | None = None) -> Settings:
-    """The settings the launcher's tuner learns under (its environment's tuner state home)."""
-    return launcher.environment.tuner_settings(settings or get_settings())
+def tuner_settings(env: Environment, settings: Settings | None = None) -> Settings:
+    """The settings the environment's tuner learns under (its tuner state home)."""
+    return env.tuner_settings(settings or get_settings())
 
 
 class PolicyTuner:
@@ -106,21 +100,21 @@ class PolicyTuner:
         return getattr(tuner, name)
 
 
-def make_tuner(launcher: type[Launcher], variants: list[Variant], policy: str = "oltunes") -> tuple[Any, Settings]:
+def make_tuner(env: Environment, variants: list[Variant], policy: str = "oltunes") -> tuple[Any, Settings]:
     """The deciding object of a flow: the ``policy`` by name (``Policy.make``), given the configured tuner (its
-    saved state, or the tuning service) and the launcher environment's public profile table, if it has one."""
+    saved state, or the tuning service) and the environment's public profile table, if it has one."""
     from oltunes.policies import Policy, PolicyContext
 
     Policy.lookup(policy)  # an unknown name fails here, listing the known ones
-    tuner, s = _configured_tuner(launcher, variants)
-    ctx = PolicyContext(profile=launcher.environment.profile(s), variants=tuple(variants), tuner=tuner)
+    tuner, s = _configured_tuner(env, variants)
+    ctx = PolicyContext(profile=env.profile(s), variants=tuple(variants), tuner=tuner)
     return PolicyTuner(Policy.make(policy, ctx=ctx)), s
 
 
-def _configured_tuner(launcher: type[Launcher], variants: list[Variant]) -> tuple[Any, Settings]:
+def _configured_tuner(env: Environment, variants: list[Variant]) -> tuple[Any, Settings]:
     from oltunes.tuner.factory import get_tuner
 
-    s = tuner_settings(launcher)
+    s = tuner_settings(env)
     tuner = get_tuner(s, variants=variants)
     add = getattr(tuner, "add_variants", None)  # a tuner restored from disk learns of variants built since
     if add is not None:

@@ -1,31 +1,14 @@
-"""Serving tasks for the streaming flow's control loop: read a worker's metrics window, log one step."""
+"""Serving tasks for the streaming flow's control loop: log one step, end the service's run."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-import httpx
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from oltunes.tracking import ServiceRun
 from oltunes.types import Decision, Measurement
-
-
-@task(name="read-worker-metrics", cache_policy=NO_CACHE, timeout_seconds=15)
-async def read_worker_metrics(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """The worker's metrics window, then a new window (``reset=true``: not retried, a retry would lose it).
-
-    An unreachable worker (it just died; the supervisor restarts it) yields an empty window.
-    """
-    try:
-        async with httpx.AsyncClient(timeout=timeout_s) as client:
-            r = await client.get(f"{url}/window", params={"reset": "true"})
-            r.raise_for_status()
-            return r.json()
-    except httpx.HTTPError:
-        return {}
 
 
 @task(name="mlflow-log-step", cache_policy=NO_CACHE, timeout_seconds=120)

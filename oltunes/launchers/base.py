@@ -1,4 +1,5 @@
-"""The launcher interface: start / wait / stop / logs a worker, picked by name (``Launcher.make("local")``)."""
+"""The launcher interface: start / wait / stop / logs a worker, picked by name (``Launcher.make("local")``); what
+else a flow needs of where jobs run (catalogue, inventory, serving, tuner state) is its `Environment` of the same name."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from oltunes.errors import InputRejected, WorkerError
-from oltunes.launchers.environment import Environment, OnDisk
 from oltunes.registry import Registered
 from oltunes.telemetry import TelemetryReport
-from oltunes.types import Candidate, JobSpec, Measurement, Pool, Variant
+from oltunes.types import Candidate, JobSpec, Measurement, Pool
 
 WorkerMode = Literal["batch", "serve"]
 
@@ -77,23 +77,8 @@ class Handle:
 
 
 class Launcher(Registered, root=True):
-    """Start workers somewhere. Implementations register by name: ``class X(Launcher, name="x")``.
-
-    Each launcher also says which cluster it drives (`default_inventory`), which variants it can run
-    (`variants`) and where its jobs live (`environment`: outputs, tuner state, history), so flows never branch on
-    the launcher's name or on whether its results are simulated.
-    """
-
-    default_inventory: str = "infra/inventory.yaml"  # relative to the repository root
-    environment: ClassVar[Environment] = OnDisk()
-    needs_dataset: bool = True
-
-    @classmethod
-    def variants(cls, settings: Any) -> list[Variant]:
-        """Servable variants: the model zoo's by default (real ONNX files)."""
-        from oltunes.zoo import list_variants
-
-        return list_variants(settings.zoo_dir)
+    """Start workers somewhere. Implementations register by name: ``class X(Launcher, name="x")``, beside the
+    `oltunes.launchers.environment.Environment` of the same name that flows ask everything else."""
 
     def start(self, spec: WorkerSpec) -> Handle:
         raise NotImplementedError

@@ -44,8 +44,6 @@ class DockerLauncher(Launcher, name="docker"):
         gets root without capabilities, which cannot read other users' files).
     """
 
-    default_inventory = "infra/inventory.local.yaml"
-
     def __init__(
         self,
         image: str | None = None,

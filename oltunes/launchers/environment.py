@@ -1,12 +1,15 @@
-"""Where a launcher's jobs live: the questions a flow asks about outputs, tuner state and history, answered once per
-kind of launcher (``Launcher.environment``), so flows never branch on whether results are simulated.
+"""Where a flow's jobs run, as one object registered by name (the flows' ``launcher`` parameter:
+``Environment.make("local" | "docker" | "simulated")``): its model catalogue, its inventory, its launcher, how a
+streaming service is served, its experiment and its tuner-state home, and the questions a batch job asks about
+outputs. Flows ask the environment and never branch on its name or on whether results are simulated.
 
 - `OnDisk` (``local``, ``docker``): real workers write output shards under a locked directory, record their
   decision there (a re-run resumes it), learn in ``settings.home`` from real measurements only, and register
-  their ONNX variants in MLflow.
-- `Simulated` (``simulated``): the performance model answers; no output rows, no lock, no decision record, a
-  tuner state of its own under ``<home>/simulated`` warm-started from simulated measurements only, the public
-  profile table for profile-based policies, and the ``oltunes-simulation`` experiment for streaming steps.
+  their ONNX variants in MLflow; a streaming service is real workers behind the gateway, in wall time.
+- `Simulated` (``simulated``): the simulator answers (batch: the performance model; streaming: the event engine,
+  queueing included, in simulated time); no output rows, no lock, no decision record, a tuner state of its own
+  under ``<home>/simulated`` warm-started from simulated measurements only, the public profile table for
+  profile-based policies, and the ``oltunes-simulation`` experiment for streaming steps.
 """
 
 from __future__ import annotations
@@ -16,13 +19,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from oltunes.config import Settings
+from typing import TYPE_CHECKING
+
+from oltunes.config import REPO_ROOT, Settings
 from oltunes.registry import Registered
-from oltunes.types import Decision
+from oltunes.types import ClusterState, Decision, Variant
+
+if TYPE_CHECKING:
+    from oltunes.launchers.base import Launcher
+    from oltunes.launchers.serving import ServiceSetup, Serving
 
 
 class Environment(Registered, root=True):
-    """The answers one kind of launcher gives (registered by name: ``Environment.make("disk")``).
+    """Where jobs run (registered by name: ``Environment.make("local")``); its launcher has the same name.
 
     A batch job's directory (`output`) always exists (its part plan and run directories live there); whether
     the job writes output rows into it, locks it and records its decision there is the environment's answer.
@@ -32,6 +41,33 @@ class Environment(Registered, root=True):
     simulated: bool = False
     #: Variants are real ONNX files (registered in MLflow after a job); simulated variants are not.
     model_files: bool = True
+    #: A batch job needs an input dataset (a simulated one only a count of items).
+    needs_dataset: bool = True
+    #: The cluster it drives unless the flow names an inventory (relative to the repository root).
+    inventory: str = "infra/inventory.local.yaml"
+
+    def launcher(self) -> Launcher:
+        from oltunes.launchers import Launcher  # the package registers every launcher
+
+        return Launcher.make(self.name)
+
+    def variants(self, settings: Settings) -> list[Variant]:
+        """The model catalogue: the model zoo's variants (real ONNX files)."""
+        from oltunes.zoo import list_variants
+
+        return list_variants(settings.zoo_dir)
+
+    def cluster(self, inventory: str | None = None) -> ClusterState:
+        """The pools of ``inventory`` (a path), else of this environment's own inventory."""
+        from oltunes.inventory import load_inventory
+
+        return ClusterState(pools=load_inventory(Path(inventory) if inventory else REPO_ROOT / self.inventory))
+
+    def serving(self, setup: ServiceSetup) -> Serving:
+        """How a streaming service is served: real workers behind the gateway, in wall time."""
+        from oltunes.launchers.gateway_serving import GatewayServing
+
+        return GatewayServing(self.launcher(), setup)
 
     @contextlib.contextmanager
     def outputs_locked(self, output: Path, wait_s: float) -> Iterator[None]:
@@ -80,15 +116,42 @@ class Environment(Registered, root=True):
         return experiment_for(kind)
 
 
-class OnDisk(Environment, name="disk"):
+class OnDisk(Environment):
     """Real workers writing real outputs (the `Environment` defaults)."""
 
 
+class Local(OnDisk, name="local"):
+    """Worker processes on this machine, pinned to the pools' CPU sets."""
+
+
+class Docker(OnDisk, name="docker"):
+    """Worker containers through a Docker engine (GPU hosts: ``inventory=infra/inventory.gpu.yaml``)."""
+
+
 class Simulated(Environment, name="simulated"):
-    """The simulator's performance model answers: no rows are written, and nothing mixes with real measurements."""
+    """The simulator answers: no rows are written, and nothing mixes with real measurements."""
 
     simulated = True
     model_files = False
+    needs_dataset = False
+    inventory = "infra/inventory.yaml"  # the GPU pools
+
+    def variants(self, settings: Settings) -> list[Variant]:
+        """The variants of the public profile table (no files)."""
+        from oltunes.sim.perfmodel import variants
+
+        return variants(settings)
+
+    def serving(self, setup: ServiceSetup) -> Serving:
+        """The event engine of ``oltunes simulate``, in simulated time."""
+        from oltunes.config import get_settings
+        from oltunes.launchers.sim_serving import SimulatedServing
+        from oltunes.sim.perfmodel import load_performance_model
+
+        settings = get_settings()
+        # its own copy of the public table as the truth (the engine registers the inventory's accelerators in it),
+        # as the simulated launcher's batch jobs see it
+        return SimulatedServing(load_performance_model(settings).perturbed(0.0, settings.seed), setup, seed=settings.seed)
 
     @contextlib.contextmanager
     def outputs_locked(self, output: Path, wait_s: float) -> Iterator[None]:

@@ -89,8 +89,6 @@ class LocalLauncher(Launcher, name="local"):
         Telemetry sampling period.
     """
 
-    default_inventory = "infra/inventory.local.yaml"
-
     def __init__(self, watts_per_core: float | None = None, sample_interval_s: float = 0.5):
         self.watts_per_core = watts_per_core or get_settings().cpu_watts_per_core
         self.sample_interval_s = sample_interval_s

@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from oltunes.launchers.traffic import Window
 from oltunes.telemetry import TelemetryReport
 from oltunes.types import Decision, Measurement
+
+
+async def read_window(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The worker's metrics window, then a new window (``reset=true``: never retried, a retry would lose it).
+
+    An unreachable worker (it just died; the supervisor restarts it) yields an empty window.
+    """
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            r = await client.get(f"{url}/window", params={"reset": "true"})
+            r.raise_for_status()
+            return r.json()
+    except httpx.HTTPError:
+        return {}
 
 
 def capacity_items_per_s(wm: dict[str, Any]) -> float | None:

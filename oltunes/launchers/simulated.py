@@ -1,6 +1,7 @@
-"""Simulated launcher: the simulator's performance model stands in for a worker, so the very same flows can drive a
-heterogeneous GPU cluster end to end. Every result is a `Measurement` with ``simulated=True`` and
-``energy_source="simulated"``; no inference runs and no output rows are written.
+"""Simulated launcher: the simulator's performance model stands in for a batch worker, so the very same flows can
+drive a heterogeneous GPU cluster end to end. Every result is a `Measurement` with ``simulated=True`` and
+``energy_source="simulated"``; no inference runs and no output rows are written. (A simulated streaming service
+is served by the event engine: `oltunes.launchers.sim_serving`, through the ``simulated`` environment.)
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import numpy as np
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, WorkerError
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec
-from oltunes.launchers.environment import Simulated
-from oltunes.types import Measurement, Variant
 
 
 class SimulatedLauncher(Launcher, name="simulated"):
@@ -27,15 +26,6 @@ class SimulatedLauncher(Launcher, name="simulated"):
     seed
         Seed of the noise generator (default ``settings.seed``).
     """
-
-    environment = Simulated()
-    needs_dataset = False
-
-    @classmethod
-    def variants(cls, settings: Any) -> list[Variant]:
-        from oltunes.sim.perfmodel import variants
-
-        return variants(settings)
 
     def __init__(self, model: Any = None, seed: int | None = None):
         if model is None:
@@ -53,7 +43,8 @@ class SimulatedLauncher(Launcher, name="simulated"):
 
     def start(self, spec: WorkerSpec) -> Handle:
         if spec.mode != "batch":
-            raise ConfigError(f"launcher 'simulated': mode {spec.mode!r} is not supported (batch only); use 'local'")
+            raise ConfigError(f"launcher 'simulated': mode {spec.mode!r} is not supported (batch only; a simulated "
+                              "streaming service is served by the event engine, `Environment.make('simulated').serving`)")
         items = spec.items or spec.job.items
         if items < 1:
             raise ConfigError("launcher 'simulated': items must be >= 1 (set JobSpec.items or WorkerSpec.items)")
@@ -63,12 +54,6 @@ class SimulatedLauncher(Launcher, name="simulated"):
         h = Handle(spec=spec, launcher=self.name)
         h.result = WorkerResult(returncode=0, measurement=m, simulated=True)
         return h
-
-    def measure_interval(self, spec: WorkerSpec, items: int, step: int) -> Measurement:
-        """One control interval of a simulated streaming service: `items` requests at ``spec.job``'s rate."""
-        ident = hashlib.sha256(f"{spec.job.job_id}|{spec.run_dir}|{step}".encode()).digest()
-        rng = np.random.default_rng([self.seed, int.from_bytes(ident[:8], "little")])
-        return self.model.measure(spec.job, spec.candidate, items=items, rng=rng, decision_id=spec.decision_id)
 
     def wait(self, handle: Handle, timeout_s: float | None = None) -> WorkerResult:
         result = handle.result

@@ -305,6 +305,29 @@ class Simulator:
         res.wall_s = time.perf_counter() - wall0
         return res
 
+    # ------------------------------------------------------------------ stepping from outside
+    # For callers that decide themselves and want this physics one interval at a time (the streaming flow's
+    # simulated serving, `oltunes.launchers.sim_serving`).
+    def place(self, r: JobRun, d: Decision, now: float) -> None:
+        """Configure ``r`` per ``d`` at ``now`` (a change pays the switch cost) on the device ``d`` names."""
+        c = d.candidate
+        jid = r.job.spec.job_id
+        self.cluster.remove(jid, keep_load=True)
+        dev = d.group.device if d.group is not None and d.group.pool == c.pool else self.cluster.least_loaded_device(c.pool)
+        if dev is None:
+            raise ConfigError(f"simulator: no device up in pool {c.pool!r}")
+        self._configure(r, d, dev, now)
+        self.cluster.place(r.placement)
+        self.cluster.loads.setdefault(jid, min(1.0, self.model.load(r.job.spec, c)) if r.streaming else 1.0)
+
+    def step(self, runs: list[JobRun], t0: float, t1: float, final: bool = False) -> list[Measurement]:
+        """Serve the placed ``runs`` from ``t0`` to ``t1``: the measurement of each run that served requests.
+        ``final``: a drain; what is still queued at ``t1`` is dropped and nothing is measured."""
+        seen: list[Measurement] = []
+        res = RunResult("external", self.duration_s, self.dt, runs, {})
+        self._step(_Observer(seen.append), res, runs, [], t0, t1, final)
+        return seen
+
     def _drain_window(self) -> float:
         slo = max((j.spec.slo_ms for j in self.jobs if j.arrivals is not None), default=0.0)
         return self.drop_after * slo / 1000.0 + self.dt
@@ -430,3 +453,13 @@ class Simulator:
             simulated=True,
             timestamp=now,
         )
+
+
+@dataclass
+class _Observer:
+    """The policy shape `Simulator._step` reports measurements to, for `Simulator.step`."""
+
+    observe: Callable[[Measurement], None]
+    name: str = "external"
+    adaptive: bool = False
+    learns: bool = True

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError, WorkerError
-from oltunes.launchers import Launcher
+from oltunes.launchers.environment import Environment
 from oltunes.launchers.batch_job import job_outputs
 from oltunes.tracking import Tracker
 from oltunes.tracking import conventions as cv
@@ -92,7 +92,7 @@ def test_batch_flow_runs_logs_feeds_back_and_resumes(settings_env, dataset, tmp_
     # every variant of the family is a registered model version; the chosen one is `preferred`, with the
     # accuracy measured here
     versions = mlflow().search_model_versions("name = 'oltunes.cnn'")
-    assert {v.tags["variant"] for v in versions} == {v.name for v in Launcher.lookup("local").variants(get_settings()) if v.family == "cnn"}
+    assert {v.tags["variant"] for v in versions} == {v.name for v in Environment.make("local").variants(get_settings()) if v.family == "cnn"}
     mv = mlflow().get_model_version_by_alias("oltunes.cnn", "preferred")
     assert mv.tags["variant"] == res.decision.variant.name
     assert float(mv.tags["measured_accuracy"]) == pytest.approx(m.accuracy, abs=1e-5)

@@ -11,7 +11,7 @@ import pytest
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
 from oltunes.inventory import load_inventory
-from oltunes.launchers import Launcher
+from oltunes.launchers.environment import Environment
 from oltunes.launchers.batch_job import job_outputs
 from oltunes.tuner import Tuner
 from oltunes.tuner.service import create_app, serve_in_thread
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(400)
 def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_device_inventory, monkeypatch,
                                                              settings_env, dataset, tmp_path):
     inventory = one_device_inventory("cpu-shared", slots=2)
-    variants = Launcher.lookup("local").variants(get_settings())
+    variants = Environment.make("local").variants(get_settings())
     app = create_app(Tuner(variants, seed=0), state_path=tmp_path / "tuner.json", pools=load_inventory(inventory),
                      persist_every_s=0)
     book = app.state.service.leases

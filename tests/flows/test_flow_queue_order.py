@@ -18,7 +18,7 @@ import pytest
 
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
-from oltunes.launchers import Launcher
+from oltunes.launchers.environment import Environment
 from oltunes.launchers.batch_job import job_outputs
 from tests.tuner.serve_process import AUTH, TOKEN, ServeProcess
 
@@ -37,7 +37,7 @@ def test_batch_flows_waiting_on_a_full_pool_get_it_shortest_first(own_home, one_
     (tmp_path / "service").mkdir()
     srv = ServeProcess(tmp_path / "service")
     (tmp_path / "service" / "variants.json").write_text(json.dumps(
-        [v.model_dump(mode="json") for v in Launcher.lookup("local").variants(get_settings())]))
+        [v.model_dump(mode="json") for v in Environment.make("local").variants(get_settings())]))
     srv.cmd += ["--inventory", str(inventory), "--queue-policy", "sjf"]
     srv.env["OLTUNES_HOME"] = str(own_home)  # the flows' home: its zoo is the service's model store
     with srv:

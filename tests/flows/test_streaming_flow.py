@@ -15,6 +15,7 @@ import tritonclient.http as triton
 from mlflow import MlflowClient
 from tritonclient.utils import InferenceServerException
 
+import flows.streaming_inference as streaming
 from flows.streaming_inference import streaming_inference
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError
@@ -41,7 +42,21 @@ def worker_pids(sid: str) -> list[int]:
     return [int(p.read_text()) for p in files]
 
 
-def test_streaming_service_logs_steps_feeds_the_learner_and_loses_nothing(settings_env):
+@pytest.fixture
+def loop_backends(monkeypatch):
+    """The serving each run of the flow's one control loop (`run_service`) drove, by class name."""
+    seen: list[str] = []
+    real = streaming.run_service
+
+    async def spy(svc, serving, first):
+        seen.append(type(serving).__name__)
+        return await real(svc, serving, first)
+
+    monkeypatch.setattr(streaming, "run_service", spy)
+    return seen
+
+
+def test_streaming_service_logs_steps_feeds_the_learner_and_loses_nothing(settings_env, loop_backends):
     settings_env()
     out = asyncio.run(
         # a generous SLO: on a shared, loaded machine admission control would rightly refuse some (tested elsewhere)
@@ -49,6 +64,7 @@ def test_streaming_service_logs_steps_feeds_the_learner_and_loses_nothing(settin
                             control_interval_s=4.0, service_id="svc-e2e")
     )  # fmt: skip
     assert out.status == "FINISHED" and out.steps >= 2
+    assert loop_backends == ["GatewayServing"]  # real workers, through the one loop
     r = out.requests
     assert r["sent"] > 100 and r["sent"] == r["ok"] + r["failed"] and r["in_flight"] == 0
     # switching workers drops nothing: the only refusals allowed are admission's 429s (an answer, on a loaded machine)
@@ -155,13 +171,19 @@ def test_cancelled_service_stops_its_workers_and_closes_its_run(settings_env):
     assert run.info.status == "KILLED"
 
 
-def test_simulated_streaming_runs_the_same_loop_on_a_gpu_cluster(settings_env, shared_data):
+def test_simulated_streaming_runs_the_same_loop_on_a_gpu_cluster(settings_env, shared_data, loop_backends):
     settings_env()
     out = asyncio.run(
         streaming_inference(family="resnet", launcher="simulated", slo_ms=100.0, speedup=4.0, duration_s=60.0,
                             control_interval_s=10.0, service_id="svc-sim")
     )  # fmt: skip
     assert out.steps == 6 and all(m.simulated and m.energy_source == "simulated" for m in out.measurements)
+    assert loop_backends == ["SimulatedServing"]  # the event engine, through the same loop as real workers
+    # the engine's requests: each one served or dropped, with its queueing measured
+    r = out.requests
+    assert r["sent"] == len(streaming.load_arrivals(out.trace, speedup=4.0, duration_s=60.0)) == r["ok"] + r["failed"]
+    assert all(m.queueing_delay_ms is not None and m.request_latency_p99_ms >= m.latency_p50_ms for m in out.measurements)
+    assert out.request_latency["p99_ms"] >= out.request_latency["p50_ms"] > 0
     c = MlflowClient(get_settings().mlflow_uri)
     (run,) = c.search_runs([c.get_experiment_by_name("oltunes-simulation").experiment_id], f"tags.`{cv.TAG_SERVICE}` = 'svc-sim'")
     assert run.data.tags[cv.TAG_SIMULATED] == "true"

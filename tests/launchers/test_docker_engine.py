@@ -69,7 +69,8 @@ def make_spec(variant, tmp_path, mode="batch", data=None, pool=CPU_POOL, job_id=
 
 
 def containers_of(client, job_id: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"oltunes.job_id={job_id}"})
+    # ignore_removed: a container removed between the listing and its inspect is gone, not an error (404)
+    return client.containers.list(all=True, ignore_removed=True, filters={"label": f"oltunes.job_id={job_id}"})
 
 
 def eventually(predicate, timeout_s: float, what: str) -> None:

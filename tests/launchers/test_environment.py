@@ -1,14 +1,18 @@
-"""Each registered launcher's environment answers the flows' questions (outputs, lock, decision record, tuner state,
-history, experiment) so the flows never ask whether a launcher is simulated."""
+"""Each registered environment bundles what the flows ask (catalogue, inventory, launcher, serving, outputs, lock,
+decision record, tuner state, history, experiment) so the flows never ask whether results are simulated."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from oltunes.config import Settings
+from oltunes.config import REPO_ROOT, Settings
 from oltunes.errors import ConfigError
 from oltunes.launchers import Launcher
-from oltunes.launchers.environment import Environment, OnDisk, Simulated
+from oltunes.launchers.environment import Docker, Environment, Local, OnDisk, Simulated
+from oltunes.launchers.gateway_serving import GatewayServing
+from oltunes.launchers.serving import ServiceSetup
+from oltunes.launchers.sim_serving import SimulatedServing
 from oltunes.tracking import conventions as cv
 from oltunes.types import Candidate, Decision, Explanation, Prediction, Variant
 
@@ -27,12 +31,31 @@ def _shard(output, part: int = 0, shard: int = 0) -> None:
     (d / f"part-{shard:05d}.parquet").write_bytes(b"not read, only counted")
 
 
-@pytest.mark.parametrize(("launcher", "env"), [("local", OnDisk), ("docker", OnDisk), ("simulated", Simulated)])
-def test_every_launcher_has_a_registered_environment(launcher, env):
-    e = Launcher.lookup(launcher).environment
-    assert type(e) is env and Environment.lookup(e.name) is env
-    assert e.simulated is (launcher == "simulated")
-    assert set(Environment.known()) == {"disk", "simulated"}
+@pytest.mark.parametrize(("name", "env"), [("local", Local), ("docker", Docker), ("simulated", Simulated)])
+def test_every_launcher_has_a_registered_environment_of_its_name(name, env):
+    e = Environment.make(name)
+    assert type(e) is env and set(Environment.known()) == set(Launcher.known())
+    assert type(e.launcher()) is Launcher.lookup(name)
+    real = name != "simulated"
+    assert e.simulated is not real and e.model_files is real and e.needs_dataset is real
+
+
+@pytest.mark.parametrize(("name", "serving", "accelerators"), [
+    ("local", GatewayServing, {"cpu"}), ("docker", GatewayServing, {"cpu"}), ("simulated", SimulatedServing, {"t4", "a100"}),
+])  # fmt: skip
+def test_environment_bundles_its_inventory_and_how_a_service_is_served(name, serving, accelerators, shared_data, tmp_path):
+    env = Environment.make(name)
+    cluster = env.cluster()
+    assert accelerators <= {p.accelerator.name for p in cluster.pools}
+    setup = ServiceSetup(jobs=[], arrivals=np.zeros(0), duration_s=1.0, control_interval_s=1.0, cluster=cluster, workdir=tmp_path)
+    assert type(env.serving(setup)) is serving
+    assert env.cluster(str(REPO_ROOT / "infra/inventory.yaml")) == Environment.make("simulated").cluster()  # named: wins
+
+
+def test_catalogues_are_the_zoo_or_the_public_profile_table(shared_data, tmp_path):
+    s = Settings(home=tmp_path / "home")
+    assert Environment.make("local").variants(s) == []  # the zoo's files only: none built here
+    assert any(v.family == "resnet" for v in Environment.make("simulated").variants(s))
 
 
 def test_on_disk_locks_records_and_counts_outputs(tmp_path):
