@@ -104,6 +104,8 @@ class CoRunners(Constraint, name="co-runners"):
         co = checks.ok  # P, V, L
         if co.all():
             return np.ones((1, 1, 1, 1), dtype=bool)
+        if (co == co[:, :, :1]).all():  # the newcomer's load level cannot change the outcome: skip finding it
+            return co[:, :, None, None, 0]
         rate = est.job.arrival_rate_rps
         if est.job.kind == "streaming" and rate > 0:  # the newcomer's busy share decides how much it slows them
             level = load_level(rate / est.thr)  # P, V, B, C

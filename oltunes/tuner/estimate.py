@@ -52,6 +52,7 @@ __all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
 
 TARGETS = ("log_latency", "log_energy", "log_throughput")
 LAT, EN, THR = 0, 1, 2
+GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
 
 
 def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
@@ -146,6 +147,9 @@ class Estimator:
         # Co-runner checks (``corunners``) also depend on the parameters; few clusters recur between observations.
         self.member_memo = Memo(lambda: (catalogue.version, self.model.parameters_version, self.n_learned),
                                 max_entries=64)
+        # Scored grids (``_grid``): every term moves with the parameters, the observation count or the catalogue.
+        self.grid_memo = Memo(lambda: (self.model.parameters_version, self.n_learned, catalogue.version),
+                              max_entries=GRID_MEMO_ENTRIES)
 
     # ------------------------------------------------------------------------------------------------ prior
     def accelerator(self, name: str) -> Accelerator:
@@ -283,18 +287,7 @@ class Estimator:
                  no_capacity: bool = False) -> Estimate:
         """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
         ctx = job_context(job)
-        static = self.memo.get(("static", job.family), dict)  # variants x batch x concurrency block
-        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
-        regions = [o.pool.accelerator.name for o in options]
-        logp = raw + self._prior_grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
-        marg = np.array([self.margins(r, job.family) for r in regions])  # P, 3
-        if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
-            logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
-        lat, energy, thr = np.exp(logp)
-        # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
-        # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
-        visits = self._visit_grid(regions, variants)  # P, V
-        pess_lat = lat * np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
+        logp, lat, energy, thr, marg, visits, pess_lat = self._grid(ctx, options, variants)
         streaming = job.kind == "streaming"
         # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
         learned_thr = streaming and not self.implied_throughput
@@ -303,6 +296,32 @@ class Estimator:
         return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
                         concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
                         visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
+
+    def _grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
+        """The job-independent part of an estimate, scored once per (family, job context, what the options look
+        like to the model) and reused until an observation changes the model, the margins or the catalogue
+        (``grid_memo``). Every value is a pure function of that key, so a hit returns exactly what a rebuild
+        would (the arrays are read-only: nothing downstream may change a shared grid)."""
+        sig = tuple((o.pool.name, o.pool.accelerator.name, o.pool.accelerator.max_w, o.co_features) for o in options)
+        return self.grid_memo.get((variants[0].family, ctx, sig), lambda: self._score_grid(ctx, options, variants))
+
+    def _score_grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
+        static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
+        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
+        regions = [o.pool.accelerator.name for o in options]
+        logp = raw + self._prior_grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
+        marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
+        if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
+            logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
+        lat, energy, thr = np.exp(logp)
+        # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
+        # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
+        visits = self._visit_grid(regions, variants)  # P, V
+        pess_lat = lat * np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
+        out = (logp, lat, energy, thr, marg, visits, pess_lat)
+        for a in out:
+            a.flags.writeable = False
+        return out
 
     def _request_latency(self, job: JobSpec, batch_lat: np.ndarray, thr: np.ndarray,
                          mean_thr: np.ndarray) -> np.ndarray:

@@ -89,6 +89,7 @@ class Occupancy:
         self._listed: Sequence[Placement] = ()
         self._exclude: str | None = None
         self._by_position = False  # an object listed twice: keys are list positions, nothing is kept across syncs
+        self.generation = 0  # moves on every sync that is not the very same list as last time
         # Values derived from one pool's placements (its placement options), valid while ``version(pool)`` holds.
         self.memo: dict[Hashable, Any] = {}
 
@@ -105,6 +106,7 @@ class Occupancy:
         if exclude == self._exclude and len(placements) == len(self._listed) and all(
                 map(is_, placements, self._listed)):  # the very same objects in the same order: nothing to do
             return
+        self.generation += 1
         touched: set[str] = set()
         order: dict[Hashable, int] | None = None  # positions, built only when an incremental change needs them
         if self._by_position or not self._placed or self._placed.keys().isdisjoint(map(id, placements)):
