@@ -313,12 +313,17 @@ class Tuner:
         hit = self._last_options
         if hit is not None and hit[0] == key and len(hit[1]) == len(pools) and all(map(is_, hit[1], pools)):
             return hit[2]
+        out = self._options_uncached(pools, current)
+        self._last_options = (key, list(pools), out)
+        return out
+
+    def _options_uncached(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
+        include = (current.pool, current.device) if current is not None else None
         load_of = self.estimator.load_of
         options = placement_options(pools, self._occupancy, include=include, load_of=load_of)
         no_capacity = not options
         if no_capacity:
             options = placement_options(pools, self._occupancy, ignore_capacity=True, load_of=load_of)
-        self._last_options = (key, list(pools), (options, no_capacity))
         return options, no_capacity
 
     def _decision(self, est, verdict, objective, obj, choice) -> Decision:
