@@ -287,12 +287,13 @@ class Estimator:
                  no_capacity: bool = False) -> Estimate:
         """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
         ctx = job_context(job)
-        logp, lat, energy, thr, marg, visits, pess_lat = self._grid(ctx, options, variants)
+        logp, lat, energy, thr, marg, visits, pess_lat, derived = self._grid(ctx, options, variants)
         streaming = job.kind == "streaming"
         # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
         learned_thr = streaming and not self.implied_throughput
         pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if learned_thr else thr
-        req_lat = self._request_latency(job, pess_lat, pess_thr, thr)
+        # (the grid's key holds the job's kind and rate, so its waits are kept with it unless they read margins)
+        req_lat = self._request_latency(job, pess_lat, pess_thr, thr, {} if learned_thr else derived)
         return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
                         concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
                         visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
@@ -321,24 +322,34 @@ class Estimator:
         out = (logp, lat, energy, thr, marg, visits, pess_lat)
         for a in out:
             a.flags.writeable = False
-        return out
+        return (*out, {})  # + values derived from these for the key's job kind and rate
 
     def _request_latency(self, job: JobSpec, batch_lat: np.ndarray, thr: np.ndarray,
-                         mean_thr: np.ndarray) -> np.ndarray:
+                         mean_thr: np.ndarray, derived: dict) -> np.ndarray:
         """What a request waits: the batch latency; for streaming + the batch-fill wait (bounded by the
         batcher's delay) + queueing (Kingman at the utilisation ``rate / thr``, or the job's own measured
-        bursts drained at ``mean_thr``, whichever is larger)."""
+        bursts drained at ``mean_thr``, whichever is larger). ``derived`` keeps the parts that depend only on
+        the grid and the job's rate (the job's own bursts are applied per call)."""
         rate = job.arrival_rate_rps
         if job.kind != "streaming" or rate <= 0:
             return batch_lat
-        req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
-        queue = 0.0
-        if self.burstiness is not None:
-            queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float), self.burstiness)
+        waits = derived.get("waits")
+        if waits is None:
+            req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
+            queue = 0.0
+            if self.burstiness is not None:
+                queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float),
+                                      self.burstiness)
+            waits = derived["waits"] = (req, queue, req + queue)
+            for a in waits:
+                if isinstance(a, np.ndarray):
+                    a.flags.writeable = False
+        req, queue, no_backlog = waits
         backlog = self.burst(job.job_id)
-        if backlog is not None:  # the backlog is already a high quantile of what was measured: mean throughput
-            queue = np.maximum(queue, 1000.0 * backlog / mean_thr)
-        return req + queue
+        if backlog is None:
+            return no_backlog
+        # the backlog is already a high quantile of what was measured: mean throughput
+        return req + np.maximum(queue, 1000.0 * backlog / mean_thr)
 
     # ------------------------------------------------------------------------------------------------ learn
     def learn(self, m: Measurement) -> None:
