@@ -80,6 +80,8 @@ class Estimate:
     req_lat: np.ndarray  # what the SLO is checked against: pessimistic request latency
     no_capacity: bool = False  # every option is a full device (named only for the explanation)
     extra: dict[str, Any] = field(default_factory=dict)  # per-constraint intermediate results
+    # values derived from the grid for this job's kind and rate only, shared by every estimate on that grid
+    shared: dict[str, Any] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -296,7 +298,8 @@ class Estimator:
         req_lat = self._request_latency(job, pess_lat, pess_thr, thr, {} if learned_thr else derived)
         return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
                         concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
-                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
+                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity,
+                        shared=derived)
 
     def _grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
         """The job-independent part of an estimate, scored once per (family, job context, what the options look
