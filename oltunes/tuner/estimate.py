@@ -245,8 +245,8 @@ class Estimator:
         key = (tuple(accelerators), variants[0].family)
         grid = memo.get(key)
         if grid is None:
-            grid = memo[key] = np.array([[self.visits.get(f"{a}/{v.name}", 0) for v in variants]
-                                         for a in accelerators], dtype=float)
+            rows = {a: [self.visits.get(f"{a}/{v.name}", 0) for v in variants] for a in dict.fromkeys(accelerators)}
+            grid = memo[key] = np.array([rows[a] for a in accelerators], dtype=float)
         return grid
 
     # ------------------------------------------------------------------------------------------------ predict
@@ -267,8 +267,18 @@ class Estimator:
     def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
         if self.correction is None:
             return 0.0
-        return self.per_observation.get(("correction", tuple(regions), variants[0].family), lambda: self.correction.grid(
-            regions, variants, self.batch_sizes, self.concurrencies))
+        return self.per_observation.get(("correction", tuple(regions), variants[0].family),
+                                        lambda: self._build_correction_grid(regions, variants))
+
+    def _build_correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
+        """The correction depends on an option's accelerator type only, and many options share one (40 pools,
+        8 types): each type's rows are computed once and copied to its options (the same numbers)."""
+        unique = list(dict.fromkeys(regions))
+        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies)
+        if len(unique) == len(regions):
+            return grid
+        at = {r: i for i, r in enumerate(unique)}
+        return grid.take([at[r] for r in regions], axis=1)
 
     def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
         m = self.model

@@ -98,3 +98,21 @@ def test_a_cached_grid_is_read_only_and_dropped_after_an_observation():
     tuner.recommend(job, cluster)
     (again,) = est.grid_memo._current().values()
     assert again is not first and not np.array_equal(again[0], first[0])
+
+
+def test_the_correction_and_visit_grids_scored_per_accelerator_type_equal_the_per_option_ones():
+    """Options of one accelerator type share their correction and visit rows: computed once, the same numbers."""
+    variants = make_variants()
+    rng = np.random.default_rng(5)
+    tuner = Tuner(variants, seed=0)
+    cluster = random_cluster(rng, variants)
+    for i in range(40):
+        tuner.observe(_measurement(rng, cluster, variants, i))
+    est = tuner.estimator
+    regions = [p.accelerator.name for p in cluster.pools] * 3  # each type several times, interleaved
+    fam = [v for v in variants if v.family == "cnn"]
+    full = est.correction.grid(regions, fam, est.batch_sizes, est.concurrencies)
+    assert np.array_equal(est._build_correction_grid(regions, fam), full)
+    assert not np.array_equal(full[:, 0], full[:, 1])  # the types really differ (the test can fail)
+    visits = est._visit_grid(regions, fam)
+    assert visits.sum() > 0 and visits.tolist() == [[est.visits.get(f"{a}/{v.name}", 0) for v in fam] for a in regions]
