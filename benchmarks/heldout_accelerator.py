@@ -11,6 +11,9 @@ variants on CPU / Pascal (``p100``) / Ampere (``a100``)). Per seed: train on eve
   offline on the training rows (log latency);
 * ``ratio rule`` (reference) — the same variant's Pascal latency at that batch x the median Ampere/Pascal ratio of
   the training Ampere rows; scored only on the test rows that have a Pascal twin (``coverage``);
+* ``ratio rule, robust, with batch elasticity`` (reference) — the ratio rule with a Huber-fitted offset and a
+  per-accelerator scaling of the variant's Pascal batch growth (``elastic_ratio_predictions``): the structure the
+  tuner's correction would need to reach the targets (measured, not yet in the tuner);
 * ``ablation: ...`` — the heuristic prior + the tuner's pooled correction alone (no FM), learnt from the same rows,
   with one ingredient changed at a time (``ABLATIONS``): what each ingredient of the correction is worth.
 
@@ -97,6 +100,41 @@ def ratio_rule_predictions(rows, train, test) -> np.ndarray:
     return np.array(out)
 
 
+def _huber_line(x: np.ndarray, y: np.ndarray, slope_k: float = 1.0, rounds: int = 50) -> tuple[float, float]:
+    """Huber regression ``y ~ a + b x`` by iteratively reweighted least squares (threshold 1.345 x the MAD scale of
+    the residuals, the usual 95%-efficiency constant), ``b`` shrunk towards 0 by a pseudo-count ``slope_k``."""
+    a_mat = np.c_[np.ones(len(y)), x]
+    w = np.ones(len(y))
+    for _ in range(rounds):
+        aw = a_mat * w[:, None]
+        a, b = np.linalg.solve(aw.T @ a_mat + np.diag([1e-9, slope_k]), aw.T @ y)
+        r = np.abs(y - a - b * x)
+        w = np.minimum(1.0, 1.345 * (1.4826 * np.median(r) + 1e-3) / np.maximum(r, 1e-12))
+    return float(a), float(b)
+
+
+def elastic_ratio_predictions(rows, train, test) -> np.ndarray:
+    """The ratio rule with a per-accelerator *batch elasticity*: Pascal latency x ``exp(offset + (lam - 1) g)``, with
+    ``g`` the variant's Pascal log-latency growth from batch 1 and (offset, lam) a Huber fit on the training Ampere
+    rows (lam shrunk towards 1). What a correction could reach with the two ingredients the tuner's lacks: a robust
+    accelerator offset and an accelerator-specific scaling of the batch shape (Ampere's latency grows ~0.6x as fast
+    with batch as Pascal's for the compute-bound variants: YOLOv5, ALBERT-xxlarge)."""
+    anchor = {(c.variant.name, c.batch_size): y for c, y in rows if c.accelerator == ANCHOR}
+
+    def growth(c: Candidate) -> float | None:
+        y, y1 = anchor.get((c.variant.name, c.batch_size)), anchor.get((c.variant.name, 1))
+        return None if y is None or y1 is None else math.log(y / y1)
+
+    seen = [rows[i] for i in train if rows[i][0].accelerator == TARGET and growth(rows[i][0]) is not None]
+    x = np.array([growth(c) for c, _ in seen])
+    offset, slope = _huber_line(x, np.array([math.log(y / anchor[(c.variant.name, c.batch_size)]) for c, y in seen]))
+    out = []
+    for i in test:
+        c, g = rows[i][0], growth(rows[i][0])
+        out.append(math.nan if g is None else anchor[(c.variant.name, c.batch_size)] * math.exp(offset + slope * g))
+    return np.array(out)
+
+
 def _former_heuristic(acc: Accelerator, v: Variant, batch: int) -> float:
     """The heuristic prior before it was made separable: every GPU with the same 1 ms overhead (log ms)."""
     gflop = 200.0 * v.params * 1e-9
@@ -114,6 +152,7 @@ ABLATIONS = {
     "ablation: accelerator side only (no variant effects shared across GPUs)":
         (_prior, {"fam": LEFT_OUT, "var": LEFT_OUT, "shape": LEFT_OUT}),
     "ablation: variant side without its batch x concurrency shape": (_prior, {"shape": LEFT_OUT}),
+    "ablation: no batch elasticity (every GPU's batch growth its kind's)": (_prior, {"elasticity": LEFT_OUT}),
     "ablation: the former (not separable) heuristic prior": (_former_heuristic, {}),
     "ablation: every effect k = 1 (shared effects not looser)":
         (_prior, {e: 1.0 for e in ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")}),
@@ -124,11 +163,14 @@ def correction_predictions(rows, train, test, log_prior, effect_k) -> np.ndarray
     pc = PooledCorrection(n_targets=1, root_k=Prior.make("heuristic").evidence, effect_k=effect_k)
     base = {i: log_prior(CATALOG[rows[i][0].accelerator], rows[i][0].variant, rows[i][0].batch_size)
             for i in (*train, *test)}
+    # the prior's log growth from batch 1 (what the batch elasticity scales)
+    growth = {i: np.array([base[i] - log_prior(CATALOG[rows[i][0].accelerator], rows[i][0].variant, 1)])
+              for i in (*train, *test)}
     for i in train:
         c, y = rows[i]
         pc.learn(c.accelerator, c.variant, c.batch_size, c.concurrency, np.array([math.log(y) - base[i]]),
-                 np.array([True]))
-    return np.array([math.exp(base[i] + pc.predict_candidate(rows[i][0])[0]) for i in test])
+                 np.array([True]), growth[i])
+    return np.array([math.exp(base[i] + pc.predict_candidate(rows[i][0], growth[i])[0]) for i in test])
 
 
 def evaluate(rows: list[tuple[Candidate, float]], seed: int, share: float = 0.1) -> dict[str, dict[str, float]]:
@@ -139,6 +181,7 @@ def evaluate(rows: list[tuple[Candidate, float]], seed: int, share: float = 0.1)
         "tuner prior alone": tuner_predictions(rows, train, test, seed, learn=False),
         "offline GBM (HistGradientBoosting)": gbm_predictions(rows, train, test, seed),
         "ratio rule (reference)": ratio_rule_predictions(rows, train, test),
+        "ratio rule, robust, with batch elasticity (reference)": elastic_ratio_predictions(rows, train, test),
         **{name: correction_predictions(rows, train, test, prior, k) for name, (prior, k) in ABLATIONS.items()},
     }
     out = {name: _apes(p, y) for name, p in preds.items()}

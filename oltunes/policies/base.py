@@ -74,6 +74,7 @@ class Policy(Registered, root=True):
 
     adaptive: ClassVar[bool] = False  # re-decided at every re-tune interval (else: placed once, kept)
     learns: ClassVar[bool] = False  # wants a Measurement per job per control interval
+    retunes_early: ClassVar[bool] = False  # adaptive: also re-decided right after a job's first measurement
     needs_profile: ClassVar[bool] = False  # reads a profile table (refused without one)
 
     def __init__(self, ctx: PolicyContext) -> None:

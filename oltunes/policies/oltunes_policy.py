@@ -11,7 +11,10 @@ prior, e.g. a profile table the user supplies"):
   queueing, drift and noise are still learned online from measurements only.
 
 Both pass the job's current placement on as ``current=`` when re-decided, so staying is one of the candidates and
-is preferred while near-best.
+is preferred while near-best. Both are re-decided once right after a job's first measurement (``retunes_early``):
+a cold start is a guess from the prior, and the first measurement (one control interval) already corrects it by
+far more than the measurement noise, so waiting a whole re-tune interval (3-6 control intervals in the shipped
+scenarios) on a wrong guess only adds violations.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def _has_free_slot(state: ClusterState) -> bool:
 class OLTunesPolicy(Policy, name="oltunes"):
     adaptive = True
     learns = True
+    retunes_early = True
     prior_kind = "heuristic"
 
     def __init__(self, ctx: PolicyContext, **tuner_kwargs) -> None:

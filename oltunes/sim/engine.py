@@ -44,6 +44,7 @@ class Policy(Protocol):
     name: str
     adaptive: bool  # re-decided every re-tune interval
     learns: bool  # observes a Measurement per job per control interval
+    retunes_early: bool  # also re-decides a job right after its first measurement
 
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None: ...
 
@@ -268,7 +269,13 @@ class Simulator:
                 if policy.adaptive and t0 >= next_retune:
                     next_retune += self.retune_s
                     for r in self._active:
+                        r.first_seen = True  # a regular re-tune after its first measurement makes an early one moot
                         self._retune(policy, r, res, t0)
+                elif policy.adaptive and policy.retunes_early:
+                    for r in self._active:
+                        if r.measured and not r.first_seen:
+                            r.first_seen = True
+                            self._retune(policy, r, res, t0)
                 still = []
                 for r in self._waiting:
                     d = policy.decide(r.job.spec, cl.state())
@@ -382,6 +389,7 @@ class Simulator:
             for r in active:
                 if r.interval_items > 0:
                     policy.observe(self._measurement(r, span, t1))
+                    r.measured = True
 
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
         p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))

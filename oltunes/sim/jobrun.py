@@ -52,6 +52,9 @@ class JobRun:
     started_s: float | None = None
     finished_s: float | None = None
     ready_s: float = 0.0
+    # re-decision timing: measured = the policy has had a measurement of it; first_seen = it was re-decided since
+    measured: bool = False
+    first_seen: bool = False
     items_done: int = 0
     batches_done: float = 0.0
     batches_violated: int = 0

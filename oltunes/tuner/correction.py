@@ -10,7 +10,9 @@ observation, needs hundreds of observations to learn offsets that size. This cor
                   + fam(k, f) + var(k, v) + shape(k, v, b, c)           variant side, shared by accelerators of kind k
                   + acc_fam(a, f) + acc_var(a, v) + cfg(a, v, b, c)     interactions, exact where measured
 
-with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family.
+with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family,
+plus a per-accelerator tilt on the kind's growth with batch size (``oltunes.tuner.elasticity``: an Ampere GPU's
+latency grows with batch ~0.6x as fast as a Pascal one's for compute-bound models).
 Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
 moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
 it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
@@ -29,13 +31,14 @@ The FM then learns what is left (co-runner interference, what the effects cannot
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
+from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity
 from oltunes.types import Candidate, Variant
 
 __all__ = ["PooledCorrection", "EFFECTS", "EFFECT_K"]
@@ -45,8 +48,9 @@ EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "ac
 # Pseudo-count per effect: noise variance / the effect's variance.
 # Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
 # variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
+# "elasticity": the batch elasticity's coefficients (``tuner.elasticity``).
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
-                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0}
+                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K}
 # The two nested trees of effects (coarse to fine): the accelerator side, under ``mu``, and the variant side.
 ACCELERATOR_TREE: tuple[str, ...] = ("kind", "acc", "acc_fam", "acc_var", "cfg")
 VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
@@ -71,6 +75,11 @@ def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
         a = np.concatenate([a, np.zeros(max(16, len(a)), dtype=a.dtype)])
     a[i] = value
     return a
+
+
+def _centre_key(acc: str, v: Variant, conc: int) -> str:
+    """The batch elasticity's centring group: a variant at one concurrency on a kind."""
+    return f"{accelerator_kind(acc)}/{v.name}/{conc}"
 
 
 def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
@@ -117,6 +126,8 @@ class PooledCorrection:
         self._families: dict[str, str] = {}  # variant -> family (for the state)
         self._sums = np.zeros((n_targets, 0))  # decayed sums of residuals per cell
         self._counts = np.zeros((n_targets, 0))
+        self._tilt_counts = np.zeros((n_targets, 0))  # the part of the counts the batch elasticity learns from
+        self._tilt_news = 0  # full-batch measurements since the elasticity was last refitted
         self._gid: dict[str, dict[str, int]] = {e: {} for e in EFFECTS}  # effect -> group key -> index
         # Index arrays of the fit, grown in place (capacity doubled) as configurations and groups appear, so a new
         # configuration costs O(1) here instead of rebuilding them from lists: effect -> group per cell, and
@@ -130,27 +141,43 @@ class PooledCorrection:
         self._fit_counts: dict[tuple[str, ...], dict[str, tuple]] = {}  # per tree and effect: (n, k, share)
         self._shapes: dict[str, list[tuple[int, int, int]]] = {}  # "kind/variant" -> measured (b, c, shape group)
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
+        # each accelerator's own growth with batch (``tuner.elasticity``)
+        self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
         self.version = 0
 
     # ------------------------------------------------------------------------------------------------ learn
     def learn(self, acc: str, v: Variant, batch: int, conc: int, y: np.ndarray,
-              mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One measurement's residuals ``y`` (n_targets,), learned where ``mask``.
+              mask: np.ndarray, growth: np.ndarray | None = None,
+              full_batches: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """One measurement's residuals ``y`` (n_targets,), learned where ``mask``; ``growth``: the prior's log change
+        from batch 1 to ``batch`` per target (what the batch elasticity scales; none: 0). Only measurements of
+        ``full_batches`` (the batch size is what ran: not a stream's partial batches) teach the elasticity.
 
         Returns the configuration's correction before and after (refitted: ``ROUNDS_PER_OBSERVATION`` rounds).
         """
-        j = self._cell(acc, v, batch, conc)
+        j = self._cell(acc, v, batch, conc, growth)
         self._fit()
-        before = self._current(acc, v, batch, conc)
+        before = self._cell_correction(j)
         m = np.asarray(mask, dtype=bool)
         s, n = self._sums[:, j], self._counts[:, j]
         self._sums[:, j] = np.where(m, self.decay * s + np.where(m, y, 0.0), s)
         self._counts[:, j] = np.where(m, self.decay * n + 1.0, n)
+        t = self._tilt_counts[:, j]
+        self._tilt_counts[:, j] = np.where(m, self.decay * t + full_batches, t)
+        self._tilt_news += bool(full_batches and m.any())
         self.version += 1
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        return before, self._current(acc, v, batch, conc)
+        return before, self._cell_correction(j)
 
-    def _cell(self, acc: str, v: Variant, batch: int, conc: int) -> int:
+    def _cell_correction(self, j: int) -> np.ndarray:
+        """``_current`` of a known configuration by its column: its groups' indices instead of their keys (the
+        same additions in the same order)."""
+        out = self._mu.copy()
+        for e in EFFECTS:
+            out = out + self._effects[e][:, self._idx[e][j]]
+        return out + self.elastic.term(int(self._idx["acc"][j]), int(self._idx["shape"][j]), "", None)
+
+    def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:
         key = (acc, v.name, batch, conc)
         j = self._cells.get(key)
         if j is not None:
@@ -160,6 +187,7 @@ class PooledCorrection:
         if j >= self._sums.shape[1]:  # grow by doubling: appending one column at a time is quadratic
             grow = np.zeros((self.n_targets, max(16, j)))
             self._sums, self._counts = np.hstack([self._sums, grow]), np.hstack([self._counts, grow])
+            self._tilt_counts = np.hstack([self._tilt_counts, grow])
         groups = {}
         for e, key_e in zip(EFFECTS, _groups(acc, v, batch, conc)):
             ids = self._gid[e]
@@ -169,6 +197,7 @@ class PooledCorrection:
                 self._effects[e] = np.hstack([self._effects[e], np.zeros((self.n_targets, 1))])
                 if e == "shape":
                     self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
+                    self.elastic.add_group(g, _centre_key(acc, v, conc), growth)
                 elif e == "cfg":
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
@@ -199,14 +228,27 @@ class PooledCorrection:
         idx = st["idx"]
         # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
         var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
+        # The batch elasticity's tilt, as of the last fit, is held fixed over the rounds and refitted once after
+        # them (a third Gauss-Seidel block, updated once per fit: it is one coefficient per accelerator).
+        el = self.elastic
+        tilt = el.coefficients(len(self._gid["acc"])).take(idx["acc"], axis=1) * el.x.take(idx["shape"], axis=1)
+        S_untilted = S - N * tilt
+        acc_side = None
         for _ in range(min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))):
-            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, counts[ACCELERATOR_TREE], S - N * var_side)
-            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, counts[VARIANT_TREE], S - N * acc_side)
+            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, counts[ACCELERATOR_TREE],
+                                                 S_untilted - N * var_side)
+            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, counts[VARIANT_TREE], S_untilted - N * acc_side)
             new_var_side -= self._centre_families(st, counts[VARIANT_TREE]).take(idx["kind"], axis=1)
             change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
             var_side = new_var_side
             if change < _TOL:
                 break
+        if acc_side is not None and self._tilt_news:  # (its own evidence unchanged: left as it is, cheaply)
+            self._tilt_news = 0
+            x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
+            # each configuration's residual weighted by the share of its measurements that ran full batches
+            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
+            el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
 
     def _structure(self) -> dict[str, Any]:
         """Views of the index arrays (per configuration, per parent) and their flattened bincount indices, renewed
@@ -308,17 +350,20 @@ class PooledCorrection:
         g = self._gid[e].get(key)
         return 0.0 if g is None else self._effects[e][:, g]
 
-    def predict(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
-        """Correction (n_targets,) of one configuration."""
+    def predict(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> np.ndarray:
+        """Correction (n_targets,) of one configuration (``growth`` as in ``learn``: used where its batch size was
+        never measured on its kind)."""
         self._fit()
-        return self._current(acc, v, batch, conc)
+        return self._current(acc, v, batch, conc, growth)
 
-    def _current(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
+    def _current(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> np.ndarray:
         """The correction as the effects stand (no refit)."""
         out = self._mu.copy()
-        for e, key in zip(EFFECTS, _groups(acc, v, batch, conc)):
+        keys = _groups(acc, v, batch, conc)
+        for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
-        return out
+        return out + self.elastic.term(self._gid["acc"].get(acc), self._gid["shape"].get(keys[4]),
+                                       _centre_key(acc, v, conc), growth)
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
@@ -346,12 +391,14 @@ class PooledCorrection:
             total += var
         return np.sqrt(total)
 
-    def predict_candidate(self, c: Candidate) -> np.ndarray:
-        return self.predict(c.accelerator, c.variant, c.batch_size, c.concurrency)
+    def predict_candidate(self, c: Candidate, growth: np.ndarray | None = None) -> np.ndarray:
+        return self.predict(c.accelerator, c.variant, c.batch_size, c.concurrency, growth)
 
     def grid(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
-             concurrencies: Sequence[int]) -> np.ndarray:
-        """Correction over (n_targets, accelerators, variants, batch sizes, concurrencies)."""
+             concurrencies: Sequence[int],
+             growth_of: Callable[[str, Variant, int], np.ndarray] | None = None) -> np.ndarray:
+        """Correction over (n_targets, accelerators, variants, batch sizes, concurrencies); ``growth_of(acc, variant,
+        batch)``: the prior's growth (``learn``), asked only where a batch size was never measured on the kind."""
         self._fit()
         T, P, V = self.n_targets, len(accelerators), len(variants)
         out = np.empty((T, P, V, len(batch_sizes), len(concurrencies)))
@@ -368,7 +415,24 @@ class PooledCorrection:
                     for b, c, g in table.get(key, ()):
                         if b in b_at and c in c_at:
                             out[:, p, j, b_at[b], c_at[c]] += self._effects[e][:, g]
+                self._add_tilt(out[:, p, j], acc, v, batch_sizes, concurrencies, growth_of)
         return out
+
+    def _add_tilt(self, out: np.ndarray, acc: str, v: Variant, batch_sizes: Sequence[int],
+                  concurrencies: Sequence[int], growth_of: Callable[[str, Variant, int], np.ndarray] | None) -> None:
+        """Add the batch elasticity's tilt to one (accelerator, variant)'s (T, B, C) block."""
+        a = self._gid["acc"].get(acc)
+        if a is None or not self.elastic.centre_ids:
+            return
+        k = accelerator_kind(acc)
+        for ci, c in enumerate(concurrencies):
+            centre = _centre_key(acc, v, c)
+            if centre not in self.elastic.centre_ids:
+                continue
+            for bi, b in enumerate(batch_sizes):
+                g = self._gid["shape"].get(f"{k}/{v.name}/{b}/{c}")
+                growth = growth_of(acc, v, b) if g is None and growth_of is not None else None
+                out[:, bi, ci] += self.elastic.term(a, g, centre, growth)
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -379,7 +443,9 @@ class PooledCorrection:
         return {"root_k": self.root_k, "decay": self.decay, "effect_k": self.effect_k,
                 "cells": [[acc, self._families[name], name, b, c] for (acc, name, b, c) in self._cells],
                 "sums": pack_floats(self._sums[:, :n]), "counts": pack_floats(self._counts[:, :n]),
+                "tilt_counts": pack_floats(self._tilt_counts[:, :n]),
                 "mu": self._mu.tolist(), "effects": {e: pack_floats(self._effects[e]) for e in EFFECTS},
+                "elasticity": self.elastic.state_dict(), "tilt_news": self._tilt_news,
                 "unfitted": self.version - max(self._fitted, 0)}  # measurements since the last fit
 
     @classmethod
@@ -396,12 +462,17 @@ class PooledCorrection:
                 v = Variant(family=family, name=name, size=name, accuracy=0.0)
                 j = pc._cell(acc, v, int(b), int(c))
                 pc._sums[:, j], pc._counts[:, j] = s, n
+            if "tilt_counts" in d:  # absent in states saved before the batch elasticity: it relearns
+                pc._tilt_counts[:, : len(cells)] = unpack_floats(d["tilt_counts"])
         if "effects" in d:
             pc._mu = np.array(d["mu"], dtype=float)
             for e in EFFECTS:
                 eff = unpack_floats(d["effects"][e]).reshape(n_targets, -1)
                 if eff.shape == pc._effects[e].shape:
                     pc._effects[e] = eff
+        if "elasticity" in d:  # absent in states saved before it existed: the tilt relearns
+            pc.elastic.load(d["elasticity"])
+            pc._tilt_news = int(d.get("tilt_news", 0))
         pc._fitted = 0
         pc.version = int(d.get("unfitted", len(pc._cells)))
         return pc

@@ -164,6 +164,14 @@ class Estimator:
         key = ("prior1", acc.name, acc.max_w, variant.name, variant.params, variant.bytes, variant.precision, batch)
         return self.memo.get(key, lambda: self.prior.base(acc, variant, batch))
 
+    def prior_growth(self, accelerator: str, variant: Variant, batch: int) -> np.ndarray:
+        """The prior's log change (latency, energy per item, throughput) from batch 1 to ``batch``, alone: what the
+        correction's batch elasticity scales (``tuner.elasticity``)."""
+        acc = self.accelerator(accelerator)
+        (lat, en), (lat1, en1) = self.prior_base(acc, variant, batch), self.prior_base(acc, variant, 1)
+        g = math.log(lat / lat1)
+        return np.array([g, math.log(en / en1), math.log(batch) - g])
+
     def prior_log(self, candidate: Candidate, ctx: JobContext) -> np.ndarray:
         """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters)."""
         acc = self.accelerator(candidate.accelerator)
@@ -262,7 +270,8 @@ class Estimator:
 
     def correction_of(self, c: Candidate) -> np.ndarray | float:
         """The pooled correction (log, per target) of one candidate (0 without one)."""
-        return 0.0 if self.correction is None else self.correction.predict_candidate(c)
+        return 0.0 if self.correction is None else self.correction.predict_candidate(
+            c, self.prior_growth(c.accelerator, c.variant, c.batch_size))
 
     def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
         if self.correction is None:
@@ -274,7 +283,7 @@ class Estimator:
         """The correction depends on an option's accelerator type only, and many options share one (40 pools,
         8 types): each type's rows are computed once and copied to its options (the same numbers)."""
         unique = list(dict.fromkeys(regions))
-        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies)
+        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies, self.prior_growth)
         if len(unique) == len(regions):
             return grid
         at = {r: i for i, r in enumerate(unique)}
@@ -386,7 +395,9 @@ class Estimator:
         if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
             mask = np.array([y[t] is not None for t in TARGETS])
             corr_before, corr_after = self.correction.learn(c.accelerator, c.variant, c.batch_size, c.concurrency,
-                                                            np.array([y[t] or 0.0 for t in TARGETS]), mask)
+                                                            np.array([y[t] or 0.0 for t in TARGETS]), mask,
+                                                            self.prior_growth(c.accelerator, c.variant, c.batch_size),
+                                                            full_batches=m.kind != "streaming")
         before = self.model.learn_predict_one(x, {t: None if y[t] is None else y[t] - corr_after[i]
                                                   for i, t in enumerate(TARGETS)})
         for i, t in enumerate(TARGETS):

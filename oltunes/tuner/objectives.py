@@ -1,6 +1,7 @@
 """Objectives: what "best" means among feasible candidates, registered by name (``Objective.make("energy")``).
 
-Streaming jobs minimise energy per item; batch jobs their ``JobSpec.objective``: ``energy`` per item,
+Streaming jobs minimise energy per item *at the batch their arrival rate forms* (``effective_batch_energy``);
+batch jobs their ``JobSpec.objective``: ``energy`` per item,
 ``completion_time`` (items / throughput) or ``cost`` per item (pool's hourly price / throughput). Each objective
 also names a secondary one (it only orders candidates within ``near_equal`` of the best), the word a runner-up's
 reason uses, and which predicted target's margin an optimistic explorer discounts it by.
@@ -42,7 +43,7 @@ class Energy(Objective, name="energy"):
     margin_target = EN
 
     def values(self, est: Estimate) -> np.ndarray:
-        return est.energy
+        return effective_batch_energy(est)
 
     def secondary(self, est: Estimate, flat: np.ndarray, p_idx: np.ndarray) -> np.ndarray:
         return _cost_per_hour(est)[p_idx] / est.thr.ravel()[flat]  # cost per item
@@ -60,6 +61,28 @@ class Cost(Objective, name="cost"):
 
     def values(self, est: Estimate) -> np.ndarray:
         return (_cost_per_hour(est) / 3600.0)[:, None, None, None] / est.thr
+
+
+def effective_batch_energy(est: Estimate) -> np.ndarray:
+    """Energy per item of each cell at the batch a streaming job's rate actually forms there.
+
+    Dynamic batching takes what queued while the previous batch ran: about ``1 + rate x t1 / c`` requests, ``t1``
+    the cell's smallest-batch latency (the prior's own ``b_eff``, ``Prior.adjust``). A configured batch larger than
+    that saves no energy: it only runs partial batches, and the full batches a burst fills are slower. Each cell
+    is therefore charged the energy of the largest configured batch size <= its effective batch, so the
+    energy a larger batch promises counts only where the rate fills it. (A streaming job's measurements of a
+    large batch at a low rate are partial batches too, so nothing measured would ever correct that promise.)
+    Batch jobs and jobs without a rate: the configured batch.
+    """
+    job = est.job
+    rate = job.arrival_rate_rps
+    if job.kind != "streaming" or rate <= 0 or len(est.batch_sizes) == 1:
+        return est.energy
+    b = np.array(est.batch_sizes, dtype=float)
+    c = np.array(est.concurrencies, dtype=float)
+    b_eff = np.minimum(b[:, None], 1.0 + rate * est.lat[:, :, :1, :] / 1000.0 / c)  # P, V, B, C
+    at = np.clip(np.searchsorted(b, b_eff, side="right") - 1, 0, len(b) - 1)
+    return np.take_along_axis(est.energy, at, axis=2)
 
 
 def objective_for(job: JobSpec) -> Objective:

@@ -1,7 +1,13 @@
 """Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
 
-* **choose** — lowest objective; candidates within ``near_equal`` of the best are ranked by fragmentation (free
-  slots left on the device, then in the pool), then the objective's secondary.
+* **choose** — lowest objective; candidates within ``near_equal`` of the best, or within the estimate's typical
+  error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when that is wider, are ranked by fragmentation (free
+  slots left on the device, then by robustness (:func:`tolerated_slowdown`: the largest factor by which the
+  estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
+  variant (lower accuracy, still above the floor), then the objective's secondary. Near-equal means the estimate
+  cannot tell them apart on the objective (at a cold start every variant whose size is unknown gets the same
+  prior, and batch sizes the rate does not fill the same energy): the choice then takes the one that survives
+  the largest error of the estimate, not the largest batch, concurrency or model.
 * **stay** — a running job (``current``) keeps its placement while feasible and within ``stay_tolerance`` of
   the best (a move costs a model load and a cold start); an infeasible one unless moving cuts its graded
   violation by more than ``INFEASIBLE_STAY``.
@@ -13,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +33,9 @@ __all__ = ["Choice", "Selector", "INFEASIBLE_STAY"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
+# Margins are 95th percentiles of |log error|; for a normal error the median |error| is 0.674 / 1.96 = 0.34 of
+# that: objectives closer than the estimate's typical error are near-equal (it cannot rank them).
+TYPICAL_ERROR_OF_MARGIN = 0.674 / 1.96
 Index = tuple[int, int, int, int]
 
 
@@ -67,14 +77,19 @@ class Selector:
         return Choice(idx, stayed=stay is not None and idx == stay)
 
     def choose(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
-        """Best objective; within ``near_equal`` of it: least fragmentation, then the secondary objective."""
+        """Best objective; within ``near_equal`` of it: least fragmentation, then most robust, then the smaller
+        variant, then the secondary objective."""
         o = np.where(feasible, obj, np.inf).ravel()
         best = o.min()
-        flat = np.flatnonzero(o <= best * (1.0 + self.near_equal))
+        p_best = np.unravel_index(int(o.argmin()), feasible.shape)[0]
+        band = max(self.near_equal, math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target]))
+        flat = np.flatnonzero(o <= best * (1.0 + band))
         p_idx = np.unravel_index(flat, feasible.shape)[0]
         frag = np.array([o_.free_slots_after + o_.pool_free_slots_after / 1e4 for o_ in est.options])[p_idx]
         secondary = objective.secondary(est, flat, p_idx)
-        keys = np.lexsort((o[flat], secondary, frag))
+        fragile = -np.broadcast_to(tolerated_slowdown(est, self.throughput_headroom), feasible.shape).ravel()[flat]
+        accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
+        keys = np.lexsort((o[flat], secondary, accuracy, fragile, frag))
         return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
 
     def explore(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
@@ -106,6 +121,20 @@ class Selector:
         flat = np.lexsort((obj.ravel(), graded.ravel(), shortfall.ravel(), cap_fail.ravel()))
         graded = np.where(cap_fail | (shortfall > 0), np.inf, graded)
         return tuple(int(i) for i in np.unravel_index(int(flat[0]), shape)), graded  # type: ignore[return-value]
+
+
+def tolerated_slowdown(est: Estimate, throughput_headroom: float) -> np.ndarray:
+    """How many times slower than estimated each candidate may turn out and still keep its SLO (pessimistic
+    request latency x k <= SLO) and, streaming, its throughput need (pessimistic capacity / k >= rate x
+    headroom). The estimate's commonest error is a common scale (a prior 15-50x too fast for a whole device at a
+    cold start): a small batch at one executor keeps latency slack but has no capacity to spare in a burst, a
+    large batch at high concurrency the reverse; the maximin of the two is the candidate a scale error hurts
+    least."""
+    k = est.job.slo_ms / est.req_lat
+    rate = est.job.arrival_rate_rps
+    if est.job.kind == "streaming" and rate > 0:
+        k = np.minimum(k, est.pess_thr / (rate * throughput_headroom))
+    return k
 
 
 def stay_index(est: Estimate, current: Placement | None) -> Index | None:

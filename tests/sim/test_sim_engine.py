@@ -103,3 +103,36 @@ def test_streaming_measurements_carry_request_level_latency(tiny):
         # a request's latency includes its batch's, so the request p99 cannot sit below the fastest batch
         assert m.request_latency_p99_ms >= m.latency_p50_ms * 0.5 and m.queueing_delay_ms >= 0
     assert all(m.request_latency_p99_ms is None for m in seen if m.kind == "batch")
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_a_policy_that_retunes_early_is_re_decided_after_a_jobs_first_measurement(tiny, early):
+    """``Policy.retunes_early``: a job is re-decided at the tick after its first measurement reached the policy
+    (then at every re-tune interval as before); without it, the first re-decision waits for the interval."""
+    from collections import Counter
+
+    from oltunes.policies import PolicyContext
+
+    sc = tiny.scenario
+    ctx = PolicyContext(profile=tiny.model, variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
+                        concurrencies=tuple(sc.concurrencies), seed=sc.seed)
+    policy = Policy.make("least-loaded", ctx=ctx)
+    policy.adaptive = policy.learns = True
+    policy.retunes_early = early
+    seen: Counter[str] = Counter()
+    first: dict[str, int] = {}  # job -> its measurements the policy had at its first re-decision
+    policy.observe = lambda m: seen.update([m.job_id])
+    decide = policy.decide
+
+    def recording(job, state, current=None):
+        if current is not None:
+            first.setdefault(job.job_id, seen[job.job_id])
+        return decide(job, state, current)
+
+    policy.decide = recording
+    run_policy(tiny, policy)
+    assert len(first) >= 3
+    if early:
+        assert set(first.values()) == {1}
+    else:  # the streams placed at t = 0 measured three 5 s intervals before the 15 s re-tune
+        assert max(first.values()) == sc.retune_interval_s / sc.control_interval_s

@@ -1,0 +1,74 @@
+"""Decisions under an estimate that cannot tell candidates apart: energy only where the rate fills a batch, and
+near-equal ties resolved by the error the estimate may make (``objectives.effective_batch_energy``,
+``selection.tolerated_slowdown``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from oltunes.inventory import CATALOG
+from oltunes.tuner import Tuner
+from oltunes.tuner.objectives import effective_batch_energy
+from oltunes.tuner.selection import tolerated_slowdown
+from oltunes.types import ClusterState, JobSpec, Pool, Variant
+
+# No parameter count: the heuristic prior gives every variant the same figures (as in the simulator's zoo).
+UNSIZED = [Variant(family="net", name=f"net-{a}", size=str(a), accuracy=a) for a in (0.90, 0.85, 0.80, 0.70)]
+CLUSTER = ClusterState(pools=[Pool(name="t4", accelerator=CATALOG["t4"], count=2)])
+BATCHES = (1, 2, 4, 8, 16)
+
+
+def _grid_estimate(job: JobSpec, lat1_ms: float) -> SimpleNamespace:
+    """A one-option, one-variant estimate: batch latency ~ b^0.75, energy per item ~ b^-0.25 (the prior's shape)."""
+    b = np.array(BATCHES, dtype=float)[None, None, :, None]
+    c = np.array([1.0, 2.0])[None, None, None, :]
+    lat = lat1_ms * b**0.75 * (1 + 0.5 * (c - 1))
+    return SimpleNamespace(job=job, batch_sizes=BATCHES, concurrencies=(1, 2), lat=lat,
+                           energy=np.broadcast_to(b**-0.25, lat.shape).copy(), req_lat=lat,
+                           pess_thr=1000.0 * b * c / lat)
+
+
+def test_streaming_energy_counts_a_batch_only_where_the_rate_fills_it():
+    # 10 ms batch-1 latency at 100 req/s: ~2 requests queue per batch at one executor, ~1.75 at two (slower)
+    job = JobSpec(family="net", kind="streaming", slo_ms=300, arrival_rate_rps=100.0)
+    est = _grid_estimate(job, 10.0)
+    e = effective_batch_energy(est)[0, 0]
+    np.testing.assert_allclose(e[:, 0], [1.0, 2**-0.25, 2**-0.25, 2**-0.25, 2**-0.25])  # c=1: b_eff = 2
+    np.testing.assert_allclose(e[:, 1], [1.0, 1.0, 1.0, 1.0, 1.0])  # c=2: b_eff = 1 + 100 x 15 ms / 2 = 1.75
+    # a rate that fills every batch: the configured batch's own energy
+    busy = _grid_estimate(job.model_copy(update={"arrival_rate_rps": 1e5}), 10.0)
+    np.testing.assert_array_equal(effective_batch_energy(busy), busy.energy)
+    # batch jobs run full batches
+    batch = _grid_estimate(JobSpec(family="net", slo_ms=300, items=100), 10.0)
+    np.testing.assert_array_equal(effective_batch_energy(batch), batch.energy)
+
+
+def test_tolerated_slowdown_is_the_maximin_of_latency_slack_and_spare_capacity():
+    job = JobSpec(family="net", kind="streaming", slo_ms=100, arrival_rate_rps=100.0)
+    est = _grid_estimate(job, 10.0)
+    k = tolerated_slowdown(est, 1.2)
+    np.testing.assert_allclose(k, np.minimum(100.0 / est.lat, est.pess_thr / 120.0))
+    # b1 c1 (100 items/s) cannot carry the rate x headroom; b16 c2 (120 ms) breaks the SLO; the most robust
+    # setting lies between the two extremes
+    assert k[0, 0, 0, 0] < 1.0 and k[0, 0, 4, 1] < 1.0
+    best = np.unravel_index(int(np.argmax(k)), k.shape)
+    assert best[2:] not in ((0, 0), (4, 1)) and k[best] > 1.0
+    batch = _grid_estimate(JobSpec(family="net", slo_ms=300, items=100), 10.0)
+    np.testing.assert_allclose(tolerated_slowdown(batch, 1.2), 300.0 / batch.req_lat)
+
+
+@pytest.mark.parametrize("rate", [1.0, 200.0])
+def test_a_cold_start_takes_the_smallest_good_enough_variant_and_a_batch_its_rate_fills(rate):
+    tuner = Tuner(UNSIZED, seed=0, explore_rate=0.0)
+    job = JobSpec(family="net", kind="streaming", slo_ms=300, accuracy_floor=0.75, arrival_rate_rps=rate)
+    d = tuner.decide(job, CLUSTER)
+    assert d.feasible
+    # the prior cannot tell the variants apart: the least accurate one above the floor, not the largest
+    assert d.candidate.variant.name == "net-0.8"
+    if rate == 1.0:  # one request at a time: no batch or concurrency to gain from, only latency to lose
+        assert (d.candidate.batch_size, d.candidate.concurrency) == (1, 1)
+    else:  # a rate that fills batches: a larger batch, still not the largest setting
+        assert 1 < d.candidate.batch_size * d.candidate.concurrency < max(BATCHES) * 4
