@@ -24,7 +24,10 @@ At cluster scale (issue 14) the same tuner recommends on 40 pools (the catalogue
 ``recommend_p{50,99}_ms_{1k,10k}_devices`` are medians over ``--scale-repeats`` runs of in-process percentiles.
 Goals: <= 2 ms at 1k devices, <= 5 ms at 10k. Alternating with those calls, the same recommends on copies of the
 cluster made of new placement objects (``..._fresh_objects``: what the HTTP service sees, so the tuner's occupancy
-index is rebuilt from every placement instead of synced by what changed) show what the incremental index saves.
+index is rebuilt from every placement instead of synced by what changed) show what the incremental index saves,
+and the same recommends each after a new observation (``..._after_observe``) what a decision costs when nothing
+scored before may be reused (the tuner keeps scored grids per family, job kind and rate, and option signature,
+until the next observation; the 64 jobs here share six such keys).
 
 Run: ``.venv/bin/python -m benchmarks.tuner_latency --json benchmarks/results/tuner_latency.json``
 """
@@ -116,30 +119,39 @@ def scale_cluster(rng: np.random.Generator, variants: list[Variant], devices: in
 
 
 def scale_latency_ms(tuner: Tuner, cluster: ClusterState, jobs: list[JobSpec], calls: int,
-                     repeats: int, copies: int = 4) -> dict[str, tuple[float, float]]:
+                     repeats: int, learn: list[Measurement], copies: int = 4) -> dict[str, tuple[float, float]]:
     """Medians over ``repeats`` of the in-process recommend (p50, p99) on ``cluster`` (after warm-up calls), side
     by side (alternating calls): ``same`` = the same placement objects every call (a long-lived caller: the
     tuner's occupancy index syncs by what changed, here nothing), ``fresh`` = new objects every call (what the
-    HTTP service sees: the index is rebuilt, the cost of grouping every placement). Each path has its own copy of
-    the tuner (same learned state), so one path's calls do not disturb the other's index."""
+    HTTP service sees: the index is rebuilt, the cost of grouping every placement), ``observed`` = the same
+    objects, but a new observation (untimed) before every call, so nothing scored before it may be reused (what
+    a simulator or a busy service that learns between decisions sees). Each path has its own copy of the tuner
+    (same learned state), so one path's calls do not disturb another's index or caches."""
     fresh = [ClusterState.model_construct(pools=cluster.pools, placements=[p.model_copy() for p in cluster.placements])
              for _ in range(copies)]
     twin = Tuner.from_state_dict(tuner.state_dict())
+    learner = Tuner.from_state_dict(tuner.state_dict())
     for job in jobs:  # warm-up: every job once on each path (first-call memos)
         tuner.recommend(job, cluster)
         twin.recommend(job, fresh[0])
-    runs: dict[str, list[list[float]]] = {"same": [], "fresh": [], "same_cpu": []}
+        learner.recommend(job, cluster)
+    runs: dict[str, list[list[float]]] = {"same": [], "fresh": [], "same_cpu": [], "observed": []}
+    n = 0
     for _ in range(repeats):
-        same_t, fresh_t, cpu_t = [], [], []
+        same_t, fresh_t, cpu_t, obs_t = [], [], [], []
         for i in range(calls):
             job = jobs[i % len(jobs)]
             c0 = time.thread_time()
             same_t.append(_timed(lambda: tuner.recommend(job, cluster)))
             cpu_t.append((time.thread_time() - c0) * 1e3)  # CPU time: what a loaded machine's queue does not add
             fresh_t.append(_timed(lambda: twin.recommend(job, fresh[i % copies])))
+            learner.observe(learn[n % len(learn)])
+            n += 1
+            obs_t.append(_timed(lambda: learner.recommend(job, cluster)))
         runs["same"].append(same_t)
         runs["fresh"].append(fresh_t)
         runs["same_cpu"].append(cpu_t)
+        runs["observed"].append(obs_t)
     return {k: (float(np.median([pct(r, 50) for r in rs])), float(np.median([pct(r, 99) for r in rs])))
             for k, rs in runs.items()}
 
@@ -313,8 +325,11 @@ def main() -> None:
             encode.append(_timed(lambda: RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()))
             decode.append(_timed(lambda: RecommendResponse.model_validate_json(reply)))
 
+    # new observations for the ``observed`` path (ids never seen, so each one changes the model)
+    learn = [synthetic_measurement(rng, cluster, variants, args.warm + args.observe + i)
+             for i in range(args.scale_calls * args.scale_repeats)]
     scale_both = {k: scale_latency_ms(tuner, scale_cluster(rng, variants, n), jobs, args.scale_calls,
-                                      args.scale_repeats) for k, n in SCALE_DEVICES.items()}
+                                      args.scale_repeats, learn) for k, n in SCALE_DEVICES.items()}
     scale_runs = {k: v["same"] for k, v in scale_both.items()}
     scale = {k: p99 for k, (_, p99) in scale_runs.items()}
     overhead = [h - s for h, s in zip(http, served.times_ms, strict=True)]
@@ -337,7 +352,8 @@ def main() -> None:
         **{f"recommend_p50_ms_{k}_devices": p50 for k, (p50, _) in scale_runs.items()},
         **{f"recommend_p99_ms_{k}_devices": v for k, v in scale.items()},
         **{f"recommend_p{q}_ms_{k}_devices_{path}": v[key][i] for k, v in scale_both.items()
-           for key, path in (("fresh", "fresh_objects"), ("same_cpu", "cpu_time")) for i, q in enumerate((50, 99))},
+           for key, path in (("fresh", "fresh_objects"), ("same_cpu", "cpu_time"), ("observed", "after_observe"))
+           for i, q in enumerate((50, 99))},
         "observe_mean_ms": observe_s / args.observe * 1e3,
         "client_encode_p50_ms": pct(encode, 50),
         "client_decode_p50_ms": pct(decode, 50),
@@ -378,7 +394,9 @@ def main() -> None:
             *[row for k, n in SCALE_DEVICES.items() for row in (
                 [f"  {n:,} devices, CPU time of the same calls (ms)", *scale_both[k]["same_cpu"], "", ""],
                 [f"  {n:,} devices, new placement objects every call (index rebuilt) (ms)", *scale_both[k]["fresh"],
-                 "", ""])],
+                 "", ""],
+                [f"  {n:,} devices, a new observation before every call (nothing reused) (ms)",
+                 *scale_both[k]["observed"], "", ""])],
             ["observe (per s)", res["observe_mean_ms"], observe_per_s, ">= 2000", res["goals_met"]["observe_per_s"]],
             ["HTTP stack only: total - server-side tuner (ms)", res["http_overhead_p50_ms"],
              res["http_overhead_p99_ms"], "", ""],

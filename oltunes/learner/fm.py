@@ -272,13 +272,19 @@ class _FMBase(base.Base):
         rows_a, vals_a = self.index(xa)
         rows_d, vals_d = self.index(xd)
         idx = self._index
-        keys_d = [[k for k, v in x.items() if v != 0.0 and k in idx] for x in xd]  # same order as index()
+        # where each of d's keys sits in rows_d (the same order as index()): few distinct keys, many positions
+        at: dict[str, tuple[list[int], list[int]]] = {}
+        for j, x in enumerate(xd):
+            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
+                js, ms = at.setdefault(k, ([], []))
+                js.append(j)
+                ms.append(m)
         a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
         for i, x in enumerate(xa):
-            for j, keys in enumerate(keys_d):
-                for m, k in enumerate(keys):
-                    if k in x:
-                        a_at[i, j, m] = x[k]
+            for k, (js, ms) in at.items():
+                v = x.get(k)
+                if v is not None:
+                    a_at[i, js, ms] = v
         return rows_a, vals_a, rows_d, vals_d, (a_at if a_at.any() else None)
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:

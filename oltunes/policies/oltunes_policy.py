@@ -28,6 +28,9 @@ from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placemen
 
 def _has_free_slot(state: ClusterState) -> bool:
     """Some pool has a free slot (one pass over the placements, not one per pool)."""
+    # Fewer placements than slots in all: some pool has one free (no need to count by pool).
+    if sum(p.count * p.slots_per_device for p in state.pools) > len(state.placements):
+        return True
     used = Counter(pl.pool for pl in state.placements)
     return any(p.count * p.slots_per_device - used[p.name] > 0 for p in state.pools)
 

@@ -104,10 +104,19 @@ class CoRunners(Constraint, name="co-runners"):
         co = checks.ok  # P, V, L
         if co.all():
             return np.ones((1, 1, 1, 1), dtype=bool)
+        if (co == co[:, :, :1]).all():  # the newcomer's load level cannot change the outcome: skip finding it
+            return co[:, :, None, None, 0]
         rate = est.job.arrival_rate_rps
         if est.job.kind == "streaming" and rate > 0:  # the newcomer's busy share decides how much it slows them
-            level = load_level(rate / est.thr)  # P, V, B, C
-            return np.take_along_axis(co[:, :, None, None, :], level[..., None], axis=-1)[..., 0]
+            at_level = est.shared.get("at_level")  # the grid's throughput and the rate fix each cell's level
+            if at_level is None:
+                level = load_level(rate / est.thr)  # P, V, B, C
+                at_level = est.shared["at_level"] = [level == i for i in range(co.shape[-1])]
+            # co at each cell's level (exactly one level holds per cell)
+            out = at_level[0] & co[:, :, None, None, 0]
+            for i in range(1, co.shape[-1]):
+                out |= at_level[i] & co[:, :, None, None, i]
+            return out
         return co[:, :, None, None, -1]
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:

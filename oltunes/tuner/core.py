@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
+from operator import is_
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ from oltunes.types import (
     JobSpec,
     Measurement,
     Placement,
+    Pool,
     Prediction,
     Variant,
 )
@@ -205,6 +207,7 @@ class Tuner:
         self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
         self._occupancy = Occupancy()  # who runs where, synced from each decision's cluster by what changed
+        self._last_options: tuple | None = None  # (key, pools, (options, no_capacity)) of the last decision
 
     # ------------------------------------------------------------------------------------------------ catalogue
     @staticmethod
@@ -293,18 +296,35 @@ class Tuner:
         with self._lock:
             # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
             self._occupancy.sync(cluster.placements, exclude=job.job_id if current is not None else None)
-            load_of = self.estimator.load_of
-            include = (current.pool, current.device) if current is not None else None
-            options = placement_options(cluster.pools, self._occupancy, include=include, load_of=load_of)
-            no_capacity = not options
-            if no_capacity:
-                options = placement_options(cluster.pools, self._occupancy, ignore_capacity=True, load_of=load_of)
+            options, no_capacity = self._options(cluster.pools, current)
             est = self.estimator.estimate(job, options, variants, no_capacity)
             verdict = Verdict(self.constraints, est)
             objective = objective_for(job)
             obj = objective.values(est)
             choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
             return self._decision(est, verdict, objective, obj, choice)
+
+    def _options(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
+        """Placement options (and whether every device is full). The same pools, an unchanged index and no
+        observation since (the members' loads are read per observation) give the very same options as last
+        time, so they are kept."""
+        include = (current.pool, current.device) if current is not None else None
+        key = (self._occupancy.generation, include, self.estimator.n_learned, self.catalogue.version)
+        hit = self._last_options
+        if hit is not None and hit[0] == key and len(hit[1]) == len(pools) and all(map(is_, hit[1], pools)):
+            return hit[2]
+        out = self._options_uncached(pools, current)
+        self._last_options = (key, list(pools), out)
+        return out
+
+    def _options_uncached(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
+        include = (current.pool, current.device) if current is not None else None
+        load_of = self.estimator.load_of
+        options = placement_options(pools, self._occupancy, include=include, load_of=load_of)
+        no_capacity = not options
+        if no_capacity:
+            options = placement_options(pools, self._occupancy, ignore_capacity=True, load_of=load_of)
+        return options, no_capacity
 
     def _decision(self, est, verdict, objective, obj, choice) -> Decision:
         job, idx = est.job, choice.idx

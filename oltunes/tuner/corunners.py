@@ -32,6 +32,7 @@ from oltunes.types import Candidate, JobSpec, Variant
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
 
 LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
+_MAX_LISTS = 64  # options lists remembered between two observations
 
 
 def load_level(busy: Any) -> Any:
@@ -58,6 +59,19 @@ class MemberChecks:
 
 def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
                   job: JobSpec) -> MemberChecks:
+    # The tuner hands the very same options list to consecutive decisions while nothing changed: skip the key.
+    by_list = est.member_memo.table("by_options")
+    hit = by_list.get((id(options), job.family))
+    if hit is None or hit[0] is not options:
+        if len(by_list) >= _MAX_LISTS:
+            by_list.clear()
+        hit = by_list[id(options), job.family] = (options, _member_checks(est, options, variants, job))
+    checks = hit[1]
+    return MemberChecks(checks.ok.copy(), checks.by_option, checks.slow, checks.sizes)
+
+
+def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
+                   job: JobSpec) -> MemberChecks:
     members = [(p, o, mem) for p, o in enumerate(options) for mem in o.members]
     if not members:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})

@@ -52,6 +52,7 @@ __all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
 
 TARGETS = ("log_latency", "log_energy", "log_throughput")
 LAT, EN, THR = 0, 1, 2
+GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
 
 
 def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
@@ -79,6 +80,8 @@ class Estimate:
     req_lat: np.ndarray  # what the SLO is checked against: pessimistic request latency
     no_capacity: bool = False  # every option is a full device (named only for the explanation)
     extra: dict[str, Any] = field(default_factory=dict)  # per-constraint intermediate results
+    # values derived from the grid for this job's kind and rate only, shared by every estimate on that grid
+    shared: dict[str, Any] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -146,6 +149,9 @@ class Estimator:
         # Co-runner checks (``corunners``) also depend on the parameters; few clusters recur between observations.
         self.member_memo = Memo(lambda: (catalogue.version, self.model.parameters_version, self.n_learned),
                                 max_entries=64)
+        # Scored grids (``_grid``): every term moves with the parameters, the observation count or the catalogue.
+        self.grid_memo = Memo(lambda: (self.model.parameters_version, self.n_learned, catalogue.version),
+                              max_entries=GRID_MEMO_ENTRIES)
 
     # ------------------------------------------------------------------------------------------------ prior
     def accelerator(self, name: str) -> Accelerator:
@@ -247,8 +253,8 @@ class Estimator:
         key = (tuple(accelerators), variants[0].family)
         grid = memo.get(key)
         if grid is None:
-            grid = memo[key] = np.array([[self.visits.get(f"{a}/{v.name}", 0) for v in variants]
-                                         for a in accelerators], dtype=float)
+            rows = {a: [self.visits.get(f"{a}/{v.name}", 0) for v in variants] for a in dict.fromkeys(accelerators)}
+            grid = memo[key] = np.array([rows[a] for a in accelerators], dtype=float)
         return grid
 
     # ------------------------------------------------------------------------------------------------ predict
@@ -270,8 +276,18 @@ class Estimator:
     def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
         if self.correction is None:
             return 0.0
-        return self.per_observation.get(("correction", tuple(regions), variants[0].family), lambda: self.correction.grid(
-            regions, variants, self.batch_sizes, self.concurrencies, self.prior_growth))
+        return self.per_observation.get(("correction", tuple(regions), variants[0].family),
+                                        lambda: self._build_correction_grid(regions, variants))
+
+    def _build_correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
+        """The correction depends on an option's accelerator type only, and many options share one (40 pools,
+        8 types): each type's rows are computed once and copied to its options (the same numbers)."""
+        unique = list(dict.fromkeys(regions))
+        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies, self.prior_growth)
+        if len(unique) == len(regions):
+            return grid
+        at = {r: i for i, r in enumerate(unique)}
+        return grid.take([at[r] for r in regions], axis=1)
 
     def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
         m = self.model
@@ -292,11 +308,32 @@ class Estimator:
                  no_capacity: bool = False) -> Estimate:
         """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
         ctx = job_context(job)
-        static = self.memo.get(("static", job.family), dict)  # variants x batch x concurrency block
+        logp, lat, energy, thr, marg, visits, pess_lat, derived = self._grid(ctx, options, variants)
+        streaming = job.kind == "streaming"
+        # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
+        learned_thr = streaming and not self.implied_throughput
+        pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if learned_thr else thr
+        # (the grid's key holds the job's kind and rate, so its waits are kept with it unless they read margins)
+        req_lat = self._request_latency(job, pess_lat, pess_thr, thr, {} if learned_thr else derived)
+        return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
+                        concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
+                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity,
+                        shared=derived)
+
+    def _grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
+        """The job-independent part of an estimate, scored once per (family, job context, what the options look
+        like to the model) and reused until an observation changes the model, the margins or the catalogue
+        (``grid_memo``). Every value is a pure function of that key, so a hit returns exactly what a rebuild
+        would (the arrays are read-only: nothing downstream may change a shared grid)."""
+        sig = tuple((o.pool.name, o.pool.accelerator.name, o.pool.accelerator.max_w, o.co_features) for o in options)
+        return self.grid_memo.get((variants[0].family, ctx, sig), lambda: self._score_grid(ctx, options, variants))
+
+    def _score_grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
+        static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
         raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
         regions = [o.pool.accelerator.name for o in options]
         logp = raw + self._prior_grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
-        marg = np.array([self.margins(r, job.family) for r in regions])  # P, 3
+        marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
         lat, energy, thr = np.exp(logp)
@@ -304,31 +341,37 @@ class Estimator:
         # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
         visits = self._visit_grid(regions, variants)  # P, V
         pess_lat = lat * np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
-        streaming = job.kind == "streaming"
-        # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
-        learned_thr = streaming and not self.implied_throughput
-        pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if learned_thr else thr
-        req_lat = self._request_latency(job, pess_lat, pess_thr, thr)
-        return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
-                        concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
-                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity)
+        out = (logp, lat, energy, thr, marg, visits, pess_lat)
+        for a in out:
+            a.flags.writeable = False
+        return (*out, {})  # + values derived from these for the key's job kind and rate
 
     def _request_latency(self, job: JobSpec, batch_lat: np.ndarray, thr: np.ndarray,
-                         mean_thr: np.ndarray) -> np.ndarray:
+                         mean_thr: np.ndarray, derived: dict) -> np.ndarray:
         """What a request waits: the batch latency; for streaming + the batch-fill wait (bounded by the
         batcher's delay) + queueing (Kingman at the utilisation ``rate / thr``, or the job's own measured
-        bursts drained at ``mean_thr``, whichever is larger)."""
+        bursts drained at ``mean_thr``, whichever is larger). ``derived`` keeps the parts that depend only on
+        the grid and the job's rate (the job's own bursts are applied per call)."""
         rate = job.arrival_rate_rps
         if job.kind != "streaming" or rate <= 0:
             return batch_lat
-        req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
-        queue = 0.0
-        if self.burstiness is not None:
-            queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float), self.burstiness)
+        waits = derived.get("waits")
+        if waits is None:
+            req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
+            queue = 0.0
+            if self.burstiness is not None:
+                queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float),
+                                      self.burstiness)
+            waits = derived["waits"] = (req, queue, req + queue)
+            for a in waits:
+                if isinstance(a, np.ndarray):
+                    a.flags.writeable = False
+        req, queue, no_backlog = waits
         backlog = self.burst(job.job_id)
-        if backlog is not None:  # the backlog is already a high quantile of what was measured: mean throughput
-            queue = np.maximum(queue, 1000.0 * backlog / mean_thr)
-        return req + queue
+        if backlog is None:
+            return no_backlog
+        # the backlog is already a high quantile of what was measured: mean throughput
+        return req + np.maximum(queue, 1000.0 * backlog / mean_thr)
 
     # ------------------------------------------------------------------------------------------------ learn
     def learn(self, m: Measurement) -> None:

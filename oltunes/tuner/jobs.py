@@ -38,6 +38,7 @@ class JobMemory:
 
     def __init__(self) -> None:
         self.bursts: dict[str, deque[float]] = {}
+        self._burst_q: dict[str, float] = {}  # each job's quantile, kept until its next measurement (per decision)
         self.loads: dict[str, tuple[str, float]] = {}  # job id -> (configuration key, busy share)
 
     def learn(self, m: Measurement) -> None:
@@ -53,6 +54,7 @@ class JobMemory:
             d = deque(maxlen=BURST_WINDOW)
             _bounded_put(self.bursts, m.job_id, d)
         d.append(excess_ms / 1000.0 * m.throughput_items_per_s)
+        self._burst_q.pop(m.job_id, None)
 
     def burst(self, job_id: str) -> float | None:
         """Learned backlog (requests) of a streaming job's bursts, or None before its first request-level
@@ -60,7 +62,12 @@ class JobMemory:
         d = self.bursts.get(job_id)
         if not d:
             return None
-        return float(np.quantile(np.fromiter(d, float, len(d)), BURST_Q))
+        q = self._burst_q.get(job_id)
+        if q is None:
+            if len(self._burst_q) >= MAX_JOBS:
+                self._burst_q.clear()
+            q = self._burst_q[job_id] = float(np.quantile(np.fromiter(d, float, len(d)), BURST_Q))
+        return q
 
     def state_dict(self) -> dict[str, Any]:
         return {"bursts": {k: list(v) for k, v in self.bursts.items()},
@@ -69,4 +76,5 @@ class JobMemory:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         # both absent in states saved before they existed
         self.bursts = {str(k): deque((float(x) for x in v), maxlen=BURST_WINDOW) for k, v in d.get("bursts", {}).items()}
+        self._burst_q = {}
         self.loads = {str(k): (str(v[0]), float(v[1])) for k, v in d.get("loads", {}).items()}

@@ -78,6 +78,17 @@ def effective_batch_energy(est: Estimate) -> np.ndarray:
     rate = job.arrival_rate_rps
     if job.kind != "streaming" or rate <= 0 or len(est.batch_sizes) == 1:
         return est.energy
+    shared = getattr(est, "shared", None)  # an Estimate's values kept with its grid (whose key holds the rate)
+    if shared is None:
+        return _effective_batch_energy(est, rate)
+    kept = shared.get("effective_batch_energy")
+    if kept is None:
+        kept = shared["effective_batch_energy"] = _effective_batch_energy(est, rate)
+        kept.flags.writeable = False
+    return kept
+
+
+def _effective_batch_energy(est: Estimate, rate: float) -> np.ndarray:
     b = np.array(est.batch_sizes, dtype=float)
     c = np.array(est.concurrencies, dtype=float)
     b_eff = np.minimum(b[:, None], 1.0 + rate * est.lat[:, :, :1, :] / 1000.0 / c)  # P, V, B, C

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from itertools import count as _count
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any
 
 from oltunes.types import Placement
@@ -25,6 +25,7 @@ __all__ = ["Occupancy"]
 
 _VERSIONS = _count(1)  # pool versions are unique across pools and re-creations: 0 means "nothing placed"
 MAX_MEMO = 4096
+_POOL_DEVICE = attrgetter("pool", "device")
 
 
 class _Pool:
@@ -37,16 +38,17 @@ class _Pool:
     def __init__(self, devices: dict[int, dict[Hashable, None]] | None = None) -> None:
         self.devices: dict[int, dict[Hashable, None]] = devices or {}
         self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
-        total = 0
-        for d, ms in self.devices.items():
-            n = len(ms)
-            total += n
-            level = self.levels.get(n)
-            if level is None:
-                self.levels[n] = {d}
-            else:
-                level.add(d)
-        self.total = total
+        sizes = list(map(len, self.devices.values()))
+        self.total = sum(sizes)
+        if sizes and min(sizes) == max(sizes):  # one level (e.g. one job per occupied device): no loop in Python
+            self.levels[sizes[0]] = set(self.devices)
+        else:
+            for d, n in zip(self.devices, sizes):
+                level = self.levels.get(n)
+                if level is None:
+                    self.levels[n] = {d}
+                else:
+                    level.add(d)
         self.version = next(_VERSIONS)
 
     def add(self, key: Hashable, p: Placement) -> None:
@@ -89,6 +91,7 @@ class Occupancy:
         self._listed: Sequence[Placement] = ()
         self._exclude: str | None = None
         self._by_position = False  # an object listed twice: keys are list positions, nothing is kept across syncs
+        self.generation = 0  # moves on every sync that is not the very same list as last time
         # Values derived from one pool's placements (its placement options), valid while ``version(pool)`` holds.
         self.memo: dict[Hashable, Any] = {}
 
@@ -105,6 +108,7 @@ class Occupancy:
         if exclude == self._exclude and len(placements) == len(self._listed) and all(
                 map(is_, placements, self._listed)):  # the very same objects in the same order: nothing to do
             return
+        self.generation += 1
         touched: set[str] = set()
         order: dict[Hashable, int] | None = None  # positions, built only when an incremental change needs them
         if self._by_position or not self._placed or self._placed.keys().isdisjoint(map(id, placements)):
@@ -143,13 +147,14 @@ class Occupancy:
             keys = range(len(placements))
             self._placed = dict(zip(keys, placements))
         grouped: dict[str, dict[int, dict[Hashable, None]]] = {}
-        for key, p in zip(keys, placements):  # get-then-create: no throw-away containers per placement
-            devices = grouped.get(p.pool)
+        # get-then-create: no throw-away containers per placement; attributes read in C (a tenth of the loop)
+        for key, (pool, device) in zip(keys, map(_POOL_DEVICE, placements)):
+            devices = grouped.get(pool)
             if devices is None:
-                devices = grouped[p.pool] = {}
-            ms = devices.get(p.device)
+                devices = grouped[pool] = {}
+            ms = devices.get(device)
             if ms is None:
-                devices[p.device] = {key: None}
+                devices[device] = {key: None}
             else:
                 ms[key] = None
         self._pools = {name: _Pool(devices) for name, devices in grouped.items()}

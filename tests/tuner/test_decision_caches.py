@@ -1,0 +1,118 @@
+"""The tuner's decision caches (scored grids, options and co-runner checks kept while nothing changed) never change
+a decision: a recorded sequence — repeated jobs, jobs leaving and moving, re-tunes with ``current=``, fresh
+placement objects, observations in between — gives exactly the decisions, explanations included, of a tuner that
+rebuilds everything on every call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oltunes.tuner import Tuner, corunners, estimate
+from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
+
+from tests.tuner.test_placement_scale import _strip, random_cluster
+from tests.tuner.variants import make_variants
+
+
+def _measurement(rng: np.random.Generator, cluster: ClusterState, variants, i: int) -> Measurement:
+    pool = cluster.pools[int(rng.integers(len(cluster.pools)))]
+    v = variants[int(rng.integers(len(variants)))]
+    b, c = int(rng.choice([1, 4, 8])), int(rng.integers(1, 3))
+    p99 = float(rng.uniform(5, 300))
+    thr = 1000.0 * b * c / p99
+    rate = float(rng.choice([0.0, 20.0, 60.0]))  # streaming ones teach the job features (kind, rate)
+    return Measurement(measurement_id=f"m{i}", job_id=f"j{i}", kind="streaming" if rate else "batch",
+                       arrival_rate_rps=rate, request_latency_p99_ms=p99 * 1.5 if rate else None,
+                       candidate=Candidate(pool=pool.name, accelerator=pool.accelerator.name, variant=v,
+                                           batch_size=b, concurrency=c),
+                       items=100, wall_s=100 / thr, latency_p50_ms=p99 * 0.7, latency_p95_ms=p99 * 0.9,
+                       latency_p99_ms=p99, throughput_items_per_s=thr, energy_j_per_item=1.0 / thr,
+                       energy_source="simulated", accuracy=v.accuracy, gpu_util=0.6, simulated=True)
+
+
+def _sequence(seed: int) -> list[dict]:
+    variants = make_variants()
+    rng = np.random.default_rng(seed)
+    tuner = Tuner(variants, seed=seed)
+    cluster = random_cluster(rng, variants, max_count=120)
+    jobs = [JobSpec(job_id=f"new-{f}-{k}-{r:g}", family=f, kind=k, slo_ms=s, arrival_rate_rps=r, items=500,
+                    accuracy_floor=a)
+            for f in ("cnn", "vit") for k, s, r, a in (("batch", 400.0, 0.0, 0.0), ("streaming", 150.0, 60.0, 0.7),
+                                                       ("streaming", 80.0, 20.0, 0.0))]
+    placed, out = list(cluster.placements), []
+    for i in range(120):
+        job = jobs[i % len(jobs)]
+        if i % 17 == 16:
+            tuner.observe(_measurement(rng, cluster, variants, i))
+        if i % 9 == 8 and len(placed) > 2:  # one job leaves, another moves to the next device
+            placed.pop(int(rng.integers(len(placed))))
+            k = int(rng.integers(len(placed)))
+            placed[k] = placed[k].model_copy(update={"device": placed[k].device + 1})
+            cluster = ClusterState.model_construct(pools=cluster.pools, placements=list(placed))
+        if i % 7 == 0 and placed:
+            current = placed[int(rng.integers(len(placed)))].model_copy(update={"job_id": job.job_id})
+            d = tuner.recommend(job, cluster, current=current)
+        elif i % 5 == 0:  # what the HTTP service sees: equal placements, new objects
+            d = tuner.recommend(job, ClusterState.model_construct(
+                pools=cluster.pools, placements=[p.model_copy() for p in placed]))
+        else:
+            d = tuner.recommend(job, cluster)
+        out.append(_strip(d))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_decisions_equal_rebuilt_ones(monkeypatch, seed):
+    cached = _sequence(seed)
+    # the reference: every cache bypassed, each call scores the grid, the options and the checks afresh
+    monkeypatch.setattr(estimate.Estimator, "_grid", lambda self, ctx, o, v: self._score_grid(ctx, o, v))
+    monkeypatch.setattr(Tuner, "_options", lambda self, pools, current: self._options_uncached(pools, current))
+    monkeypatch.setattr(corunners, "member_checks", corunners._member_checks)
+    monkeypatch.setattr("oltunes.tuner.constraints.member_checks", corunners._member_checks)
+    rebuilt = _sequence(seed)
+    assert len(cached) == len(rebuilt) == 120
+    assert cached == rebuilt
+    assert sum(d["feasible"] for d in cached) > 10
+    # shared devices were scored (co-runner checks ran) and explorations drew from the RNG
+    assert any("+shared" in a["candidate_key"] for d in cached for a in d["explanation"]["runner_ups"])
+    assert any(d["source"] == "explore" for d in cached)
+
+
+def test_a_cached_grid_is_read_only_and_dropped_after_an_observation():
+    variants = make_variants()
+    rng = np.random.default_rng(3)
+    tuner = Tuner(variants, seed=0)
+    cluster = random_cluster(rng, variants)
+    job = JobSpec(family="cnn", slo_ms=300.0, items=100)
+    tuner.recommend(job, cluster)
+    tuner.recommend(job, cluster)  # (the first call also initialises the model, which moves its version)
+    est = tuner.estimator
+    (first,) = est.grid_memo._current().values()
+    with pytest.raises(ValueError):
+        first[0][...] = 0.0  # a shared grid cannot be changed by a caller
+    tuner.recommend(job, cluster)
+    (same,) = est.grid_memo._current().values()
+    assert same is first  # reused
+    tuner.observe(_measurement(rng, cluster, variants, 0))
+    tuner.recommend(job, cluster)
+    (again,) = est.grid_memo._current().values()
+    assert again is not first and not np.array_equal(again[0], first[0])
+
+
+def test_the_correction_and_visit_grids_scored_per_accelerator_type_equal_the_per_option_ones():
+    """Options of one accelerator type share their correction and visit rows: computed once, the same numbers."""
+    variants = make_variants()
+    rng = np.random.default_rng(5)
+    tuner = Tuner(variants, seed=0)
+    cluster = random_cluster(rng, variants)
+    for i in range(40):
+        tuner.observe(_measurement(rng, cluster, variants, i))
+    est = tuner.estimator
+    regions = [p.accelerator.name for p in cluster.pools] * 3  # each type several times, interleaved
+    fam = [v for v in variants if v.family == "cnn"]
+    full = est.correction.grid(regions, fam, est.batch_sizes, est.concurrencies, est.prior_growth)
+    assert np.array_equal(est._build_correction_grid(regions, fam), full)
+    assert not np.array_equal(full[:, 0], full[:, 1])  # the types really differ (the test can fail)
+    visits = est._visit_grid(regions, fam)
+    assert visits.sum() > 0 and visits.tolist() == [[est.visits.get(f"{a}/{v.name}", 0) for v in fam] for a in regions]
