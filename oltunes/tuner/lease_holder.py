@@ -49,7 +49,7 @@ def leases_for(tuner: Any, pools: Sequence[Pool]) -> Leases:
 
     inner = getattr(tuner, "policy", None)
     client = tuner if isinstance(tuner, TunerClient) else getattr(inner, "tuner", None)
-    own = LeaseBook(pools, lambda job, cluster: tuner.recommend(job, cluster))
+    own = LeaseBook(pools, lambda job, cluster: tuner.recommend(job, cluster), expect=getattr(tuner, "expect", None))
     return RemoteLeases(client, fallback=own) if isinstance(client, TunerClient) else own
 
 

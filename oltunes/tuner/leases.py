@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from oltunes.atomic import atomic_write_text
 from oltunes.errors import ConfigError, DataError
 from oltunes.rltune.policies import QueuePolicy
-from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, new_id
+from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, Prediction, new_id
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ MAX_TTL_S = 3_600.0
 MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_queue.MAX_WAITING`)
 
 Decide = Callable[[JobSpec, ClusterState], Decision]
+Expect = Callable[[JobSpec, ClusterState], Prediction | None]
 
 
 class _Model(BaseModel):
@@ -114,6 +115,10 @@ class LeaseBook:
         The cluster the book allocates.
     decide
         ``decide(job, cluster)``: where the job should go given what is leased (the tuner, or a policy).
+    expect
+        ``expect(job, cluster)``: what the job is predicted to do there, *without* deciding (``Tuner.expect``:
+        no exploration draw, nothing recorded), for the run-time estimate of queue policies that read one
+        (``sjf``, ``rltune``). None: waiting jobs without ``expected_duration_s`` have no run time.
     path
         JSON file the book is kept in (None: memory only).
     queue_policy
@@ -126,11 +131,13 @@ class LeaseBook:
         Seconds since the epoch (wall clock: expiry survives a restart).
     """
 
-    def __init__(self, pools: Sequence[Pool], decide: Decide, *, path: str | Path | None = None,
+    def __init__(self, pools: Sequence[Pool], decide: Decide, *, expect: Expect | None = None,
+                 path: str | Path | None = None,
                  queue_policy: str | QueuePolicy = "fcfs", class_limits: Mapping[str, int] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.pools = {p.name: p for p in pools}
         self.decide = decide
+        self.expect = expect
         self.path = Path(path) if path is not None else None
         # an unknown name fails here, listing the known ones
         self.queue_policy = QueuePolicy.make(queue_policy) if isinstance(queue_policy, str) else queue_policy
@@ -287,14 +294,16 @@ class LeaseBook:
 
     def _estimate(self, job: JobSpec) -> float | None:
         """An estimate of a queued job's run time, for queue policies that read one (``sjf``, ``rltune``): its
-        items over the throughput the tuner predicts for it on this cluster as leased now. None when the policy
-        ignores run times, the job has no item count, or the tuner cannot say."""
-        if not self.queue_policy.uses_runtime or not job.items:
+        items over the throughput the tuner predicts for it on this cluster as leased now. A prediction, not a
+        decision: deciding here would move the tuner's exploration draws and decide the job twice. None when the
+        policy ignores run times, the job has no item count, or there is no prediction."""
+        if not self.queue_policy.uses_runtime or not job.items or self.expect is None:
             return None
         try:
-            thr = self.decide(job, self._cluster()).explanation.predicted.throughput_items_per_s
+            predicted = self.expect(job, self._cluster())
         except (ConfigError, DataError, LookupError, ValueError):
             return None
+        thr = predicted.throughput_items_per_s if predicted is not None else 0.0
         return min(max(job.items / thr, 1e-3), 1e8) if thr > 0 else None
 
     def _admit(self, now: float) -> dict[str, str]:
