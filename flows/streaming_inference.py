@@ -39,6 +39,7 @@ from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import BUNDLED_TRACE, LoadGenerator, load_arrivals, oip_payloads
 from oltunes.tracking import conventions as cv
+from oltunes.tuner.lease_holder import DecisionLeases, lease_decisions, leases_for
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement
 from tasks import serving
 from tasks import tracking as track
@@ -139,6 +140,7 @@ class Service:
     workdir: Path
     token: str | None  # the gateway's bearer token
     log: Any
+    leases: DecisionLeases  # every decision is leased before it is applied (`DecisionLeases.apply`)
 
 
 async def _serve_in_simulated_time(svc: Service, settings: Any, gateway: Gateway, server: GatewayServer) -> StreamOutcome:
@@ -180,7 +182,7 @@ async def _simulated_model(svc: Service, mp: ModelParams, job: JobSpec, decision
         await tuning.observe(svc.tuner, m, svc.tsettings)
         measurements.append(m)
         new = await tuning.recommend(svc.tuner, now_job, cluster, placement(now_job, current, mp.slo_ms))
-        if new.candidate.key != current.candidate.key:
+        if new.candidate.key != current.candidate.key and await svc.leases.apply(now_job, new):
             current = new
             decisions.append(new)
     await serving.end_service(run, "FINISHED")
@@ -284,9 +286,12 @@ async def streaming_inference(
             datasets=[cv.dataset_record(trace_path, len(arrivals))],
         )  # fmt: skip
 
-    svc = Service(p=p, sid=sid, jobs=jobs, decisions=decisions, cluster=cluster, arrivals=arrivals, trace_path=trace_path,
-                  tuner=tuner, tsettings=tsettings, open_run=service_run, workdir=workdir, token=token, log=log)  # fmt: skip
-    return await SERVICE_LOOPS[backend.environment.name](svc, settings, gateway, server)
+    async with lease_decisions(leases_for(tuner, cluster.pools)) as held:  # released when the service ends
+        for job, d in zip(jobs, decisions, strict=True):
+            await held.apply(job, d)
+        svc = Service(p=p, sid=sid, jobs=jobs, decisions=decisions, cluster=cluster, arrivals=arrivals, trace_path=trace_path,
+                      tuner=tuner, tsettings=tsettings, open_run=service_run, workdir=workdir, token=token, log=log, leases=held)  # fmt: skip
+        return await SERVICE_LOOPS[backend.environment.name](svc, settings, gateway, server)
 
 
 async def _serve_with_workers(svc: Service, settings: Any, gateway: Gateway, server: GatewayServer) -> StreamOutcome:
@@ -330,7 +335,7 @@ async def _serve_with_workers(svc: Service, settings: Any, gateway: Gateway, ser
                 if time.monotonic() >= t_end:
                     stop_traffic.set()
                 await gather_steps(served, policy=p.policy, tuner=tuner, tsettings=tsettings, cluster=cluster,
-                                   retune=not stop_traffic.is_set(), log=log)  # fmt: skip
+                                   retune=not stop_traffic.is_set(), log=log, leases=svc.leases)  # fmt: skip
         if terminated.is_set():
             status = "KILLED"
     except (asyncio.CancelledError, KeyboardInterrupt):

@@ -21,6 +21,7 @@ from oltunes.launchers.traffic import LoadGenerator
 from oltunes.telemetry import Monitor
 from oltunes.tracking import ServiceRun
 from oltunes.tracking import conventions as cv
+from oltunes.tuner.lease_holder import DecisionLeases
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Placement
 from tasks import serving, tuning
 
@@ -69,7 +70,7 @@ class ServedModel:
         self.monitor.start()
 
     async def step(self, policy: str, tuner: Any, tsettings: Any, cluster: ClusterState, others: list[Placement],
-                   retune: bool, log: Any) -> None:  # fmt: skip
+                   retune: bool, log: Any, leases: DecisionLeases) -> None:  # fmt: skip
         """Close the interval: measure, log, feed the learner; then re-tune and switch workers if it says so."""
         assert self.gen is not None and self.monitor is not None and self.supervisor.active is not None
         wm = await serving.read_worker_metrics(self.supervisor.active.url)
@@ -99,7 +100,7 @@ class ServedModel:
         here = placement(now_job, current, self.params.slo_ms)
         state = cluster.model_copy(update={"placements": [*cluster.placements, *others]})
         new = await tuning.recommend(tuner, now_job, state, here)
-        if new.candidate.key != current.candidate.key:
+        if new.candidate.key != current.candidate.key and await leases.apply(now_job, new):  # None: refused
             rec = await self.supervisor.switch(new)
             self.decisions.append(new)
             log.info("%s step %d: switched %s -> %s (old worker drained: %s)", self.params.family, self.steps, rec.old, rec.new, rec.drained)

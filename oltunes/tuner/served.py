@@ -85,10 +85,11 @@ class TunerService:
                 log.info("observe journal: %d acknowledged measurements restored", replayed)
 
     def recommend(self, req: RecommendRequest) -> Decision:
-        cluster = req.cluster if req.cluster is not None else (
-            self.leases.cluster() if self.leases is not None else self.default_cluster)  # what runs where, leased
+        cluster = req.cluster if req.cluster is not None else self.default_cluster
         if cluster is None:
             raise ConfigError("cluster: required (this service was started without --inventory)")
+        if self.leases is not None:  # the service allocates: what it leased runs there, whoever asks
+            cluster = self.leases.with_leases(cluster, exclude=req.job.job_id)
         with self.lock:
             # Not marked dirty: recommend only advances the exploration RNG, which is not worth a save.
             return self.tuner.recommend(req.job, cluster, current=req.current)

@@ -23,29 +23,14 @@ from oltunes.tuner.client import TunerClient
 from oltunes.tuner.lease_api import RemoteLeases
 from oltunes.tuner.lease_holder import LeaseTimeout, hold_lease, leases_for
 from oltunes.tuner.leases import LeaseBook, LeaseRequest
-from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import ClusterState, JobSpec, Pool
+from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN
 from tests.tuner.variants import make_variants
-
-POOLS = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=2, slots_per_device=2),
-         Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)]
-
-
-def job(i: int | str, slo_ms: float = 5_000.0) -> JobSpec:
-    return JobSpec(job_id=f"job-{i}", family="cnn", slo_ms=slo_ms, items=10_000)
 
 
 def slots(pools) -> int:
     return sum(p.count * p.slots_per_device for p in pools)
-
-
-@pytest.fixture
-def service(tmp_path):
-    tuner = Tuner(make_variants(), seed=0)
-    app = create_app(tuner, token=TOKEN, state_path=tmp_path / "state.json", pools=POOLS, persist_every_s=0)
-    with serve_in_thread(app) as url:
-        yield url, app.state.service.leases
 
 
 def test_concurrent_holders_never_oversubscribe_a_device(service):
