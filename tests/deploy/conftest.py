@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,19 +27,32 @@ class Api:
     def __init__(self, url: str) -> None:
         self.http = httpx.Client(base_url=url, timeout=30)
 
+    def call(self, method: str, path: str, body: dict | None = None) -> Any:
+        """One call, retried for up to 60 s while the server answers 503 (its SQLite database busy under load;
+        Prefect's own client retries these too)."""
+        deadline = time.monotonic() + 60
+        while True:
+            r = self.http.request(method, path, json=body)
+            if r.status_code != 503 or time.monotonic() > deadline:
+                return r.raise_for_status().json()
+            time.sleep(1)
+
     def deployment(self, flow: str, name: str) -> dict:
-        return self.http.get(f"/deployments/name/{flow}/{name}").raise_for_status().json()
+        return self.call("GET", f"/deployments/name/{flow}/{name}")
 
     def runs(self, deployment_id: str) -> list[dict]:
         body = {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_ASC"}
-        return self.http.post("/flow_runs/filter", json=body).raise_for_status().json()
+        return self.call("POST", "/flow_runs/filter", body)
 
     def run(self, run_id: str) -> dict:
-        return self.http.get(f"/flow_runs/{run_id}").raise_for_status().json()
+        return self.call("GET", f"/flow_runs/{run_id}")
+
+    def create_run(self, deployment_id: str, body: dict) -> str:
+        return self.call("POST", f"/deployments/{deployment_id}/create_flow_run", body)["id"]
 
     def logs(self, run_id: str) -> list[str]:
         body = {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200}
-        return [x["message"] for x in self.http.post("/logs/filter", json=body).raise_for_status().json()]
+        return [x["message"] for x in self.call("POST", "/logs/filter", body)]
 
 
 def wait_for(what: str, check, timeout_s: float, every_s: float = 2.0, diagnose=lambda: ""):

@@ -65,10 +65,9 @@ def test_two_workers_run_two_flow_runs_at_once_against_one_tuning_service_and_ml
 
         deployed.cli("prefect", "work-queue", "create", QUEUE, "--pool", "oltunes-local")
         batch = api.deployment("batch-inference", "batch-hourly")
-        runs = [api.http.post(f"/deployments/{batch['id']}/create_flow_run", json={
-            "work_queue_name": QUEUE, "parameters": {
-                "job_id": f"scale-{k}", "inventory": str(inventory), "items_per_worker": 1_000, "slo_ms": 60_000.0,
-                "accuracy_floor": 0.0, "lease_ttl_s": 30.0}}).raise_for_status().json()["id"] for k in "ab"]
+        runs = [api.create_run(batch["id"], {"work_queue_name": QUEUE, "parameters": {
+            "job_id": f"scale-{k}", "inventory": str(inventory), "items_per_worker": 1_000, "slo_ms": 60_000.0,
+            "accuracy_floor": 0.0, "lease_ttl_s": 30.0}}) for k in "ab"]
         # Two workers on the one pool, each running one flow run at a time: the second run must go to the other.
         worker_env = {"OLTUNES_TUNER_URL": tuner_url, "OLTUNES_TUNER_TIMEOUT_S": "30",
                       "OLTUNES_MLFLOW_TRACKING_URI": mlflow_url}
