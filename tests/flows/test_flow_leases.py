@@ -68,12 +68,13 @@ def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_th
     from oltunes.launchers.traffic import BUNDLED_TRACE
     from oltunes.tuner.leases import LeaseRequest
     from oltunes.types import JobSpec
+    from oltunes.zoo import list_variants
     from tests.tuner.serve_process import AUTH, TOKEN, ServeProcess
 
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump({"pools": [
         {"name": "cpu-shared", "accelerator": "cpu", "count": 1, "slots_per_device": 3, "cpu_set": [0]}]}))
-    variants = Launcher.lookup("local").variants(get_settings())
+    variants = list_variants(get_settings().zoo_dir)  # the local environment's catalogue: the built zoo
     srv = ServeProcess(tmp_path)
     # Always exploring and never staying only to stay: the service switches within a few control intervals.
     Tuner(variants, seed=0, explore_rate=1.0, explore_slack=4.0, stay_tolerance=0.0).save(srv.state)
