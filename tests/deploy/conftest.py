@@ -50,10 +50,6 @@ class Api:
     def create_run(self, deployment_id: str, body: dict) -> str:
         return self.call("POST", f"/deployments/{deployment_id}/create_flow_run", body)["id"]
 
-    def logs(self, run_id: str) -> list[str]:
-        body = {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200}
-        return [x["message"] for x in self.call("POST", "/logs/filter", body)]
-
 
 def wait_for(what: str, check, timeout_s: float, every_s: float = 2.0, diagnose=lambda: ""):
     deadline = time.monotonic() + timeout_s
