@@ -37,6 +37,7 @@ from oltunes.launchers.environment import Environment
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.traffic import BUNDLED_TRACE, load_arrivals
 from oltunes.tracking import conventions as cv
+from oltunes.tuner.lease_holder import DecisionLeases, lease_decisions, leases_for
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement
 from tasks import serving as serving_tasks
 from tasks import tracking as track
@@ -121,6 +122,7 @@ class Service:
     tuner: Any
     tsettings: Any
     log: Any
+    leases: DecisionLeases  # every decision is leased before it takes effect (`apply_decision`)
 
 
 async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> tuple[str, ServingReport]:
@@ -176,11 +178,16 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
     state = svc.cluster.model_copy(update={"placements": [*svc.cluster.placements, *others]})
     new = await tuning.recommend(svc.tuner, now_job, state, placement(now_job, current, m.params.slo_ms))
     if new.candidate.key != current.candidate.key:
-        await apply_decision(svc, serving, m, new)
+        await apply_decision(svc, serving, m, new, now_job)
 
 
-async def apply_decision(svc: Service, serving: Serving, m: ModelRun, decision: Decision) -> None:
-    """The one place a decision takes effect (the first one of each model too): the serving side moves to it."""
+async def apply_decision(svc: Service, serving: Serving, m: ModelRun, decision: Decision,
+                         job: JobSpec | None = None) -> None:
+    """The one place a decision takes effect (the first one of each model too): its device is leased from the
+    tuning service (the lease moves with a re-tune; `job` carries the rate measured since), then the serving side
+    moves to it. A move the service refuses (the target is full) keeps the current decision."""
+    if await svc.leases.apply(job or m.job, decision) is None:
+        return
     how = await serving.switch(m.index, decision)
     m.decisions.append(decision)
     svc.log.info("%s step %d: %s", m.params.family, m.steps, how)
@@ -288,8 +295,9 @@ async def streaming_inference(
 
     models = [ModelRun(params=mp, job=job, index=i, run=service_run(job, mp, d))
               for i, (mp, job, d) in enumerate(zip(p.models, jobs, decisions, strict=True))]  # fmt: skip
-    svc = Service(p=p, sid=sid, models=models, cluster=cluster, tuner=tuner, tsettings=tsettings, log=log)
-    status, report = await run_service(svc, serving, decisions)
+    async with lease_decisions(leases_for(tuner, cluster.pools)) as held:  # released when the service ends
+        svc = Service(p=p, sid=sid, models=models, cluster=cluster, tuner=tuner, tsettings=tsettings, log=log, leases=held)
+        status, report = await run_service(svc, serving, decisions)
     return await _outcome(svc, report, trace_path, status)
 
 

@@ -287,22 +287,37 @@ class Tuner:
 
     def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision:
         """The same as :meth:`decide` (the name the first API used)."""
+        with self._lock:
+            est, verdict, objective, obj = self._evaluate(job, cluster, current)
+            choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
+            return self._decision(est, verdict, objective, obj, choice)
+
+    def expect(self, job: JobSpec, cluster: ClusterState) -> Prediction:
+        """What the job is predicted to do where :meth:`decide` would put it, without deciding: the choice with
+        no exploration, so no random number is drawn and nothing is recorded (e.g. a queue policy's run-time
+        estimate for a job still waiting, which is decided for real only when it is granted)."""
+        with self._lock:
+            est, verdict, objective, obj = self._evaluate(job, cluster, None)
+            sel = self.selector
+            idx = (sel.choose(est, verdict.feasible, objective, obj) if verdict.n_feasible
+                   else sel.least_violating(est, verdict, obj)[0])
+            return est.prediction(idx)
+
+    def _evaluate(self, job: JobSpec, cluster: ClusterState, current: Placement | None):
+        """Every candidate's estimate, the constraints' verdict and the objective (called under the lock)."""
         variants = self.catalogue.family(job.family)
         if not variants:
             raise ConfigError(f"recommend: no variant of family {job.family!r} in the catalogue; "
                               f"known families: {', '.join(self.families()) or '(none)'}")
         if not cluster.pools:
             raise ConfigError("recommend: the cluster has no pools")
-        with self._lock:
-            # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
-            self._occupancy.sync(cluster.placements, exclude=job.job_id if current is not None else None)
-            options, no_capacity = self._options(cluster.pools, current)
-            est = self.estimator.estimate(job, options, variants, no_capacity)
-            verdict = Verdict(self.constraints, est)
-            objective = objective_for(job)
-            obj = objective.values(est)
-            choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
-            return self._decision(est, verdict, objective, obj, choice)
+        # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
+        self._occupancy.sync(cluster.placements, exclude=job.job_id if current is not None else None)
+        options, no_capacity = self._options(cluster.pools, current)
+        est = self.estimator.estimate(job, options, variants, no_capacity)
+        verdict = Verdict(self.constraints, est)
+        objective = objective_for(job)
+        return est, verdict, objective, objective.values(est)
 
     def _options(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
         """Placement options (and whether every device is full). The same pools, an unchanged index and no

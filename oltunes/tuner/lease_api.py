@@ -5,6 +5,7 @@ route (under ``/v1``, bearer token)     request         response
 ======================================  ==============  ===============================================
 ``POST   /v1/leases``                   `LeaseRequest`  `LeaseAnswer` (granted, or waiting + position)
 ``POST   /v1/leases/{lease_id}/renew``  `RenewRequest`  `RenewAnswer` (``lease`` null: expired/released)
+``POST   /v1/leases/{lease_id}/move``   `MoveRequest`   `MoveAnswer` (moved, or refused + reason)
 ``DELETE /v1/leases/{lease_id}``        --              `ReleaseAnswer`
 ``DELETE /v1/queue/{job_id}``           --              `ReleaseAnswer` (left the queue)
 ``GET    /v1/leases``                   --              `BookView` (leases, queue in order, limits)
@@ -23,7 +24,9 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from oltunes.errors import TunerUnavailable
-from oltunes.tuner.leases import MAX_TTL_S, BookView, Lease, LeaseAnswer, LeaseBook, LeaseRequest
+from oltunes.tuner.leases import (
+    MAX_TTL_S, BookView, Lease, LeaseAnswer, LeaseBook, LeaseRequest, MoveAnswer, MoveRequest,
+)
 from oltunes.types import ID_PATTERN, MAX_ID_CHARS
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,10 @@ def lease_router(book: LeaseBook) -> APIRouter:
     def renew(lease_id: PathId, req: RenewRequest | None = None) -> RenewAnswer:
         return RenewAnswer(lease=book.renew(lease_id, req.ttl_s if req else None))
 
+    @router.post("/leases/{lease_id}/move", response_model=MoveAnswer)
+    def move(lease_id: PathId, req: MoveRequest) -> MoveAnswer:
+        return book.move(lease_id, req)
+
     @router.delete("/leases/{lease_id}", response_model=ReleaseAnswer)
     def release(lease_id: PathId) -> ReleaseAnswer:
         return ReleaseAnswer(released=book.release(lease_id))
@@ -75,7 +82,7 @@ def lease_router(book: LeaseBook) -> APIRouter:
 
 
 class RemoteLeases:
-    """The `LeaseBook` interface (``acquire``/``renew``/``release``/``withdraw``/``view``) over a `TunerClient`'s
+    """The `LeaseBook` interface (``acquire``/``renew``/``move``/``release``/``withdraw``/``view``) over a `TunerClient`'s
     connection.
 
     `fallback` (a book of this process's own) answers an ``acquire`` the service cannot (unreachable), so a job
@@ -114,6 +121,11 @@ class RemoteLeases:
             return self.fallback.renew(lease_id, ttl_s)
         body = RenewRequest(ttl_s=ttl_s).model_dump_json()
         return RenewAnswer.model_validate_json(self._call("POST", f"/leases/{lease_id}/renew", body)).lease
+
+    def move(self, lease_id: str, req: MoveRequest) -> MoveAnswer:
+        if lease_id in self._local:
+            return self.fallback.move(lease_id, req)
+        return MoveAnswer.model_validate_json(self._call("POST", f"/leases/{lease_id}/move", req.model_dump_json()))
 
     def release(self, lease_id: str) -> bool:
         if lease_id in self._local:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from oltunes.atomic import atomic_write_text
 from oltunes.errors import ConfigError, DataError
 from oltunes.rltune.policies import QueuePolicy
-from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, new_id
+from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, Prediction, new_id
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ MAX_TTL_S = 3_600.0
 MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_queue.MAX_WAITING`)
 
 Decide = Callable[[JobSpec, ClusterState], Decision]
+Expect = Callable[[JobSpec, ClusterState], Prediction | None]
 
 
 class _Model(BaseModel):
@@ -93,6 +94,20 @@ class LeaseAnswer(_Model):
     waiting: int = Field(ge=0, description="jobs in the queue")
 
 
+class MoveRequest(_Model):
+    """Move a held lease to a new decision's placement (a running job re-tuned)."""
+
+    decision: Decision
+    job: JobSpec | None = Field(default=None, description="the job as it runs now (e.g. its current arrival rate); "
+                                                          "the same job_id as the lease's")
+
+
+class MoveAnswer(_Model):
+    status: Literal["moved", "refused"]
+    lease: Lease | None = Field(description="the lease after the call (unchanged when refused); null: it is gone")
+    reason: str | None = Field(default=None, max_length=500, description="why it was refused")
+
+
 class _BookFile(_Model):
     leases: list[Lease]
     waiting: list[Waiting]
@@ -114,6 +129,10 @@ class LeaseBook:
         The cluster the book allocates.
     decide
         ``decide(job, cluster)``: where the job should go given what is leased (the tuner, or a policy).
+    expect
+        ``expect(job, cluster)``: what the job is predicted to do there, *without* deciding (``Tuner.expect``:
+        no exploration draw, nothing recorded), for the run-time estimate of queue policies that read one
+        (``sjf``, ``rltune``). None: waiting jobs without ``expected_duration_s`` have no run time.
     path
         JSON file the book is kept in (None: memory only).
     queue_policy
@@ -126,11 +145,13 @@ class LeaseBook:
         Seconds since the epoch (wall clock: expiry survives a restart).
     """
 
-    def __init__(self, pools: Sequence[Pool], decide: Decide, *, path: str | Path | None = None,
+    def __init__(self, pools: Sequence[Pool], decide: Decide, *, expect: Expect | None = None,
+                 path: str | Path | None = None,
                  queue_policy: str | QueuePolicy = "fcfs", class_limits: Mapping[str, int] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.pools = {p.name: p for p in pools}
         self.decide = decide
+        self.expect = expect
         self.path = Path(path) if path is not None else None
         # an unknown name fails here, listing the known ones
         self.queue_policy = QueuePolicy.make(queue_policy) if isinstance(queue_policy, str) else queue_policy
@@ -204,6 +225,42 @@ class LeaseBook:
             self._save()
             return released
 
+    def move(self, lease_id: str, req: MoveRequest) -> MoveAnswer:
+        """Swap a held lease to ``req.decision``'s placement in one step under the book's lock: the job holds
+        exactly one slot before and after (its lease id, holder and TTL stay; the expiry restarts), never none
+        and never two. Refused, the lease unchanged, when the target device has no free slot besides the job's
+        own or its accelerator class is at its limit on that host. The slot it leaves may admit a waiting job."""
+        with self.lock:
+            now = self.clock()
+            if self._expire(now):
+                self._admit(now)
+                self._save()
+            lease = self.leases.get(lease_id)
+            job = req.job or (lease.job if lease is not None else None)
+            if lease is None or job is None:
+                return MoveAnswer(status="refused", lease=None, reason="no such lease (expired or released)")
+            if req.decision.job_id != lease.job.job_id or job.job_id != lease.job.job_id:
+                return MoveAnswer(status="refused", lease=lease, reason="decision: for another job than the lease's")
+            pool = self.pools.get(req.decision.candidate.pool)
+            if pool is None:
+                return MoveAnswer(status="refused", lease=lease, reason="decision: its pool is not in this inventory")
+            del self.leases[lease_id]  # judged as if the job were not there: its own slot is free to it
+            try:
+                full = self._class_full(pool)
+                device = None if full else self._device_for(req.decision, [pool])
+            finally:
+                self.leases[lease_id] = lease
+            if device is None:
+                why = (f"class {pool.accelerator.name!r} at its limit on its host" if full else
+                       f"no free slot on the device of pool {pool.name!r} the decision names")
+                return MoveAnswer(status="refused", lease=lease, reason=why)
+            moved = lease.model_copy(update={"job": job, "decision": req.decision, "pool": pool.name,
+                                             "device": device, "expires_at": now + lease.ttl_s})
+            self.leases[lease_id] = moved
+            self._admit(now)
+            self._save()
+            return MoveAnswer(status="moved", lease=moved)
+
     def withdraw(self, job_id: str) -> bool:
         """Leave the queue (the job gave up waiting); True if it was queued."""
         with self.lock:
@@ -214,12 +271,17 @@ class LeaseBook:
 
     # -- views -------------------------------------------------------------------------------------------------
 
-    def cluster(self) -> ClusterState:
-        """The pools with every leased placement: the cluster as the tuner should see it."""
+    def with_leases(self, cluster: ClusterState, exclude: str | None = None) -> ClusterState:
+        """`cluster` plus every leased placement on its pools of a job it does not list (nor `exclude`, the job
+        asking: never its own co-runner), so a decision made on a caller's cluster sees what the book runs."""
         with self.lock:
             if self._expire(self.clock()):
                 self._save()
-            return self._cluster()
+            count = {p.name: p.count for p in cluster.pools}
+            listed = {pl.job_id for pl in cluster.placements} | {exclude}
+            extra = [l.placement() for l in self.leases.values()
+                     if l.device < count.get(l.pool, 0) and l.job.job_id not in listed]
+            return cluster.model_copy(update={"placements": [*cluster.placements, *extra]}) if extra else cluster
 
     def view(self) -> BookView:
         with self.lock:
@@ -287,14 +349,16 @@ class LeaseBook:
 
     def _estimate(self, job: JobSpec) -> float | None:
         """An estimate of a queued job's run time, for queue policies that read one (``sjf``, ``rltune``): its
-        items over the throughput the tuner predicts for it on this cluster as leased now. None when the policy
-        ignores run times, the job has no item count, or the tuner cannot say."""
-        if not self.queue_policy.uses_runtime or not job.items:
+        items over the throughput the tuner predicts for it on this cluster as leased now. A prediction, not a
+        decision: deciding here would move the tuner's exploration draws and decide the job twice. None when the
+        policy ignores run times, the job has no item count, or there is no prediction."""
+        if not self.queue_policy.uses_runtime or not job.items or self.expect is None:
             return None
         try:
-            thr = self.decide(job, self._cluster()).explanation.predicted.throughput_items_per_s
+            predicted = self.expect(job, self._cluster())
         except (ConfigError, DataError, LookupError, ValueError):
             return None
+        thr = predicted.throughput_items_per_s if predicted is not None else 0.0
         return min(max(job.items / thr, 1e-3), 1e8) if thr > 0 else None
 
     def _admit(self, now: float) -> dict[str, str]:

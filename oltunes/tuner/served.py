@@ -17,7 +17,7 @@ from oltunes.tuner import guards
 from oltunes.tuner.api import ObserveResponse, RecommendRequest
 from oltunes.tuner.journal import ObserveJournal, fsync_dir
 from oltunes.tuner.state import state_lock, write_state
-from oltunes.types import ClusterState, Decision, Measurement, Pool
+from oltunes.types import ClusterState, Decision, Measurement, Pool, Prediction
 
 if TYPE_CHECKING:
     from oltunes.tuner.leases import LeaseBook
@@ -85,10 +85,11 @@ class TunerService:
                 log.info("observe journal: %d acknowledged measurements restored", replayed)
 
     def recommend(self, req: RecommendRequest) -> Decision:
-        cluster = req.cluster if req.cluster is not None else (
-            self.leases.cluster() if self.leases is not None else self.default_cluster)  # what runs where, leased
+        cluster = req.cluster if req.cluster is not None else self.default_cluster
         if cluster is None:
             raise ConfigError("cluster: required (this service was started without --inventory)")
+        if self.leases is not None:  # the service allocates: what it leased runs there, whoever asks
+            cluster = self.leases.with_leases(cluster, exclude=req.job.job_id)
         with self.lock:
             # Not marked dirty: recommend only advances the exploration RNG, which is not worth a save.
             return self.tuner.recommend(req.job, cluster, current=req.current)
@@ -96,6 +97,14 @@ class TunerService:
     def decide(self, job: Any, cluster: ClusterState) -> Decision:
         with self.lock:
             return self.tuner.recommend(job, cluster)
+
+    def expect(self, job: Any, cluster: ClusterState) -> Prediction | None:
+        """The tuner's prediction for the job without deciding (`Tuner.expect`); None for a tuner without one."""
+        expect = getattr(self.tuner, "expect", None)  # optional in `ServedTuner`: a wrapper may not forward it
+        if expect is None:
+            return None
+        with self.lock:
+            return expect(job, cluster)
 
     def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
         """Learn the new measurements and journal them (not yet fsynced: call `sync` before answering)."""

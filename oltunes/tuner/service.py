@@ -129,7 +129,7 @@ def create_app(
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
         service.leases = LeaseBook(
-            pools, service.decide, queue_policy=queue_policy, class_limits=class_limits,
+            pools, service.decide, expect=service.expect, queue_policy=queue_policy, class_limits=class_limits,
             path=None if service.state_path is None else service.state_path.with_name(service.state_path.name + ".leases"),
         )  # fmt: skip
     persister = Persister(service, persist_every_s)

@@ -23,29 +23,14 @@ from oltunes.tuner.client import TunerClient
 from oltunes.tuner.lease_api import RemoteLeases
 from oltunes.tuner.lease_holder import LeaseTimeout, hold_lease, leases_for
 from oltunes.tuner.leases import LeaseBook, LeaseRequest
-from oltunes.tuner.service import create_app, serve_in_thread
-from oltunes.types import JobSpec, Pool
+from oltunes.types import ClusterState, JobSpec, Pool
+from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN
 from tests.tuner.variants import make_variants
-
-POOLS = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=2, slots_per_device=2),
-         Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)]
-
-
-def job(i: int | str, slo_ms: float = 5_000.0) -> JobSpec:
-    return JobSpec(job_id=f"job-{i}", family="cnn", slo_ms=slo_ms, items=10_000)
 
 
 def slots(pools) -> int:
     return sum(p.count * p.slots_per_device for p in pools)
-
-
-@pytest.fixture
-def service(tmp_path):
-    tuner = Tuner(make_variants(), seed=0)
-    app = create_app(tuner, token=TOKEN, state_path=tmp_path / "state.json", pools=POOLS, persist_every_s=0)
-    with serve_in_thread(app) as url:
-        yield url, app.state.service.leases
 
 
 def test_concurrent_holders_never_oversubscribe_a_device(service):
@@ -314,7 +299,7 @@ def test_a_run_time_policy_orders_jobs_without_a_duration_by_the_tuners_estimate
     tuner = Tuner(make_variants(), seed=0)
     sizes = {"big": 400_000, "small": 4_000, "medium": 40_000}
     for policy, expected in (("sjf", ["job-small", "job-medium", "job-big"]), ("fcfs", [f"job-{n}" for n in sizes])):
-        book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), queue_policy=policy)
+        book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), expect=tuner.expect, queue_policy=policy)
         book.acquire(LeaseRequest(job=job("running"), ttl_s=600))
         for name, items in sizes.items():
             req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
@@ -323,3 +308,36 @@ def test_a_run_time_policy_orders_jobs_without_a_duration_by_the_tuners_estimate
         assert [w.job.job_id for w in waiting] == expected, policy
         estimates = [w.expected_duration_s for w in waiting]
         assert all(e is not None and e > 0 for e in estimates) if policy == "sjf" else estimates == [None] * 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_queue_estimates_neither_draw_from_the_tuner_nor_decide_twice(seed):
+    """``sjf`` estimates every waiting job's run time from ``Tuner.expect``: the tuner's state (its exploration
+    RNG included) is the same after the queueing as before, and each job granted later gets the decision a twin
+    tuner (same seed) makes deciding only the granted jobs, in the same order, on the same cluster."""
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    idle = ClusterState(pools=[pool])
+    # explore_rate=1: every feasible decision draws from the RNG, so one extra decide would show
+    tuner, twin = (Tuner(make_variants(), seed=seed, explore_rate=1.0) for _ in range(2))
+    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), expect=tuner.expect, queue_policy="sjf")
+    running = book.acquire(LeaseRequest(job=job("running"), ttl_s=600)).lease
+    twin.recommend(job("running"), idle)
+    before = tuner.state_dict()
+    for name, items in (("big", 400_000), ("small", 4_000), ("medium", 40_000)):
+        req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
+        assert book.acquire(req).status == "waiting"
+    assert all(w.expected_duration_s is not None for w in book.view().waiting)
+    assert tuner.state_dict() == before  # estimating drew nothing and recorded nothing
+
+    granted = []
+    held = running
+    while held is not None:
+        book.release(held.lease_id)
+        held = next(iter(book.view().leases), None)
+        if held is not None:
+            granted.append(held)
+    assert [l.job.job_id for l in granted] == ["job-small", "job-medium", "job-big"]
+    for lease in granted:
+        d = twin.recommend(lease.job, idle)
+        assert (lease.decision.candidate, lease.decision.group, lease.decision.source) == (d.candidate, d.group, d.source)
+    assert tuner.state_dict() == twin.state_dict()
