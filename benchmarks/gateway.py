@@ -10,7 +10,8 @@ processes' CPU times) and as latency, not as the three processes starving each o
 
 - ``gateway_added_p99_ms``: median over rounds of p99(gateway) - p99(direct) at a fixed open-loop rate;
 - ``gateway_throughput_ratio``: closed-loop saturation throughput through the gateway / direct (median of rounds);
-- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop through the gateway at 2x the
+- ``overload_*``: a worker whose model bounds it (``--overload-variant``, one item per session call), open loop
+  through the gateway at 2x the
   worker's capacity (closed loop, measured straight at the worker); answered p99, goodput / that capacity, and
   the refusals (429 from admission control), and the CPU (in cores) the client, the gateway and the worker used
   meanwhile (``overload_cpu_cores``: the client's share is what it took from the gateway's core);
@@ -285,7 +286,9 @@ def _overload(variants: list[Any], args: Any, front: set[int], back: set[int]) -
     from oltunes.worker import serve_process
 
     heavy = next(v for v in variants if v.name == args.overload_variant)
-    with serve_process(heavy.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
+    # one item per session call: the model bounds the worker, not its HTTP handling, so 2x its capacity is a rate the
+    # client and the gateway can offer from their one core (the load measures admission, not the client)
+    with serve_process(heavy.path, model_name=MODEL, max_batch=1, max_delay_ms=0.0, max_queue_ms=args.slo_ms) as worker:
         _pin(worker.pid, back)
         gw, gw_url = _start_gateway({MODEL: worker.url}, front, slo_ms=args.slo_ms)
         try:
