@@ -202,9 +202,12 @@ class Gateway:
                     reason = "timeout"
                 except OSError:  # refused, reset, closed: the worker died or is restarting
                     reason = "connection"
+                    route.outage = url == route.current
                 finally:
                     route.end(url)
                 if status and status not in RETRYABLE:
+                    if url == route.current:
+                        route.outage = False
                     return status, out, content, attempt > 0
                 if status:
                     reason = str(status)

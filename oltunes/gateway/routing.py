@@ -5,7 +5,8 @@ old one to drain (`drained`) before stopping it; the gateway sends every attempt
 
 Admission: a route with an SLO holds at most `limits.limit` requests outstanding (admitted, sent, not yet
 answered), a limit measured from the answers themselves (`oltunes.gateway.admission.ConcurrencyLimit`, Little's
-law); the gateway refuses the rest at once. A new decision or a restarted worker is measured afresh.
+law); the gateway refuses the rest at once, except while its worker is gone (`outage`). A new decision or a
+restarted worker is measured afresh.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Route:
     on_switch: Callable[[str, SwitchReason], None] | None = None  # the gateway counts switches and restarts
     admitted: int = 0  # admitted from their headers, not yet sent to a worker (their bodies are arriving)
     limits: ConcurrencyLimit | None = field(init=False, default=None)  # None without an SLO: nothing refused
+    outage: bool = False  # the current worker refused a connection: requests wait for the next one (see `admits`)
     _moved: asyncio.Event | None = None
 
     def __post_init__(self) -> None:
@@ -60,11 +62,14 @@ class Route:
             self.limits.record(position, seconds)
 
     def admits(self) -> bool:
-        """Whether a request arriving now may be admitted (always, without an SLO)."""
-        return self.limits is None or self.limits.admits(self.outstanding)
+        """Whether a request arriving now may be admitted: always without an SLO, and during an outage (the limit
+        measured a worker that is gone; what waits is answered by the next one, measured afresh: refusing here
+        would turn a crash into errors for the clients)."""
+        return self.limits is None or self.outage or self.limits.admits(self.outstanding)
 
     def switch(self, url: str, reason: SwitchReason = "switch") -> None:
         self.current = url
+        self.outage = False
         self._measure_afresh()  # a new decision or a restarted worker
         if self.on_switch is not None:
             self.on_switch(self.name, reason)
