@@ -3,9 +3,9 @@
 Served by `oltunes.gateway.http1` (no framework: it routes by path and forwards bytes). Everything that can be
 decided from the request line and headers is decided before the body is read (`Gateway.head`): the token
 (health probes stay open), the route by the model name in the path (404 in the protocol's shape), the
-method, the declared body size (413), and admission control: a request whose predicted wait is already over
-its model's SLO gets 429 with ``Retry-After`` at once, before any work is done for it: a route holds at most as
-many requests outstanding as its worker answers within the SLO (`oltunes.gateway.admission`).
+method, the declared body size (413), and admission control: a route holds at most as many requests
+outstanding as its worker answers within the model's SLO (`oltunes.gateway.admission`); one more gets 429 with
+``Retry-After`` at once, before any work is done for it.
 A body that grows over the limit without a declared size gets 413 as soon as it does.
 
 Admitted requests are forwarded as bytes over pooled keep-alive connections (`oltunes.gateway.upstream`) to

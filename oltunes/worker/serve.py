@@ -4,7 +4,8 @@ Endpoints: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{
 ``POST /v2/models/{name}[/versions/{v}]/infer`` (typed tensors, JSON or binary; `oltunes.gateway.protocol`);
 ``GET /metrics`` (Prometheus text format); ``GET /window[?reset=true]`` (the JSON window the control loop reads;
 it restarts after a read with ``reset=true``); ``GET /health`` and ``POST /infer`` ``{"inputs": [item, ...]}``
-(the plain JSON form the launchers and the CLI use).
+(the plain JSON form the launchers and the CLI use). The OIP infer route is bare ASGI in front of FastAPI
+(`oltunes.worker.infer_route`: the hot path).
 
 Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
 declared or received size is over); more than ``max_request_items`` items 413; a request whose predicted
