@@ -3,15 +3,18 @@
 All on loopback, bounded in time. One worker (``cnn-s-fp32``, ONNX Runtime CPU) behind a gateway running in its
 own process (``python -m oltunes.gateway``), clients in this process, direct and through-gateway rounds alternating.
 Pinning (``sched_setaffinity``, with two or more cores): the worker gets the last cores to itself; the client (a
-lean pooled HTTP/1.1 client, the same in both arms) and the gateway share the first. So the worker's CPU is the
+lean pooled HTTP/1.1 client under uvloop, the same in both arms, in this process) and the gateway (its own
+process) share the first. So the worker's CPU is the
 same in both arms, and what the gateway costs shows as its own CPU per request (``cpu_ms_per_request``, from the
 processes' CPU times) and as latency, not as the three processes starving each other on two cores.
 
 - ``gateway_added_p99_ms``: median over rounds of p99(gateway) - p99(direct) at a fixed open-loop rate;
 - ``gateway_throughput_ratio``: closed-loop saturation throughput through the gateway / direct (median of rounds);
-- ``overload_*``: a worker whose model bounds it (``--overload-variant``), open loop through the gateway at 2x the
+- ``overload_*``: a worker whose model bounds it (``--overload-variant``, one item per session call), open loop
+  through the gateway at 2x the
   worker's capacity (closed loop, measured straight at the worker); answered p99, goodput / that capacity, and
-  the refusals (429 from admission control);
+  the refusals (429 from admission control), and the CPU (in cores) the client, the gateway and the worker used
+  meanwhile (``overload_cpu_cores``: the client's share is what it took from the gateway's core);
 - ``failed_during_switches``, ``dropped``: ten live switches between two decisions (in-process gateway + supervisor,
   as the streaming flow runs them) under steady load; failed = error answers, dropped = no answer at all;
 - ``max_rss_mb``: peak RSS of the gateway and the worker while 8 clients each send a 50 MB body at once.
@@ -33,6 +36,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
+import uvloop
 
 from benchmarks.common import median, parser, print_table, write_json
 from oltunes.gateway.upstream import UpstreamPool
@@ -261,13 +265,17 @@ async def _switches(model_path: str, variants: list[Any], rate: float, n_switche
             "p99_ms": gen.latency.percentile(99)}  # fmt: skip
 
 
-async def _capacity_then_overload(direct: _Client, via: _Client, args: Any) -> tuple[float, dict[str, Any]]:
+async def _capacity_then_overload(direct: _Client, via: _Client, args: Any, pids: dict[str, int]) -> tuple[float, dict[str, Any]]:
     """The worker's capacity (closed loop, straight to it: no admission control to refuse the probe's own queue),
-    then 2x that through the gateway (after a short warm-up there, so its wait model has answers)."""
+    then 2x that through the gateway (after a short warm-up there, so its limit is measured), with the CPU each
+    process used meanwhile (in cores: the client and the gateway share one)."""
     await _closed_loop(direct, args.clients, 0.5)
     capacity = median([await _closed_loop(direct, args.clients, args.seconds) for _ in range(args.rounds)])
     await _open_loop(via, 0.5 * capacity, 1.0)
+    c0, t0 = _cpu_s(pids), time.perf_counter()
     over = await _open_loop(via, 2 * capacity, 2 * args.seconds, max_in_flight=4096)
+    c1, wall = _cpu_s(pids), time.perf_counter() - t0
+    over["cpu_cores"] = {k: (c1[k] - c0[k]) / wall for k in pids}
     direct.pool.close()
     via.pool.close()
     return capacity, over
@@ -278,19 +286,23 @@ def _overload(variants: list[Any], args: Any, front: set[int], back: set[int]) -
     from oltunes.worker import serve_process
 
     heavy = next(v for v in variants if v.name == args.overload_variant)
-    with serve_process(heavy.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
+    # one item per session call: the model bounds the worker, not its HTTP handling, so 2x its capacity is a rate the
+    # client and the gateway can offer from their one core (the load measures admission, not the client)
+    with serve_process(heavy.path, model_name=MODEL, max_batch=1, max_delay_ms=0.0, max_queue_ms=args.slo_ms) as worker:
         _pin(worker.pid, back)
         gw, gw_url = _start_gateway({MODEL: worker.url}, front, slo_ms=args.slo_ms)
         try:
             payload = _payload(httpx.get(f"{gw_url}/v2/models/{MODEL}").json())
-            capacity, over = asyncio.run(_capacity_then_overload(_Client(worker.url, payload), _Client(gw_url, payload), args))
+            pids = {"client": os.getpid(), "gateway": gw.pid, "worker": worker.pid}
+            capacity, over = uvloop.run(_capacity_then_overload(_Client(worker.url, payload), _Client(gw_url, payload), args, pids))
         finally:
             gw.terminate()
             gw.wait(10)
     return {"overload_variant": heavy.name, "overload_worker_capacity_rps": capacity, "overload_offered_rps": 2 * capacity,
             "overload_answered_p99_ms": over["p99_ms"], "overload_answered_p50_ms": over["p50_ms"],
             "overload_goodput_ratio": over["ok"] / over["wall_s"] / capacity,
-            "overload_refusals": over["failures"], "overload_shed_by_client": over["shed"], "overload_slo_ms": args.slo_ms}  # fmt: skip
+            "overload_refusals": over["failures"], "overload_shed_by_client": over["shed"], "overload_slo_ms": args.slo_ms,
+            "overload_cpu_cores": over["cpu_cores"]}  # fmt: skip
 
 
 def main() -> None:
@@ -324,7 +336,7 @@ def main() -> None:
             meta = httpx.get(f"{gw_url}/v2/models/{MODEL}").json()
             payload = _payload(meta)
             pids = {"gateway": gw.pid, "worker": worker.pid, "client": os.getpid()}
-            results.update(asyncio.run(_side_by_side(worker.url, gw_url, payload, pids, args)))
+            results.update(uvloop.run(_side_by_side(worker.url, gw_url, payload, pids, args)))
             results["pinning"] = {"client_and_gateway": sorted(front), "worker": sorted(back)}
             capacity = results["capacity_rps"]
             base = {p: psutil.Process(p).memory_info().rss / 2**20 for p in (gw.pid, worker.pid)}
@@ -351,6 +363,7 @@ def main() -> None:
         ("gateway_cpu_ms_per_request", results["cpu_ms_per_request"]["gateway"], f"worker {results['cpu_ms_per_request']['worker_direct']:.3f}, client {results['cpu_ms_per_request']['client']:.3f}"),
         ("overload_answered_p99_ms", results["overload_answered_p99_ms"], f"≤ {2 * args.slo_ms:.0f} (2× SLO) at {results['overload_offered_rps']:.0f} req/s ({results['overload_variant']})"),
         ("overload_goodput_ratio", results["overload_goodput_ratio"], f"≥ 0.9; refusals {results['overload_refusals']}"),
+        ("overload_cpu_cores: client", results["overload_cpu_cores"]["client"], f"gateway {results['overload_cpu_cores']['gateway']:.2f}, worker {results['overload_cpu_cores']['worker']:.2f} (client + gateway share core {sorted(front)})"),
         ("failed_during_switches", sw["failed"], f"= 0 over {sw['switches']} switches, {sw['sent']} requests"),
         ("dropped", results["dropped"], "= 0"),
         ("max_rss_mb", results["max_rss_mb"], f"8 × 50 MB bodies: {results['big_body_outcomes']}"),

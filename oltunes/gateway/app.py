@@ -3,8 +3,9 @@
 Served by `oltunes.gateway.http1` (no framework: it routes by path and forwards bytes). Everything that can be
 decided from the request line and headers is decided before the body is read (`Gateway.head`): the token
 (health probes stay open), the route by the model name in the path (404 in the protocol's shape), the
-method, the declared body size (413), and admission control: a request whose predicted wait is already over
-its model's SLO gets 429 with ``Retry-After`` at once, before any work is done for it (`Route.predicted_wait_ms`).
+method, the declared body size (413), and admission control: a route holds at most as many requests
+outstanding as its worker answers within the model's SLO (`oltunes.gateway.admission`); one more gets 429 with
+``Retry-After`` at once, before any work is done for it.
 A body that grows over the limit without a declared size gets 413 as soon as it does.
 
 Admitted requests are forwarded as bytes over pooled keep-alive connections (`oltunes.gateway.upstream`) to
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import math
 import re
 import time
 from collections import Counter
@@ -77,6 +77,7 @@ class Gateway:
         route = Route(name=name, slo_ms=slo_ms, on_switch=self._switched)
         self.routes[name] = route
         self.prom.queue_depth.labels(name).set_function(lambda: route.outstanding)
+        self.prom.concurrency_limit.labels(name).set_function(lambda: (route.limits and route.limits.limit) or 0)
         return route
 
     def _switched(self, name: str, reason: SwitchReason) -> None:
@@ -201,9 +202,12 @@ class Gateway:
                     reason = "timeout"
                 except OSError:  # refused, reset, closed: the worker died or is restarting
                     reason = "connection"
+                    route.outage = url == route.current
                 finally:
                     route.end(url)
                 if status and status not in RETRYABLE:
+                    if url == route.current:
+                        route.outage = False
                     return status, out, content, attempt > 0
                 if status:
                     reason = str(status)
@@ -230,14 +234,13 @@ class Admission:
 
 
 def admit(route: Route) -> None:
-    """Refuse (429 with Retry-After) a request that would wait longer than its model's SLO (module doc)."""
-    if route.slo_ms is None or route.outstanding == 0:  # an idle worker takes one: its answer keeps the fit current
-        return
-    wait_ms = route.predicted_wait_ms()
-    if wait_ms > route.slo_ms:
-        retry_s = max(1, math.ceil((wait_ms - route.slo_ms) / 1e3))
-        raise ProtocolError(429, f"predicted wait {wait_ms:.0f} ms is over the model's {route.slo_ms:.0f} ms SLO; retry later",
-                            {"retry-after": str(retry_s)})  # fmt: skip
+    """Refuse (429 with Retry-After) a request beyond what its model's worker can answer within the SLO (module doc)."""
+    if not route.admits():
+        limits = route.limits
+        assert limits is not None and limits.limit is not None
+        raise ProtocolError(429, f"{route.outstanding} requests outstanding, at the limit of {limits.limit:.0f} that meets "
+                                 f"the model's {route.slo_ms:.0f} ms SLO; retry later",
+                            {"retry-after": str(limits.retry_after_s(route.outstanding))})  # fmt: skip
 
 
 def refusal(e: ProtocolError) -> Response:

@@ -4,7 +4,8 @@ Endpoints: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{
 ``POST /v2/models/{name}[/versions/{v}]/infer`` (typed tensors, JSON or binary; `oltunes.gateway.protocol`);
 ``GET /metrics`` (Prometheus text format); ``GET /window[?reset=true]`` (the JSON window the control loop reads;
 it restarts after a read with ``reset=true``); ``GET /health`` and ``POST /infer`` ``{"inputs": [item, ...]}``
-(the plain JSON form the launchers and the CLI use).
+(the plain JSON form the launchers and the CLI use). The OIP infer route is bare ASGI in front of FastAPI
+(`oltunes.worker.infer_route`: the hot path).
 
 Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
 declared or received size is over); more than ``max_request_items`` items 413; a request whose predicted
@@ -28,20 +29,12 @@ from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.errors import DataError, OLTunesError, invalid
-from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES, read_limited
-from oltunes.gateway.protocol import (
-    HEADER_LENGTH,
-    ModelMetadata,
-    ProtocolError,
-    TensorMetadata,
-    datatype_of,
-    decode_request,
-    encode_response,
-    error_body,
-)
+from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES
+from oltunes.gateway.protocol import ModelMetadata, ProtocolError, TensorMetadata, datatype_of, error_body
 from oltunes.gateway.server import KEEP_ALIVE_S
 from oltunes.gateway.telemetry import ServingMetrics
 from oltunes.worker.batcher import DynamicBatcher, Metrics
+from oltunes.worker.infer_route import InferRoute
 from oltunes.worker.session import Device, ModelSession, predictions
 
 
@@ -170,7 +163,8 @@ class Worker:
 
 
 def create_app(cfg: ServeConfig) -> Any:
-    """The FastAPI app for `cfg` (sessions are loaded here, so a bad model fails before binding the port)."""
+    """The ASGI app for `cfg`: the inference route bare, the rest FastAPI (sessions are loaded here, so a bad model
+    fails before binding the port)."""
     from fastapi import FastAPI, Query
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -234,25 +228,6 @@ def create_app(cfg: ServeConfig) -> Any:
         w.check_name(name)
         return readiness()
 
-    @app.post("/v2/models/{name}/infer")
-    @app.post("/v2/models/{name}/versions/{version}/infer")
-    async def v2_infer(name: str, request: Request) -> Response:
-        t0 = time.perf_counter()
-        try:
-            w.check_name(name)
-            body = await read_limited(request.stream(), request.headers.get("content-length"), cfg.max_body_bytes)
-            req, tensors = decode_request(body, request.headers.get(HEADER_LENGTH))
-            if len(tensors) != 1 or w.first.input_name not in tensors:
-                raise ProtocolError(400, f"'inputs' must hold exactly one tensor named '{w.first.input_name}'")
-            out, _ = await w.run(tensors[w.first.input_name])
-            content, headers = encode_response(req, w.name, {w.first.output_name: out})
-        except ProtocolError as e:
-            w.count(e.status)
-            return failed(e)
-        seconds = time.perf_counter() - t0
-        w.answered(seconds, len(out))
-        return Response(content, headers=headers)
-
     # -- plain JSON and operations --------------------------------------------------------------------------
     @app.post("/infer", response_model=InferResponse)
     async def infer(req: InferRequest) -> Response | InferResponse:
@@ -299,7 +274,7 @@ def create_app(cfg: ServeConfig) -> Any:
         )  # fmt: skip
         return snap
 
-    return app
+    return InferRoute(app, w, cfg.max_body_bytes)  # inference bypasses the framework (`oltunes.worker.infer_route`)
 
 
 def serve(cfg: ServeConfig) -> None:

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -177,6 +178,31 @@ def test_oversized_body_gets_413_before_parsing_and_is_not_echoed(server):
     r = httpx.post(f"{server.url}/v2/models/cnn-s-fp32/infer", content=body, timeout=60)
     assert r.status_code == 413 and "over the limit" in r.json()["error"] and b"Zq7" not in r.content
     assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+
+
+def test_the_bare_infer_route_answers_in_the_protocols_shape_and_leaves_the_rest_to_fastapi(server, items):
+    """`POST .../infer` bypasses FastAPI (`oltunes.worker.infer_route`): its errors, its counts and the paths
+    around it must still behave as the framework's did."""
+    x, expected = items
+    url, name = server.url, "cnn-s-fp32"
+    body = {"inputs": [{"name": "x", "shape": [2, 1, 8, 8], "datatype": "FP32", "data": x[:2].ravel().tolist()}], "id": "Zq7"}
+    with httpx.Client(base_url=url, timeout=30) as h:
+        def status_count(status: str) -> float:
+            line = f'oltunes_worker_requests_total{{model="{name}",status="{status}"}} '
+            return next((float(ln.split()[-1]) for ln in h.get("/metrics").text.splitlines() if ln.startswith(line)), 0.0)
+
+        before = {s: status_count(s) for s in ("200", "400", "404")}
+        ok = h.post(f"/v2/models/{name}/versions/1/infer", json=body)
+        out = ok.json()["outputs"][0]
+        assert ok.status_code == 200 and ok.json()["id"] == "Zq7" and out["shape"] == [2, 10]
+        assert np.asarray(out["data"]).reshape(2, 10).argmax(1).tolist() == expected[:2].tolist()
+        unknown = h.post("/v2/models/Zq7-model/infer", json=body)
+        assert unknown.status_code == 404 and "unknown model" in unknown.json()["error"] and "Zq7" not in unknown.text
+        broken = h.post(f"/v2/models/{name}/infer", content=b'{"Zq7": [1, 2', headers={"content-type": "application/json"})
+        assert broken.status_code == 400 and "Zq7" not in broken.text
+        assert h.get(f"/v2/models/{name}/infer").status_code in (404, 405)  # not inference: FastAPI's answer
+        assert h.get(f"/v2/models/{name}").json()["name"] == name
+        assert {s: status_count(s) - before[s] for s in before} == {"200": 1, "400": 1, "404": 1}
 
 
 def test_admission_refuses_with_429_once_the_predicted_wait_is_over_the_budget(built_zoo, items):
