@@ -108,7 +108,7 @@ def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_th
         monkeypatch.setenv("OLTUNES_TUNER_TOKEN", TOKEN)
         monkeypatch.setenv("OLTUNES_TUNER_TIMEOUT_S", "30")
         settings_env()
-        early = batch("batch-early")
+        batch("batch-early")  # on the device before the service decides
         watcher = threading.Thread(target=watch, args=("svc-leased",))
         watcher.start()
         try:
