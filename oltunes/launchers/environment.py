@@ -6,8 +6,8 @@ outputs. Flows ask the environment and never branch on its name or on whether re
 - `OnDisk` (``local``, ``docker``): real workers write output shards under a locked directory, record their
   decision there (a re-run resumes it), learn in ``settings.home`` from real measurements only, and register
   their ONNX variants in MLflow; a streaming service is real workers behind the gateway, in wall time.
-- `Simulated` (``simulated``): the simulator answers (batch: the performance model; streaming: the event engine,
-  queueing included, in simulated time); no output rows, no lock, no decision record, a tuner state of its own
+- `Simulated` (``simulated``): the simulator's event engine answers, in simulated time (batch parts and
+  streaming services alike, queueing, drift and interference included); no output rows, no lock, no decision record, a tuner state of its own
   under ``<home>/simulated`` warm-started from simulated measurements only, the public profile table for
   profile-based policies, and the ``oltunes-simulation`` experiment for streaming steps.
 """
@@ -145,13 +145,11 @@ class Simulated(Environment, name="simulated"):
     def serving(self, setup: ServiceSetup) -> Serving:
         """The event engine of ``oltunes simulate``, in simulated time."""
         from oltunes.config import get_settings
+        from oltunes.launchers.sim_engine import engine_truth
         from oltunes.launchers.sim_serving import SimulatedServing
-        from oltunes.sim.perfmodel import load_performance_model
 
         settings = get_settings()
-        # its own copy of the public table as the truth (the engine registers the inventory's accelerators in it),
-        # as the simulated launcher's batch jobs see it
-        return SimulatedServing(load_performance_model(settings).perturbed(0.0, settings.seed), setup, seed=settings.seed)
+        return SimulatedServing(engine_truth(settings=settings), setup, seed=settings.seed)
 
     @contextlib.contextmanager
     def outputs_locked(self, output: Path, wait_s: float) -> Iterator[None]:

@@ -7,14 +7,12 @@ configuration past its capacity queues here exactly as it does in the simulator:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 
 import numpy as np
 
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
-from oltunes.sim.cluster import SimCluster
-from oltunes.sim.engine import Simulator
+from oltunes.launchers.sim_engine import run_seed, simulator
 from oltunes.sim.jobrun import JobRun
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.percentile import percentiles
@@ -29,10 +27,10 @@ class SimulatedServing(Serving):
     def __init__(self, model: PerformanceModel, setup: ServiceSetup, seed: int) -> None:
         self.setup = setup
         jobs = [SimJob(job, submit_s=0.0, arrivals=np.asarray(setup.arrivals, dtype=float)) for job in setup.jobs]
-        self.sim = Simulator(model, SimCluster(list(setup.cluster.pools)), jobs, duration_s=setup.duration_s, seed=seed,
+        self.sim = simulator(model, setup.cluster.pools, jobs, duration_s=setup.duration_s, seed=seed,
                              control_interval_s=setup.control_interval_s)  # fmt: skip
         # noise per model from the seed and its job id: a re-run reproduces its numbers
-        self.runs = [JobRun(j, seed=_seed(seed, j.spec.job_id)) for j in jobs]
+        self.runs = [JobRun(j, seed=run_seed(seed, j.spec.job_id)) for j in jobs]
         self.now = 0.0
         self._over = False
 
@@ -91,6 +89,3 @@ class SimulatedServing(Serving):
         failures = {"dropped after waiting past drop_after x SLO": totals["failed"]} if totals["failed"] else {}
         return ServingReport(requests=totals, failures=failures, request_latency=summary, per_model=per_model)
 
-
-def _seed(seed: int, job_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}|{job_id}".encode()).digest()[:8], "little")
