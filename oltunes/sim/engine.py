@@ -307,7 +307,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ stepping from outside
     # For callers that decide themselves and want this physics one interval at a time (the streaming flow's
-    # simulated serving, `oltunes.launchers.sim_serving`).
+    # simulated serving, `oltunes.launchers.sim_serving`) or one batch part to its end (`run_batch`, the
+    # simulated launcher).
     def place(self, r: JobRun, d: Decision, now: float) -> None:
         """Configure ``r`` per ``d`` at ``now`` (a change pays the switch cost) on the device ``d`` names."""
         c = d.candidate
