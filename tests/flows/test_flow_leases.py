@@ -76,7 +76,7 @@ def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_th
         {"name": "cpu-shared", "accelerator": "cpu", "count": 1, "slots_per_device": 3, "cpu_set": [0]}]}))
     variants = list_variants(get_settings().zoo_dir)  # the local environment's catalogue: the built zoo
     srv = ServeProcess(tmp_path)
-    # Always exploring and never staying only to stay: the service switches within a few control intervals.
+    # Always exploring and never staying only to stay: the service often switches within a few control intervals.
     Tuner(variants, seed=0, explore_rate=1.0, explore_slack=4.0, stay_tolerance=0.0).save(srv.state)
     srv.cmd += ["--inventory", str(inventory)]
 
@@ -122,9 +122,11 @@ def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_th
     assert out.status == "FINISHED"
     # released when the service ended; the batch jobs' leases are theirs to release
     assert sorted(l["job"]["job_id"] for l in after) == ["batch-early", "batch-late"]
-    # one lease all along, moved to each decision the flow applied, in order
+    # one lease all along, moved to each decision the flow applied, in order. Whether the tuner switches at all in
+    # 24 s is its own call (it stays while its choice is the best: the decision-side changes made that common), so
+    # the move itself is asserted over HTTP in tests/tuner/test_lease_moves.py; here: the lease follows the flow.
     assert len({lease_id for lease_id, _ in seen}) == 1
-    assert out.switches >= 1 and [k for _, k in seen] == [d.candidate.key for d in out.decisions]
+    assert [k for _, k in seen] == [d.candidate.key for d in out.decisions]
     # each side decided with the other on the device
     first = out.decisions[0]
     assert first.group is not None and {"batch-early", "svc-leased"} <= set(first.group.members)
