@@ -13,7 +13,6 @@ import psutil
 import pytest
 import tritonclient.http as triton
 from mlflow import MlflowClient
-from tritonclient.utils import InferenceServerException
 
 import flows.streaming_inference as streaming
 from flows.streaming_inference import streaming_inference
@@ -112,7 +111,7 @@ def test_crashed_serving_worker_is_restarted_and_a_triton_client_sees_no_error(s
             inp.set_data_from_numpy(x)
             try:
                 answers.append(c.infer("cnn", [inp]).as_numpy("logits").shape)
-            except (InferenceServerException, OSError) as e:
+            except Exception as e:  # any failure the client sees (geventhttpclient's HTTPConnectionClosed included)
                 errors.append(f"{type(e).__name__}: {e}")
             time.sleep(0.02)
 
