@@ -8,7 +8,7 @@ route (under ``/v1``, bearer token)     request         response
 ``POST   /v1/leases/{lease_id}/move``   `MoveRequest`   `MoveAnswer` (moved, or refused + reason)
 ``DELETE /v1/leases/{lease_id}``        --              `ReleaseAnswer`
 ``DELETE /v1/queue/{job_id}``           --              `ReleaseAnswer` (left the queue)
-``GET    /v1/leases``                   --              `BookView` (leases, queue in order, limits)
+``GET    /v1/leases``                   --              `BookView` (leases, queue in order, limits, when it was ordered)
 ======================================  ==============  ===============================================
 
 The routes exist when the service knows its cluster (``oltunes tuner serve --inventory``).

@@ -118,6 +118,7 @@ class BookView(_Model):
     waiting: list[Waiting] = Field(max_length=MAX_WAITING)
     queue_policy: str
     class_limits: dict[str, int]
+    ordered_at: float  # the book's clock when the queue was ordered (a time-aware policy's order depends on it)
 
 
 class LeaseBook:
@@ -291,7 +292,7 @@ class LeaseBook:
             order = self._order(now)
             return BookView(leases=sorted(self.leases.values(), key=lambda l: l.granted_at),
                             waiting=[self.waiting[j] for j in order], queue_policy=self.queue_policy_name,
-                            class_limits=self.class_limits)
+                            class_limits=self.class_limits, ordered_at=now)
 
     # -- inside the lock -------------------------------------------------------------------------------------
 

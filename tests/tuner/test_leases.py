@@ -266,7 +266,8 @@ def test_serve_orders_its_lease_queue_by_rltune_weights(tmp_path, tiny_rltune_we
     waiting = [{"job_id": w["job"]["job_id"], "gpus": 1, "submitted_s": w["submitted_at"],
                 "expected_duration_s": w["expected_duration_s"]} for w in view["waiting"]]
     caps = [{"name": "cpu-a", "gpus_per_node": 1, "free_per_node": [0]}]
-    expected = release_order(queue_policy("rltune", tiny_rltune_weights), waiting, caps, time.time())
+    # at the server's own ordering time: waiting times are features, so "now" must be the same instant
+    expected = release_order(queue_policy("rltune", tiny_rltune_weights), waiting, caps, view["ordered_at"])
     assert served == expected
     assert served != [f"job-{n}" for n, _ in submitted]  # not FCFS: the weights did the ordering
 
