@@ -6,6 +6,7 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +25,8 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    print_rows(Console(), title, [str(c) for c in columns],
+    # a file or a pipe gets the whole table, not one squeezed to rich's default 80 columns
+    print_rows(Console(width=None if sys.stdout.isatty() else 200), title, [str(c) for c in columns],
                ([f"{v:.4g}" if isinstance(v, float) else str(v) for v in r] for r in rows))
 
 

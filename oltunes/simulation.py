@@ -67,14 +67,19 @@ def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], No
     The physics is ``p.truth()``: the public table perturbed per (variant, accelerator) with the scenario's
     ``truth_sigma`` (fresh per run, since drift events change it); policies read the public table, the oracle the truth.
     """
-    sc = p.scenario
-    truth = p.truth()
-    cluster = SimCluster(sc.pool_list())
+    sim = simulator(p)
     if isinstance(policy, str):
-        policy = Policy.make(policy, ctx=context(p, truth, cluster), **policy_kwargs)
-    sim = Simulator(
-        truth,
-        cluster,
+        policy = Policy.make(policy, ctx=context(p, sim.model, sim.cluster), **policy_kwargs)
+    return sim.run(policy, progress)
+
+
+def simulator(p: Prepared) -> Simulator:
+    """A fresh simulator of the scenario: its own truth (``p.truth()``) and cluster. A policy for it is built with
+    ``context(p, sim.model, sim.cluster)`` (its clock and load monitor are that cluster's)."""
+    sc = p.scenario
+    return Simulator(
+        p.truth(),
+        SimCluster(sc.pool_list()),
         p.jobs,
         duration_s=sc.duration_s,
         seed=sc.seed,
@@ -83,7 +88,6 @@ def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], No
         drop_after_slo=sc.drop_after_slo,
         events=sc.events,
     )
-    return sim.run(policy, progress)
 
 
 def run_scenario(p: Prepared, policies: list[str], progress: Callable[[str, float], None] | None = None
