@@ -1,6 +1,7 @@
 """Placement policies, one file each, registered by name: ``Policy.make(name, ctx=PolicyContext(...))``."""
 
 from oltunes.policies import (  # noqa: F401  (importing registers them)
+    diagnostics,
     gavel_like,
     least_loaded,
     oltunes_policy,

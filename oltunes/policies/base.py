@@ -58,7 +58,8 @@ class PolicyContext:
     # job id -> future request arrivals (s): the oracle's clairvoyance; no other policy may read it
     arrivals: Mapping[str, object] = field(default_factory=dict)
     horizon_s: float = 30.0  # how far ahead the oracle looks (the re-tune interval)
-    truth: Profile | None = None  # the simulator's physics; only the oracle may read it (None = the table)
+    # the simulator's physics; only the oracle and the diagnostics that say so may read it (None = the table)
+    truth: Profile | None = None
     clock: Callable[[], float] = _time_zero  # the current time (the simulator injects its own)
     # busy share of its device a placed job kept lately, as a cluster monitor reports it (None = no reading)
     monitor: Callable[[str], float | None] = _no_reading

@@ -23,6 +23,7 @@ from collections import Counter
 
 from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
+from oltunes.profiles import Profile
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement
 
 
@@ -62,10 +63,15 @@ class OLTunesPolicy(Policy, name="oltunes"):
             **tuner_kwargs,
         )
 
+    @property
+    def profile_table(self) -> Profile:
+        """The table ``profile_rows`` reads: the public one (what a user can know)."""
+        return self.ctx.profile
+
     def profile_rows(self) -> list[dict]:
         """The offline profile table (every variant x accelerator type x batch size), as ProfilePrior rows:
         isolated, noiseless p99 batch latency and busy energy per item at concurrency 1."""
-        prof, vs, rows = self.ctx.profile, list(self.ctx.variants), []
+        prof, vs, rows = self.profile_table, list(self.ctx.variants), []
         isolated = JobSpec(family="any", slo_ms=1.0)  # a batch job alone on its device: no load, no co-runner
         for acc in prof.accelerators():
             g = prof.grid(isolated, acc, vs, self.ctx.batch_sizes, (1,))

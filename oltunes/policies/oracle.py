@@ -18,6 +18,7 @@ import numpy as np
 
 from oltunes.policies.base import Policy, PolicyContext
 from oltunes.policies.occupancy import Occupancy
+from oltunes.profiles import Profile
 from oltunes.types import ClusterState, CoRunner, Decision, JobSpec, Placement
 
 
@@ -30,9 +31,14 @@ class Oracle(Policy, name="oracle"):
         self.margin = margin
         self.max_load = max_load
 
+    @property
+    def model(self) -> Profile:
+        """The performance model it decides with: the truth."""
+        return self.ctx.true_profile
+
     def _harms(self, cluster: Occupancy, pool: str, dev: int, job: JobSpec, me: CoRunner) -> bool:
         """Would adding this job push a co-runner's estimated p99 past its SLO?"""
-        m = self.ctx.true_profile
+        m = self.model
         acc = cluster.pool(pool).accelerator.name
         for pl in cluster.members(pool, dev):
             c = pl.candidate
@@ -66,7 +72,7 @@ class Oracle(Policy, name="oracle"):
         variants = self.eligible(job)
         if not variants:
             return None
-        m = self.ctx.true_profile
+        m = self.model
         cluster = self.view(state)
         best = fallback = None
         counts = self._upcoming(job, self.ctx.clock())  # (2, n) events or None
