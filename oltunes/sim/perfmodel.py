@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from oltunes.config import Settings, get_settings
+from oltunes.sim.variant_params import published_params
 from oltunes.errors import ConfigError, DataError
 from oltunes.inventory import CATALOG
 from oltunes.sim import calibration as cal
@@ -149,6 +150,7 @@ class PerformanceModel:
                 size=m,
                 precision="fp32",
                 accuracy=float(df.loc[df["Model"] == m, "Accuracy"].iloc[0]) / 100.0,
+                params=published_params(m),  # architecture metadata a deployer knows, as the zoo's variants carry
             )
             for m in models
         ]
