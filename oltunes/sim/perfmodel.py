@@ -4,7 +4,8 @@ Calibrated at load time on real measurements read from ``shared_data`` (never co
 ``proteus/aggregate_profiled.csv`` (ONNX Runtime latency per batch on CPU / Pascal / Ampere, 46 variants with
 accuracy), ``proteus/variants/<family>.csv`` (family membership) and ``lucid/colocate_info.csv`` +
 ``lucid/single_data.csv`` (co-location slowdown per pair class). Every other factor is in
-:mod:`oltunes.sim.calibration` with its source.
+:mod:`oltunes.sim.calibration` with its source; the variants' published parameter counts (metadata, not
+measurements) are in :mod:`oltunes.sim.variant_params`.
 
 Two faces:
 
@@ -236,7 +237,8 @@ class PerformanceModel:
 
     # ------------------------------------------------------------------ lookups
     def variants(self) -> list[Variant]:
-        """Every variant the model knows (proteus families; accuracy = published accuracy / 100)."""
+        """Every variant the model knows (proteus families; accuracy = published accuracy / 100; params = the
+        published parameter count from :mod:`oltunes.sim.variant_params`, 0 if a new variant is not listed)."""
         return list(self._variants)
 
     def variant(self, name: str) -> Variant:
