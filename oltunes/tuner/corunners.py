@@ -120,14 +120,66 @@ def _member_terms(est: Estimator, c: Candidate) -> tuple[float, float]:
 
 
 def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
-    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes)."""
+    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes). Each member's
+    index arrays are kept with its row (``_MemberRow``), so a cluster that changed elsewhere only stacks them:
+    the arrays are exactly those ``sums_plan`` and ``index`` give for the whole list (rows padded with zeros)."""
     rows = [_member_row(est, o, mem) for _, o, mem in members]
-    xa, x_alone, prior_with, prior_alone, waits, slos = (list(col) for col in zip(*rows))
+    xd_key = (family, tuple(sizes))
+    pieces = [r.sums_plan(est, xd_key) for r in rows]
+    rows_a, vals_a = _stack([(p[0], p[1]) for p in pieces])
+    a_ats = [p[4] for p in pieces]
+    a_at = None
+    if any(a is not None for a in a_ats):
+        a_at = np.zeros((len(rows), *pieces[0][2].shape))
+        for i, a in enumerate(a_ats):
+            if a is not None:
+                a_at[i] = a[0]
+    plan = (rows_a, vals_a, pieces[0][2], pieces[0][3], a_at)
+    alone_idx = _stack([r.alone_index(est) for r in rows])
     cands = [mem.candidate for _, _, mem in members]  # margins and corrections move per observation
-    xd = [co_runner_features([CoLite(family, s, float(level))]) for s in sizes for level in LOAD_LEVELS]
-    plan = est.model.sums_plan(xa, xd)
-    return (plan, est.model.index(x_alone), np.array(prior_with), np.array(prior_alone), np.array(waits),
-            np.array(slos), cands)
+    return (plan, alone_idx, np.array([r.prior_with for r in rows]), np.array([r.prior_alone for r in rows]),
+            np.array([r.wait for r in rows]), np.array([r.slo for r in rows]), cands)
+
+
+def _stack(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One-row (rows, vals) index arrays stacked and zero-padded to the widest (what ``index`` gives for all)."""
+    m = max(r.shape[1] for r, _ in indexed)
+    rows = np.zeros((len(indexed), m), dtype=np.intp)
+    vals = np.zeros((len(indexed), m))
+    for i, (r, v) in enumerate(indexed):
+        rows[i, : r.shape[1]] = r[0]
+        vals[i, : v.shape[1]] = v[0]
+    return rows, vals
+
+
+def _newcomer_features(family: str, sizes: Sequence[str]) -> list[dict[str, float]]:
+    """The co-runner features a newcomer of this family adds to a member, per (size, load level)."""
+    return [co_runner_features([CoLite(family, s, float(level))]) for s in sizes for level in LOAD_LEVELS]
+
+
+class _MemberRow:
+    """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO, and
+    their FM index arrays (built on first use; valid while the vocabulary is: the row lives in ``est.memo``)."""
+
+    __slots__ = ("x_with", "x_alone", "prior_with", "prior_alone", "wait", "slo", "_alone", "_plans")
+
+    def __init__(self, x_with, x_alone, prior_with, prior_alone, wait, slo) -> None:
+        self.x_with, self.x_alone, self.prior_with, self.prior_alone = x_with, x_alone, prior_with, prior_alone
+        self.wait, self.slo = wait, slo
+        self._alone = None
+        self._plans: dict = {}
+
+    def alone_index(self, est: Estimator) -> tuple[np.ndarray, np.ndarray]:
+        if self._alone is None:
+            self._alone = est.model.index([self.x_alone])
+        return self._alone
+
+    def sums_plan(self, est: Estimator, xd_key: tuple) -> tuple:
+        """``sums_plan([x_with], newcomer features)`` for a newcomer (family, sizes)."""
+        plan = self._plans.get(xd_key)
+        if plan is None:
+            plan = self._plans[xd_key] = est.model.sums_plan([self.x_with], _newcomer_features(*xd_key))
+        return plan
 
 
 def _member_row(est: Estimator, o: PlacementOption, mem):
@@ -161,5 +213,5 @@ def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
     lat1, en1 = est.prior_base(acc, cand.variant, 1)
     plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1,
                         stream_rate(ctx, est.partial_batches))[LAT]
-    return ({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0],
-            float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)), mem.slo_ms)
+    return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0],
+                      float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)), mem.slo_ms)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from oltunes.tuner import Tuner
-from oltunes.tuner.candidates import placement_options
+from oltunes.tuner.candidates import co_runner_of, placement_options
 from oltunes.tuner.corunners import member_checks
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import ClusterState, JobSpec, Measurement
@@ -66,3 +66,34 @@ def test_member_checks_after_changes_equal_a_cold_start(seed):
         assert (got.slow is None) == (want.slow is None)
         if got.slow is not None:
             assert np.array_equal(got.slow, want.slow)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
+    """The plan stacked from each member's own index arrays is, array for array, the one ``sums_plan`` and
+    ``index`` give for the whole member list (so the checks score the very same numbers)."""
+    from oltunes.tuner.corunners import _member_row, _newcomer_features, _plan
+
+    rng = np.random.default_rng(seed)
+    variants = make_variants()
+    tuner = Tuner(variants, seed=seed)
+    cluster = random_cluster(rng, variants, max_count=4)
+    for k, p in enumerate(cluster.placements[:8]):  # measured beside its co-runners: the vocabulary learns the
+        co = tuple(co_runner_of(q) for q in cluster.jobs_on(p.pool, p.device) if q.job_id != p.job_id)  # co features
+        m = _measured(rng, cluster, k)
+        tuner.observe(m.model_copy(update={"candidate": p.candidate.model_copy(update={"co_runners": co})}))
+    est = tuner.estimator
+    options = placement_options(cluster.pools, Occupancy.of(cluster.placements), load_of=est.load_of)
+    members = [(p, o, m) for p, o in enumerate(options) for m in o.members]
+    if not members:
+        pytest.skip("no shared device drawn")
+    sizes = tuple(sorted({v.size for v in variants if v.family == "cnn"}))
+    plan, alone, *_ = _plan(est, members, "cnn", sizes)
+    rows = [_member_row(est, o, m) for _, o, m in members]
+    want = est.model.sums_plan([r.x_with for r in rows], _newcomer_features("cnn", sizes))
+    for got_a, want_a in zip(plan, want):
+        assert (got_a is None) == (want_a is None)
+        if want_a is not None:
+            assert got_a.dtype == want_a.dtype and np.array_equal(got_a, want_a)
+    for got_a, want_a in zip(alone, est.model.index([r.x_alone for r in rows])):
+        assert got_a.dtype == want_a.dtype and np.array_equal(got_a, want_a)
