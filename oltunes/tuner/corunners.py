@@ -161,7 +161,7 @@ class _MemberRow:
     """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO, and
     their FM index arrays (built on first use; valid while the vocabulary is: the row lives in ``est.memo``)."""
 
-    __slots__ = ("x_with", "x_alone", "prior_with", "prior_alone", "wait", "slo", "_alone", "_plans")
+    __slots__ = ("_alone", "_plans", "prior_alone", "prior_with", "slo", "wait", "x_alone", "x_with")
 
     def __init__(self, x_with, x_alone, prior_with, prior_alone, wait, slo) -> None:
         self.x_with, self.x_alone, self.prior_with, self.prior_alone = x_with, x_alone, prior_with, prior_alone
