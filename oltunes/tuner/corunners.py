@@ -121,24 +121,49 @@ def _member_terms(est: Estimator, c: Candidate) -> tuple[float, float]:
 
 def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
     """Parameter-independent inputs of the member checks (memoised until the vocabulary changes). Each member's
-    index arrays are kept with its row (``_MemberRow``), so a cluster that changed elsewhere only stacks them:
-    the arrays are exactly those ``sums_plan`` and ``index`` give for the whole list (rows padded with zeros)."""
+    index arrays are kept with its row (``_MemberRow``), so a cluster that changed elsewhere indexes only its new
+    rows and stacks the rest: the arrays are exactly those ``sums_plan`` and ``index`` give for the whole list."""
     rows = [_member_row(est, o, mem) for _, o, mem in members]
     xd_key = (family, tuple(sizes))
-    pieces = [r.sums_plan(est, xd_key) for r in rows]
+    _index_new_rows(est, rows, xd_key)
+    pieces = [r.plans[xd_key] for r in rows]
     rows_a, vals_a = _stack([(p[0], p[1]) for p in pieces])
-    a_ats = [p[4] for p in pieces]
-    a_at = None
-    if any(a is not None for a in a_ats):
-        a_at = np.zeros((len(rows), *pieces[0][2].shape))
-        for i, a in enumerate(a_ats):
-            if a is not None:
-                a_at[i] = a[0]
-    plan = (rows_a, vals_a, pieces[0][2], pieces[0][3], a_at)
-    alone_idx = _stack([r.alone_index(est) for r in rows])
+    rows_d, vals_d = est.memo.get(("newcomer_index", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
+    a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
+    if any(p[2] is not None for p in pieces):
+        a_at = np.zeros((len(rows), *rows_d.shape))
+        for i, p in enumerate(pieces):
+            if p[2] is not None:
+                a_at[i] = p[2]
+    plan = (rows_a, vals_a, rows_d, vals_d, a_at)
+    alone_idx = _stack([r.alone for r in rows])
     cands = [mem.candidate for _, _, mem in members]  # margins and corrections move per observation
     return (plan, alone_idx, np.array([r.prior_with for r in rows]), np.array([r.prior_alone for r in rows]),
             np.array([r.wait for r in rows]), np.array([r.slo for r in rows]), cands)
+
+
+def _newcomer(est: Estimator, xd_key: tuple) -> list[dict[str, float]]:
+    """The co-runner features a newcomer of this (family, sizes) adds to a member, per (size, load level)."""
+    family, sizes = xd_key
+    return est.memo.get(("newcomer", xd_key), lambda: [co_runner_features([CoLite(family, s, float(level))])
+                                                       for s in sizes for level in LOAD_LEVELS])
+
+
+def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:
+    """Index the rows not indexed yet for this newcomer, in one ``sums_plan`` and one ``index`` call, and keep
+    each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
+    new = list({id(r): r for r in rows if xd_key not in r.plans}.values())
+    if not new:
+        return
+    rows_a, vals_a, _, _, a_at = est.model.sums_plan([r.x_with for r in new], _newcomer(est, xd_key))
+    alone_rows, alone_vals = est.model.index([r.x_alone for r in new])
+    for i, r in enumerate(new):
+        w = len(r.x_with) or 1
+        mine = None if a_at is None or not a_at[i].any() else a_at[i]
+        r.plans[xd_key] = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w], mine)
+        if r.alone is None:
+            w = len(r.x_alone) or 1
+            r.alone = (alone_rows[i : i + 1, :w], alone_vals[i : i + 1, :w])
 
 
 def _stack(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -152,34 +177,17 @@ def _stack(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
     return rows, vals
 
 
-def _newcomer_features(family: str, sizes: Sequence[str]) -> list[dict[str, float]]:
-    """The co-runner features a newcomer of this family adds to a member, per (size, load level)."""
-    return [co_runner_features([CoLite(family, s, float(level))]) for s in sizes for level in LOAD_LEVELS]
-
-
 class _MemberRow:
     """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO, and
-    their FM index arrays (built on first use; valid while the vocabulary is: the row lives in ``est.memo``)."""
+    their FM index arrays (``_index_new_rows``; valid while the vocabulary is: the row lives in ``est.memo``)."""
 
-    __slots__ = ("_alone", "_plans", "prior_alone", "prior_with", "slo", "wait", "x_alone", "x_with")
+    __slots__ = ("alone", "plans", "prior_alone", "prior_with", "slo", "wait", "x_alone", "x_with")
 
     def __init__(self, x_with, x_alone, prior_with, prior_alone, wait, slo) -> None:
         self.x_with, self.x_alone, self.prior_with, self.prior_alone = x_with, x_alone, prior_with, prior_alone
         self.wait, self.slo = wait, slo
-        self._alone = None
-        self._plans: dict = {}
-
-    def alone_index(self, est: Estimator) -> tuple[np.ndarray, np.ndarray]:
-        if self._alone is None:
-            self._alone = est.model.index([self.x_alone])
-        return self._alone
-
-    def sums_plan(self, est: Estimator, xd_key: tuple) -> tuple:
-        """``sums_plan([x_with], newcomer features)`` for a newcomer (family, sizes)."""
-        plan = self._plans.get(xd_key)
-        if plan is None:
-            plan = self._plans[xd_key] = est.model.sums_plan([self.x_with], _newcomer_features(*xd_key))
-        return plan
+        self.alone: tuple[np.ndarray, np.ndarray] | None = None  # index([x_alone])
+        self.plans: dict[tuple, tuple] = {}  # (family, sizes) -> rows, vals and overlap of sums_plan([x_with], ..)
 
 
 def _member_row(est: Estimator, o: PlacementOption, mem):

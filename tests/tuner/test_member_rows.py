@@ -72,7 +72,7 @@ def test_member_checks_after_changes_equal_a_cold_start(seed):
 def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
     """The plan stacked from each member's own index arrays is, array for array, the one ``sums_plan`` and
     ``index`` give for the whole member list (so the checks score the very same numbers)."""
-    from oltunes.tuner.corunners import _member_row, _newcomer_features, _plan
+    from oltunes.tuner.corunners import _member_row, _newcomer, _plan
 
     rng = np.random.default_rng(seed)
     variants = make_variants()
@@ -88,9 +88,10 @@ def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
     if not members:
         pytest.skip("no shared device drawn")
     sizes = tuple(sorted({v.size for v in variants if v.family == "cnn"}))
+    _plan(est, members[::2], "cnn", sizes)  # some rows indexed by an earlier plan, the others by this one
     plan, alone, *_ = _plan(est, members, "cnn", sizes)
     rows = [_member_row(est, o, m) for _, o, m in members]
-    want = est.model.sums_plan([r.x_with for r in rows], _newcomer_features("cnn", sizes))
+    want = est.model.sums_plan([r.x_with for r in rows], _newcomer(est, ("cnn", sizes)))
     for got_a, want_a in zip(plan, want):
         assert (got_a is None) == (want_a is None)
         if want_a is not None:
