@@ -49,6 +49,7 @@ from oltunes.tuner.constraints import Verdict, build_constraints
 from oltunes.tuner.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
 from oltunes.tuner.grouping import plan_groups
+from oltunes.tuner.memo import MAX_ENTRIES
 from oltunes.tuner.objectives import objective_for
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.tuner.prior import Prior
@@ -353,12 +354,12 @@ class Tuner:
         cand = est.candidate(idx)
         group = None
         if opt.shared:
-            alone = self.estimator.predict_log([job_context(job)], [cand.model_copy(update={"co_runners": ()})])
+            alone = self._alone_log_latency(job, cand)
             rate = job.arrival_rate_rps
             lv = (int(load_level(rate / est.thr[idx])) if job.kind == "streaming" and rate > 0
                   else len(LOAD_LEVELS) - 1)
             sd = est.extra["members"].slowdowns(p, variant.size, lv)
-            sd[job.job_id] = float(math.exp(est.logp[LAT][idx] - alone[0, LAT]))
+            sd[job.job_id] = float(math.exp(est.logp[LAT][idx] - alone))
             group = ColocationGroup(pool=opt.pool.name, device=opt.device,
                                     members=tuple(m.job_id for m in opt.members) + (job.job_id,),
                                     predicted_slowdown=sd)
@@ -375,6 +376,22 @@ class Tuner:
                            runner_ups=tuple(explain.runner_ups(est, verdict, objective, obj, idx, self.near_equal)))
         return Decision(job_id=job.job_id, candidate=cand, group=group, source=source,
                         feasible=bool(verdict.n_feasible), explanation=expl)
+
+    def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:
+        """Log latency of the chosen configuration alone on its device (its slowdown's denominator): the same
+        until the next observation, so decisions in between that pick it again read it from the grid memo."""
+        est = self.estimator
+        table = est.grid_memo.table("alone")
+        ctx = job_context(job)
+        # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
+        key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
+               est.accelerator(cand.accelerator))
+        val = table.get(key)
+        if val is None:
+            if len(table) >= MAX_ENTRIES:
+                table.clear()
+            val = table[key] = est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[0, LAT]
+        return val
 
     # ------------------------------------------------------------------------------------------------ groups
     def groups(self, cluster: ClusterState, pool: str) -> list[ColocationGroup]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from oltunes.learner.features import job_context
 from oltunes.tuner import Tuner, corunners, estimate
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
 
@@ -70,6 +71,8 @@ def test_cached_decisions_equal_rebuilt_ones(monkeypatch, seed):
     monkeypatch.setattr(Tuner, "_options", lambda self, pools, current: self._options_uncached(pools, current))
     monkeypatch.setattr(corunners, "member_checks", corunners._member_checks)
     monkeypatch.setattr("oltunes.tuner.constraints.member_checks", corunners._member_checks)
+    monkeypatch.setattr(Tuner, "_alone_log_latency", lambda self, job, cand: self.estimator.predict_log(
+        [job_context(job)], [cand.model_copy(update={"co_runners": ()})])[0, estimate.LAT])
     rebuilt = _sequence(seed)
     assert len(cached) == len(rebuilt) == 120
     assert cached == rebuilt
