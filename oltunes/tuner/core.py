@@ -49,7 +49,7 @@ from oltunes.tuner.constraints import Verdict, build_constraints
 from oltunes.tuner.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
 from oltunes.tuner.grouping import plan_groups
-from oltunes.tuner.memo import MAX_ENTRIES
+from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import objective_for
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.tuner.prior import Prior
@@ -209,6 +209,8 @@ class Tuner:
         self._rng = np.random.default_rng(seed)
         self._occupancy = Occupancy()  # who runs where, synced from each decision's cluster by what changed
         self._last_options: tuple | None = None  # (key, pools, (options, no_capacity)) of the last decision
+        est = self.estimator  # the chosen configuration's latency alone: moves with what moves a scored grid
+        self._alone = Memo(lambda: (est.model.parameters_version, est.n_learned, self.catalogue.version))
 
     # ------------------------------------------------------------------------------------------------ catalogue
     @staticmethod
@@ -379,19 +381,14 @@ class Tuner:
 
     def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:
         """Log latency of the chosen configuration alone on its device (its slowdown's denominator): the same
-        until the next observation, so decisions in between that pick it again read it from the grid memo."""
+        until the next observation, so decisions in between that pick it again reuse it."""
         est = self.estimator
-        table = est.grid_memo.table("alone")
         ctx = job_context(job)
         # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
         key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
                est.accelerator(cand.accelerator))
-        val = table.get(key)
-        if val is None:
-            if len(table) >= MAX_ENTRIES:
-                table.clear()
-            val = table[key] = est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[0, LAT]
-        return val
+        return self._alone.get(key, lambda: est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[
+            0, LAT])
 
     # ------------------------------------------------------------------------------------------------ groups
     def groups(self, cluster: ClusterState, pool: str) -> list[ColocationGroup]:
