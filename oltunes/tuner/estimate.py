@@ -52,6 +52,7 @@ __all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
 
 TARGETS = ("log_latency", "log_energy", "log_throughput")
 LAT, EN, THR = 0, 1, 2
+LOADS_KEPT = 65_536  # placed jobs whose busy share ``load_of`` keeps between observations
 GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
 
 
@@ -419,12 +420,13 @@ class Estimator:
         jobs run flat out (1). Rounded to 0.05 so that memoised grids are shared between close loads."""
         if p.arrival_rate_rps <= 0:
             return 1.0
-        # The same Placement object as last time (a cluster state between two observations): same answer.
-        memo = self.per_observation.table("loads")
-        hit = memo.get(p.job_id)
-        if hit is not None and hit[0] is p:
-            return hit[1]
+        # The same Placement object and the same measured load entry as last time: the same answer (an
+        # observation of another job leaves it; the rest is the prior, memoised in ``memo`` like this table).
+        memo = self.memo.table("loads")
         seen = self.jobs.loads.get(p.job_id)
+        hit = memo.get(p.job_id)
+        if hit is not None and hit[0] is p and hit[1] is seen:
+            return hit[2]
         if seen is not None and seen[0] == p.candidate.key:
             load = seen[1]
         else:
@@ -433,7 +435,9 @@ class Estimator:
                 ("thr_alone", c.accelerator, c.variant.name, c.batch_size, c.concurrency, p.arrival_rate_rps),
                 lambda: math.exp(self.prior_log(c.model_copy(update={"co_runners": ()}), job_context(p))[THR]))
         load = min(1.0, max(0.05, round(load * 20.0) / 20.0))
-        memo[p.job_id] = (p, load)  # holds p, so its id cannot be reused while memoised
+        if len(memo) >= LOADS_KEPT:
+            memo.clear()
+        memo[p.job_id] = (p, seen, load)  # holds p and seen, so their ids cannot be reused while memoised
         return load
 
     # ------------------------------------------------------------------------------------------------ state

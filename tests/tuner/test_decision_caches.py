@@ -119,3 +119,30 @@ def test_the_correction_and_visit_grids_scored_per_accelerator_type_equal_the_pe
     assert not np.array_equal(full[:, 0], full[:, 1])  # the types really differ (the test can fail)
     visits = est._visit_grid(regions, fam)
     assert visits.sum() > 0 and visits.tolist() == [[est.visits.get(f"{a}/{v.name}", 0) for v in fam] for a in regions]
+
+
+def test_a_kept_load_equals_a_fresh_one_after_observations_of_this_job_and_others():
+    """``load_of`` keeps each placement's busy share across observations of other jobs; an observation of the job
+    itself (a new measured load) moves it. Every answer equals that of a tuner that replayed the same history."""
+    variants = make_variants()
+    rng = np.random.default_rng(5)
+    cluster = random_cluster(rng, variants, max_count=30)
+    streams = [p for p in cluster.placements if p.arrival_rate_rps > 0]
+    assert len(streams) > 3
+    tuner, seen = Tuner(variants, seed=0), []
+    moved = 0
+    for i in range(40):
+        p = streams[int(rng.integers(len(streams)))]
+        m = _measurement(rng, cluster, variants, i)
+        if i % 2:  # a measurement of a placed job, at its own configuration: its measured load is the one read
+            m = m.model_copy(update={"job_id": p.job_id, "candidate": p.candidate,
+                                     "gpu_util": float(rng.uniform(0.1, 1.0))})
+        before = [tuner.estimator.load_of(q) for q in streams]
+        tuner.observe(m)
+        seen.append(m)
+        fresh = Tuner(variants, seed=0)
+        fresh.replay(seen)
+        after = [tuner.estimator.load_of(q) for q in streams]
+        assert after == [fresh.estimator.load_of(q) for q in streams]
+        moved += before != after
+    assert moved > 3  # the measured loads did move some answers
