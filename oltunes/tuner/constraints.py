@@ -15,6 +15,7 @@ which constraints the best infeasible candidate breaks, how many candidates each
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -30,6 +31,14 @@ __all__ = ["Constraint", "Verdict", "at", "build_constraints"]
 def at(mask: np.ndarray, idx: tuple[int, ...]) -> bool:
     """``mask`` (broadcastable to the candidate grid) at grid index ``idx``."""
     return bool(mask[tuple(i if n > 1 else 0 for i, n in zip(idx, mask.shape))])
+
+
+def count_broadcast(mask: np.ndarray, shape: tuple[int, ...]) -> int:
+    """True cells of ``mask`` broadcast to ``shape`` (each of its cells stands for the cells it is repeated over)."""
+    mask = np.asarray(mask)
+    lead = len(shape) - mask.ndim
+    reps = math.prod(shape[:lead]) * math.prod(n for n, m in zip(shape[lead:], mask.shape) if m == 1)
+    return int(np.count_nonzero(mask)) * reps
 
 
 class Constraint(Registered, root=True):
@@ -160,7 +169,7 @@ class Verdict:
         self.feasible = feasible
         self.n_feasible = int(np.count_nonzero(feasible))
         # Candidates = those that fit a device at all; the others are not counted as options.
-        self.n_candidates = int(np.broadcast_to(self.masks["memory"], est.shape).sum())
+        self.n_candidates = count_broadcast(self.masks["memory"], est.shape)
 
     def why(self, idx: tuple[int, ...]) -> str:
         """Why a candidate is ruled out: its most fundamental broken constraint ("" if none)."""

@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,6 +54,7 @@ class Selector:
     explore_slack: float = 0.5
     crowding: float = 0.25
     throughput_headroom: float = 1.2
+    _frag: tuple | None = field(default=None, init=False, repr=False, compare=False)  # (options, fragmentation)
 
     def select(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
                current: Placement | None, n_observed: int, rng: np.random.Generator) -> Choice:
@@ -85,9 +86,12 @@ class Selector:
         band = max(self.near_equal, math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target]))
         flat = np.flatnonzero(o <= best * (1.0 + band))
         p_idx = np.unravel_index(flat, feasible.shape)[0]
-        frag = np.array([o_.free_slots_after + o_.pool_free_slots_after / 1e4 for o_ in est.options])[p_idx]
+        last = self._frag  # consecutive decisions share one options list while the cluster is unchanged
+        if last is None or last[0] is not est.options:
+            last = self._frag = (est.options, fragmentation(est.options))
+        frag = last[1][p_idx]
         secondary = objective.secondary(est, flat, p_idx)
-        fragile = -np.broadcast_to(tolerated_slowdown(est, self.throughput_headroom), feasible.shape).ravel()[flat]
+        fragile = -tolerated_slowdown_at(est, self.throughput_headroom, flat)
         accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
         keys = np.lexsort((o[flat], secondary, accuracy, fragile, frag))
         return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
@@ -135,6 +139,22 @@ def tolerated_slowdown(est: Estimate, throughput_headroom: float) -> np.ndarray:
     if est.job.kind == "streaming" and rate > 0:
         k = np.minimum(k, est.pess_thr / (rate * throughput_headroom))
     return k
+
+
+def tolerated_slowdown_at(est: Estimate, throughput_headroom: float, flat: np.ndarray) -> np.ndarray:
+    """:func:`tolerated_slowdown` of the cells ``flat`` (raveled grid indices) only: the same element-wise
+    arithmetic on those cells, not the whole grid."""
+    shape = est.shape
+    k = est.job.slo_ms / np.broadcast_to(est.req_lat, shape).ravel()[flat]
+    rate = est.job.arrival_rate_rps
+    if est.job.kind == "streaming" and rate > 0:
+        k = np.minimum(k, np.broadcast_to(est.pess_thr, shape).ravel()[flat] / (rate * throughput_headroom))
+    return k
+
+
+def fragmentation(options) -> np.ndarray:
+    """Free slots left on each option's device (then in its pool, as a fraction): the near-equal tie-break."""
+    return np.array([o.free_slots_after + o.pool_free_slots_after / 1e4 for o in options])
 
 
 def stay_index(est: Estimate, current: Placement | None) -> Index | None:

@@ -91,3 +91,22 @@ def test_effective_batch_energy_equals_its_definition_cell_for_cell(seed):
     b_eff = np.minimum(b[:, None], 1.0 + rate * est.lat[:, :, :1, :] / 1000.0 / c)
     at = np.clip(np.searchsorted(b, b_eff, side="right") - 1, 0, len(b) - 1)
     np.testing.assert_array_equal(_effective_batch_energy(est, rate), np.take_along_axis(est.energy, at, axis=2))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_whole_grid_ones(seed):
+    from oltunes.tuner.constraints import count_broadcast
+    from oltunes.tuner.selection import tolerated_slowdown_at
+
+    rng = np.random.default_rng(seed)
+    streaming = bool(seed % 2)
+    job = JobSpec(family="net", kind="streaming" if streaming else "batch", slo_ms=float(rng.uniform(5, 300)),
+                  arrival_rate_rps=float(rng.uniform(1, 500)) if streaming else 0.0, items=100)
+    shape = (3, 2, 5, 4)
+    est = SimpleNamespace(job=job, shape=shape, req_lat=rng.uniform(1, 400, shape),
+                          pess_thr=rng.uniform(1, 900, shape))
+    flat = np.sort(rng.choice(np.prod(shape), size=17, replace=False))
+    np.testing.assert_array_equal(tolerated_slowdown_at(est, 1.2, flat), tolerated_slowdown(est, 1.2).ravel()[flat])
+    for mshape in [(1, 1, 1, 1), (3, 2, 1, 4), (1, 2, 1, 1), (2, 5, 4), (3, 2, 5, 4), (5, 1)]:
+        mask = rng.random(mshape) < 0.5
+        assert count_broadcast(mask, shape) == int(np.broadcast_to(mask, shape).sum())
