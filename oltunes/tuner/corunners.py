@@ -211,15 +211,31 @@ def _member_row(est: Estimator, o: PlacementOption, mem):
 
 def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
     cand, acc = mem.candidate, o.pool.accelerator
+    # the member's own part (everything but its co-runners) is kept per its key less ``others``: co-runners'
+    # loads move far more often than a member's configuration
+    static = est.memo.table("member_static")
+    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps)
+    own = static.get(key)
+    if own is None:
+        if len(static) >= MAX_ENTRIES:
+            static.clear()
+        own = static[key] = _member_own(est, o, mem)
+    base_x, lat0, en0, lat1, en1, rate, wait = own
+    co = [CoLite(f, s, load) for f, s, load in others]
+    load = np.concatenate([[0.0], sum(c.load for c in co) + LOAD_LEVELS])
+    plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+    return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
+
+
+def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
+    """A member's features alone, prior base latencies and energies (its batch and batch 1), prior stream rate
+    and batch-fill wait."""
+    cand, acc = mem.candidate, o.pool.accelerator
     ctx = job_context(mem)
     base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
               **variant_features(cand.variant), **batch_features(cand.batch_size),
               **concurrency_features(cand.concurrency)}
-    co = [CoLite(f, s, load) for f, s, load in others]
-    load = np.concatenate([[0.0], sum(c.load for c in co) + LOAD_LEVELS])
     lat0, en0 = est.prior_base(acc, cand.variant, cand.batch_size)
     lat1, en1 = est.prior_base(acc, cand.variant, 1)
-    plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1,
-                        stream_rate(ctx, est.partial_batches))[LAT]
-    return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0],
-                      float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)), mem.slo_ms)
+    return (base_x, lat0, en0, lat1, en1, stream_rate(ctx, est.partial_batches),
+            float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))
