@@ -102,6 +102,18 @@ class PlacementOption:
                      for i, m in enumerate(self.members))
 
     @cached_property
+    def model_key(self) -> tuple:
+        """What the estimate's grid reads of this option: pool, accelerator (and its power), co-runners."""
+        acc = self.pool.accelerator
+        return (self.pool.name, acc.name, acc.max_w, self.co_features)
+
+    @cached_property
+    def prior_key(self) -> tuple:
+        """What the prior's grid reads of this option: accelerator (and its power), co-runners' summed load."""
+        acc = self.pool.accelerator
+        return (acc.name, acc.max_w, sum(c.load for c in self.co_features))
+
+    @cached_property
     def co_runners(self) -> tuple[CoRunner, ...]:
         """The members as ``CoRunner`` objects (built only for the chosen option)."""
         return tuple(co_runner_of(m, self.load(i)) for i, m in enumerate(self.members))

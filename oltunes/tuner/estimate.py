@@ -188,8 +188,7 @@ class Estimator:
         # The rate only shapes the prior's dynamic-batching estimate: two significant digits are plenty, and
         # let jobs with similar rates share one memoised grid.
         rate = float(f"{stream_rate(ctx, self.partial_batches):.2g}")
-        sig = tuple((o.pool.accelerator.name, o.pool.accelerator.max_w, sum(c.load for c in o.co_features))
-                    for o in options)
+        sig = tuple(o.prior_key for o in options)
         return self.memo.get(("prior_grid", variants[0].family, sig, rate),
                              lambda: self._build_prior_grid(options, variants, sig, rate))
 
@@ -293,7 +292,7 @@ class Estimator:
     def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
         m = self.model
         job = m.index([job_features(ctx)])
-        place = self.memo.get(("place", tuple((o.pool.name, o.pool.accelerator.name, o.co_features) for o in options)),
+        place = self.memo.get(("place", tuple(o.model_key for o in options)),
                               lambda: m.index([placement_features(o.pool.name, o.pool.accelerator.name,
                                                                   o.co_features) for o in options]))
         var = self.memo.get(("var", variants[0].family), lambda: m.index([variant_features(v) for v in variants]))
@@ -326,7 +325,7 @@ class Estimator:
         like to the model) and reused until an observation changes the model, the margins or the catalogue
         (``grid_memo``). Every value is a pure function of that key, so a hit returns exactly what a rebuild
         would (the arrays are read-only: nothing downstream may change a shared grid)."""
-        sig = tuple((o.pool.name, o.pool.accelerator.name, o.pool.accelerator.max_w, o.co_features) for o in options)
+        sig = tuple(o.model_key for o in options)
         return self.grid_memo.get((variants[0].family, ctx, sig), lambda: self._score_grid(ctx, options, variants))
 
     def _score_grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
