@@ -92,7 +92,8 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     ok = np.ones((len(options), len(variants), L), dtype=bool)
     plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
         key, lambda: _plan(est, members, job.family, sizes))
-    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, c) for c in cands)))
+    terms = est.per_observation.table("member_terms")
+    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, terms, c) for c in cands)))
     M = len(members)
     log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
                 + corr[:, None, None])
@@ -108,10 +109,10 @@ def _compute(est: Estimator, key, members, options, variants, job, sizes) -> Mem
     return MemberChecks(ok, by_option, slow, sizes)
 
 
-def _member_terms(est: Estimator, c: Candidate) -> tuple[float, float]:
+def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, float]:
     """A member's log latency margin and pooled correction: they change with every observation, not with the
-    cluster, so a burst of decisions between two observations reads them once per configuration."""
-    memo = est.per_observation.table("member_terms")
+    cluster, so a burst of decisions between two observations reads them once per configuration (``memo``: the
+    per-observation table)."""
     key = (c.accelerator, c.variant, c.batch_size, c.concurrency)
     hit = memo.get(key)
     if hit is None:
@@ -123,7 +124,8 @@ def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
     """Parameter-independent inputs of the member checks (memoised until the vocabulary changes). Each member's
     index arrays are kept with its row (``_MemberRow``), so a cluster that changed elsewhere indexes only its new
     rows and stacks the rest: the arrays are exactly those ``sums_plan`` and ``index`` give for the whole list."""
-    rows = [_member_row(est, o, mem) for _, o, mem in members]
+    table = est.memo.table("member_rows")  # its own table: a large cluster's rows do not evict the other memos
+    rows = [_member_row(est, table, o, mem) for _, o, mem in members]
     xd_key = (family, tuple(sizes))
     _index_new_rows(est, rows, xd_key)
     pieces = [r.plans[xd_key] for r in rows]
@@ -190,17 +192,17 @@ class _MemberRow:
         self.plans: dict[tuple, tuple] = {}  # (family, sizes) -> rows, vals and overlap of sums_plan([x_with], ..)
 
 
-def _member_row(est: Estimator, o: PlacementOption, mem):
+def _member_row(est: Estimator, rows: dict, o: PlacementOption, mem):
     """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO.
 
     Memoised per what they read — the member's configuration and rate, its device's pool, and its co-runners'
-    (family, size, load) in order — so a cluster that changed elsewhere re-plans only the members that moved."""
+    (family, size, load) in order — so a cluster that changed elsewhere re-plans only the members that moved
+    (``rows``: the vocabulary-long table ``est.memo.table("member_rows")``)."""
     cand, acc = mem.candidate, o.pool.accelerator
     others = tuple((x.candidate.variant.family, x.candidate.variant.size, o.load(i))
                    for i, x in enumerate(o.members) if x.job_id != mem.job_id)
     key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps,
            mem.slo_ms, others)
-    rows = est.memo.table("member_rows")  # its own table: a large cluster's rows do not evict the other memos
     row = rows.get(key)
     if row is None:
         if len(rows) >= MAX_ENTRIES:

@@ -90,7 +90,7 @@ def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
     sizes = tuple(sorted({v.size for v in variants if v.family == "cnn"}))
     _plan(est, members[::2], "cnn", sizes)  # some rows indexed by an earlier plan, the others by this one
     plan, alone, *_ = _plan(est, members, "cnn", sizes)
-    rows = [_member_row(est, o, m) for _, o, m in members]
+    rows = [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
     want = est.model.sums_plan([r.x_with for r in rows], _newcomer(est, ("cnn", sizes)))
     for got_a, want_a in zip(plan, want):
         assert (got_a is None) == (want_a is None)
