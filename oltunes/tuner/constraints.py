@@ -184,7 +184,7 @@ class Verdict:
     def infeasible_note(self, idx: tuple[int, ...], where: str) -> str:
         broken = self.broken(idx)
         full = self.est.shape
-        counts = ", ".join(f"{int((~np.broadcast_to(self.masks[n], full)).sum())} fail {n}" for n in NOTE_ORDER)
+        counts = ", ".join(f"{count_broadcast(~self.masks[n], full)} fail {n}" for n in NOTE_ORDER)
         detail = next((d for n in DETAIL_ORDER if n in broken for d in [self.constraints[n].detail(self.est, idx)]
                        if d), "")
         labels = [self.constraints[n].label for n in broken]
