@@ -41,6 +41,23 @@ def count_broadcast(mask: np.ndarray, shape: tuple[int, ...]) -> int:
     return int(np.count_nonzero(mask)) * reps
 
 
+def conjunction(masks, shape: tuple[int, ...]) -> np.ndarray:
+    """The masks' AND over the full grid (a new array): the small ones first, so only the last steps run over
+    every cell (AND is exact in any order)."""
+    small, full = None, []
+    for m in sorted(masks, key=np.size):
+        if np.size(m) < math.prod(shape):
+            small = m if small is None else small & m
+        else:
+            full.append(m)
+    if not full:
+        return np.broadcast_to(np.ones((), dtype=bool) if small is None else small, shape).copy()
+    out = full[0] & small if small is not None else full[0].copy()
+    for m in full[1:]:
+        out &= m
+    return out
+
+
 class Constraint(Registered, root=True):
     """Base class: ``mask(est)`` (True = allowed), ``why(est, idx)`` for a candidate the mask rules out."""
 
@@ -163,11 +180,8 @@ class Verdict:
         self.constraints = constraints
         self.est = est
         self.masks = {name: c.mask(est) for name, c in constraints.items()}
-        feasible = np.ones(est.shape, dtype=bool)
-        for m in self.masks.values():
-            feasible &= m
-        self.feasible = feasible
-        self.n_feasible = int(np.count_nonzero(feasible))
+        self.feasible = conjunction(self.masks.values(), est.shape)
+        self.n_feasible = int(np.count_nonzero(self.feasible))
         # Candidates = those that fit a device at all; the others are not counted as options.
         self.n_candidates = count_broadcast(self.masks["memory"], est.shape)
 

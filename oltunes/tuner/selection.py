@@ -81,8 +81,9 @@ class Selector:
         """Best objective; within ``near_equal`` of it: least fragmentation, then most robust, then the smaller
         variant, then the secondary objective."""
         o = np.where(feasible, obj, np.inf).ravel()
-        best = o.min()
-        p_best = np.unravel_index(int(o.argmin()), feasible.shape)[0]
+        at = int(o.argmin())  # (the first minimum: its value is the minimum, one pass instead of two)
+        best = o[at]
+        p_best = np.unravel_index(at, feasible.shape)[0]
         band = max(self.near_equal, math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target]))
         flat = np.flatnonzero(o <= best * (1.0 + band))
         p_idx = np.unravel_index(flat, feasible.shape)[0]

@@ -110,3 +110,19 @@ def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_who
     for mshape in [(1, 1, 1, 1), (3, 2, 1, 4), (1, 2, 1, 1), (2, 5, 4), (3, 2, 5, 4), (5, 1)]:
         mask = rng.random(mshape) < 0.5
         assert count_broadcast(mask, shape) == int(np.broadcast_to(mask, shape).sum())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_masks_conjunction_equals_and_ing_every_mask_over_the_grid(seed):
+    from oltunes.tuner.constraints import conjunction
+
+    rng = np.random.default_rng(seed)
+    shape = (4, 3, 5, 2)
+    shapes = [(1, 3, 1, 1), shape, (1, 1, 1, 1), (4, 3, 1, 2), (4, 3, 1, 1), shape][: int(rng.integers(1, 7))]
+    masks = [rng.random(shapes[i]) < 0.8 for i in rng.permutation(len(shapes))]
+    want = np.ones(shape, dtype=bool)
+    for m in masks:
+        want &= m
+    got = conjunction(masks, shape)
+    assert got.shape == shape and got.flags.writeable and np.array_equal(got, want)
+    assert not any(np.shares_memory(got, m) for m in masks)
