@@ -25,7 +25,9 @@ def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.nd
     best = obj[idx]
     P, V = obj.shape[:2]
     o = np.where(verdict.feasible, obj, np.inf).reshape(P, V, -1)
-    per_pair = o.min(-1)
+    # each pair's best: the minimum over its cells, taken across the transposed grid (numpy reduces short rows
+    # one by one; this is a few long vector minima, the same values)
+    per_pair = np.ascontiguousarray(o.reshape(P * V, -1).T).min(axis=0).reshape(P, V)
     per_pair[idx[0], idx[1]] = np.inf
     for flat in np.argsort(per_pair, axis=None)[: k - 1]:
         p, v = divmod(int(flat), V)
