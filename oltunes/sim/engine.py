@@ -419,12 +419,7 @@ class Simulator:
             dyn = 0.0
             dev_busy = 0.0
             for r in members:
-                r.busy_iso = 0.0
-                r.interval_items = 0
-                r.interval_lat_ms = []
-                r.interval_req_ms = []
-                r.interval_wait_ms = []
-                r.interval_dropped = 0
+                r.begin_interval()
                 jid = r.job.spec.job_id
                 co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg if shared else []
                 slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
@@ -473,13 +468,13 @@ class Simulator:
             concurrency=c.concurrency,
             co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
         )
-        busy = float(np.sum(r.interval_lat_ms)) / 1000.0 / r.conc
+        busy = float(np.add.reduce(r.interval_lat_ms)) / 1000.0 / r.conc  # np.sum's own reduction, without its wrapper
         req_p99 = wait = None
-        if r.streaming and r.interval_req_ms:
+        if r.streaming and len(r.interval_req_ms):
             # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
             shed = self.drop_after * r.job.spec.slo_ms
-            req_p99 = percentiles(r.interval_req_ms + [shed] * r.interval_dropped, (99,))[0]
-            wait = float(np.mean(r.interval_wait_ms))
+            req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
+            wait = float(r.interval_wait_ms.mean())
         return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,
