@@ -32,7 +32,7 @@ from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
-from oltunes.sim.percentile import percentiles
+from oltunes.sim.percentile import mean, percentiles, total
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
@@ -413,9 +413,9 @@ class Simulator:
             drift = self.drift(pool, dev, tmid)
             loads = {r.job.spec.job_id: cl.loads.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0) for r in members}
             bg = outside.get((pool, dev), [])
-            total = sum(loads.values()) + sum(load for _, load in bg)
+            demand = sum(loads.values()) + sum(load for _, load in bg)
             shared = len(members) + len(bg) > 1
-            share = model.sharing_factor(acc.name, total, shared)
+            share = model.sharing_factor(acc.name, demand, shared)
             dyn = 0.0
             dev_busy = 0.0
             for r in members:
@@ -423,6 +423,7 @@ class Simulator:
                 jid = r.job.spec.job_id
                 co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg if shared else []
                 slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
+                slow = float(slow)  # the table's numpy scalar: Python floats make the serving loop several times faster
                 factor = drift * slow * r.kappa * share
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
@@ -468,13 +469,13 @@ class Simulator:
             concurrency=c.concurrency,
             co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
         )
-        busy = float(np.add.reduce(r.interval_lat_ms)) / 1000.0 / r.conc  # np.sum's own reduction, without its wrapper
+        busy = total(r.interval_lat_ms) / 1000.0 / r.conc
         req_p99 = wait = None
         if r.streaming and len(r.interval_req_ms):
             # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
             shed = self.drop_after * r.job.spec.slo_ms
             req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
-            wait = float(r.interval_wait_ms.mean())
+            wait = mean(r.interval_wait_ms)
         return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,

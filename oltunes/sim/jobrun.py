@@ -32,6 +32,7 @@ class JobRun:
     job: SimJob
     seed: int
     rng: np.random.Generator = field(init=False)
+    streaming: bool = field(init=False)  # serves requests (else a batch job: items to work through)
     decision: Decision | None = None
     placement: Placement | None = None
     vi: int = -1
@@ -73,6 +74,7 @@ class JobRun:
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        self.streaming = self.job.arrivals is not None
         if self.job.arrivals is not None:
             n = len(self.job.arrivals)
             self.arr = self.job.arrivals.tolist()
@@ -82,10 +84,6 @@ class JobRun:
             self.dropped = np.zeros(n, dtype=bool)
         else:
             self.remaining = self.job.spec.items
-
-    @property
-    def streaming(self) -> bool:
-        return self.job.arrivals is not None
 
     def begin_interval(self) -> None:
         """Clear the per-interval outputs before the job is served or advanced over the next interval."""
@@ -145,25 +143,23 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
 
 
 def _record_batches(r: JobRun, b_i: list[int], b_m: list[int], b_t: list[float], b_d: list[float]) -> None:
-    """Per-request results of the batches ``[b_i[k], b_m[k])`` that started at ``b_t[k]`` and ended at ``b_d[k]``."""
+    """Per-request results of the batches ``[b_i[k], b_m[k])`` that started at ``b_t[k]`` and ended at ``b_d[k]``
+    (few numpy calls: a served interval is a few dozen requests, so each call's overhead is what costs)."""
     counts = np.subtract(b_m, b_i)
-    total = int(counts.sum())
+    times = np.array((b_t, b_d))  # start and end of every batch
+    per_req = times.repeat(counts, axis=1)  # ... of every served request
+    total = per_req.shape[1]
     lo, hi = b_i[0], b_m[-1]
     if total == hi - lo:  # the batches tile [lo, hi): a slice (no request shed between them)
         idx = slice(lo, hi)
     else:  # request indices of every batch (shed ranges sit between batches)
         offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
         idx = np.repeat(b_i, counts) + offs
-    t_end, t_start = np.array(b_d), np.array(b_t)
-    done, start = t_end.repeat(counts), t_start.repeat(counts)
-    r.done[idx] = done
-    r.start[idx] = start
+    r.start[idx], r.done[idx] = per_req
     r.acc_per_req[idx] = r.accuracy
-    arr_np = r.job.arrivals[idx]
-    r.interval_req_ms = (done - arr_np) * 1000.0
-    r.interval_wait_ms = (start - arr_np) * 1000.0
+    r.interval_wait_ms, r.interval_req_ms = (per_req - r.job.arrivals[idx]) * 1000.0
     r.interval_items += total
-    lat_ms = (t_end - t_start) * 1000.0
+    lat_ms = (times[1] - times[0]) * 1000.0
     full = counts == r.batch
     # "p99 latency of one batch" means a batch of the configured size: report full batches when there
     # are enough of them (partial batches run faster and would flatter a large batch size)
