@@ -105,6 +105,7 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
     noise = r.rng.lognormal(0.0, sigma, 256).tolist()
     q = 0
     b_i, b_m, b_t, b_d = [], [], [], []
+    add_i, add_m, add_t, add_d = b_i.append, b_m.append, b_t.append, b_d.append  # the loop runs per batch
     drops = []
     busy = 0.0
     while i < n:
@@ -124,13 +125,13 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
         if q == 256:
             noise = r.rng.lognormal(0.0, sigma, 256).tolist()
             q = 0
-        s = base * factor * noise[q]
+        end = t + base * factor * noise[q]
         q += 1
-        heapreplace(free, t + s)  # the executor free at e is busy until t + s
-        b_i.append(i)
-        b_m.append(m)
-        b_t.append(t)
-        b_d.append(t + s)
+        heapreplace(free, end)  # the executor free at e is busy until the batch ends
+        add_i(i)
+        add_m(m)
+        add_t(t)
+        add_d(end)
         busy += base
         i = m
     r.i = i
