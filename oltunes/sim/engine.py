@@ -408,36 +408,45 @@ class Simulator:
         outside = cl.tenants_by_device()  # co-runner bursts: (variant, load) per device
         energy = 0.0
         busy_total = 0.0
+        drop_after, loads_now = self.drop_after, cl.loads
         for (pool, dev), members in groups.items():
             acc = cl.pool(pool).accelerator
+            idle_w = acc.idle_w
             drift = self.drift(pool, dev, tmid)
-            loads = {r.job.spec.job_id: cl.loads.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0) for r in members}
             bg = outside.get((pool, dev), [])
-            demand = sum(loads.values()) + sum(load for _, load in bg)
             shared = len(members) + len(bg) > 1
-            share = model.sharing_factor(acc.name, demand, shared)
+            if shared:  # time-slicing and interference from the loads the device's jobs kept last interval
+                loads = {r.job.spec.job_id: loads_now.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0)
+                         for r in members}
+                share = model.sharing_factor(acc.name, sum(loads.values()) + sum(load for _, load in bg), True)
+            else:
+                share = model.sharing_factor(acc.name, 0.0, False)
+            idle_each = idle_w * span / len(members)
             dyn = 0.0
             dev_busy = 0.0
             for r in members:
                 r.begin_interval()
-                jid = r.job.spec.job_id
-                co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg if shared else []
-                slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
-                slow = float(slow)  # the table's numpy scalar: Python floats make the serving loop several times faster
+                if shared:
+                    co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg
+                    slow, extra = model.interference(r.vi, co)
+                    slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs several times faster
+                else:
+                    slow, extra = 1.0, 0.0
                 factor = drift * slow * r.kappa * share
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
-                    serve(r, t1, factor, sigma, self.drop_after)
+                    serve(r, t1, factor, sigma, drop_after)
+                    # share of the device the job kept busy (batch jobs run flat out)
+                    load = min(1.0, r.busy_iso * r.kappa / (r.conc * span))
                 else:
                     advance_batch(r, t0, t1, factor, sigma)
+                    load = 1.0
                 work_s = r.busy_iso * drift * slow  # device time at full draw
-                r.energy_j = (r.power - acc.idle_w) * work_s + acc.idle_w * span / len(members)
-                dyn += (r.power - acc.idle_w) * work_s
-                # share of the device the job kept busy (batch jobs run flat out)
-                load = r.busy_iso * r.kappa / (r.conc * span) if r.streaming else 1.0
-                cl.loads[jid] = min(1.0, load)
+                r.energy_j = (r.power - idle_w) * work_s + idle_each
+                dyn += (r.power - idle_w) * work_s
+                loads_now[r.job.spec.job_id] = load
                 dev_busy += min(1.0, r.busy_iso * drift * slow / span)
-            energy += acc.idle_w * span + min(dyn, (acc.max_w - acc.idle_w) * span)
+            energy += idle_w * span + min(dyn, (acc.max_w - idle_w) * span)
             busy_total += min(1.0, dev_busy)
         for r in waiting:
             if r.streaming:
