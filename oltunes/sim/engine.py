@@ -155,7 +155,7 @@ class Simulator:
         ready = now + cal.SWITCH_COST_S
         if r.streaming:
             busy_until = max(r.free) if r.free else now
-            r.free = [max(ready, busy_until)] * r.conc
+            r.free = [max(ready, busy_until)] * r.conc  # all equal: a valid heap for serve
         else:
             r.ready_s = ready
 
