@@ -470,14 +470,20 @@ class Simulator:
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
         p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
         c = r.decision.candidate
-        cand = Candidate.model_construct(
-            pool=c.pool,
-            accelerator=c.accelerator,
-            variant=c.variant,
-            batch_size=c.batch_size,
-            concurrency=c.concurrency,
-            co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
-        )
+        co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
+        last = r.measured_as
+        if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
+            cand = last
+        else:
+            cand = r.measured_as = Candidate.model_construct(
+                pool=c.pool,
+                accelerator=c.accelerator,
+                variant=c.variant,
+                batch_size=c.batch_size,
+                concurrency=c.concurrency,
+                co_runners=co,
+            )
+            r.measured_for = c
         busy = total(r.interval_lat_ms) / 1000.0 / r.conc
         req_p99 = wait = None
         if r.streaming and len(r.interval_req_ms):

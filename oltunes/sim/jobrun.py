@@ -19,7 +19,7 @@ from heapq import heapreplace
 import numpy as np
 
 from oltunes.sim.workload import SimJob
-from oltunes.types import Decision, Placement
+from oltunes.types import Candidate, Decision, Placement
 
 _NONE = np.empty(0)  # no requests served this interval (shared: never written to)
 _NONE.flags.writeable = False
@@ -60,6 +60,9 @@ class JobRun:
     # re-decision timing: measured = the policy has had a measurement of it; first_seen = it was re-decided since
     measured: bool = False
     first_seen: bool = False
+    # the candidate its last measurement reported (the decided one with the co-runners seen), and the decided one
+    measured_as: Candidate | None = None
+    measured_for: Candidate | None = None
     items_done: int = 0
     batches_done: float = 0.0
     batches_violated: int = 0
