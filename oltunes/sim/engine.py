@@ -429,7 +429,7 @@ class Simulator:
                 if shared:
                     co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg
                     slow, extra = model.interference(r.vi, co)
-                    slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs several times faster
+                    slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs much faster
                 else:
                     slow, extra = 1.0, 0.0
                 factor = drift * slow * r.kappa * share
