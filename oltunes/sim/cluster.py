@@ -29,6 +29,8 @@ class SimCluster:
         self.now: float = 0.0  # simulated time of the current decision (set by the engine)
         # outside tenants (a co-runner burst): job id -> (variant index, until when); their loads are in `loads`
         self.tenants: dict[str, tuple[int, float]] = {}
+        # job id -> (placement, load, its CoRunner): reused while neither changed (placements are immutable)
+        self._co_runner: dict[str, tuple[Placement, float, CoRunner]] = {}
 
     def _view(self) -> None:
         """The pools as policies see them: lost devices gone, a pool with none left gone."""
@@ -91,18 +93,21 @@ class SimCluster:
             if jid == exclude:
                 continue
             pl = self.placements[jid]
-            c = pl.candidate
-            out.append(
-                CoRunner(
+            load = min(1.0, max(0.0, self.loads.get(jid, 0.0)))
+            seen = self._co_runner.get(jid)
+            # every job on a device is the co-runner of every other one's measurement: build each once per load
+            if seen is None or seen[0] is not pl or seen[1] != load:
+                c = pl.candidate
+                seen = self._co_runner[jid] = (pl, load, CoRunner(
                     job_id=jid,
                     family=c.variant.family,
                     variant=c.variant.name,
                     size=c.variant.size,
                     precision=c.variant.precision,
                     batch_size=c.batch_size,
-                    load=min(1.0, max(0.0, self.loads.get(jid, 0.0))),
-                )
-            )
+                    load=load,
+                ))  # fmt: skip
+            out.append(seen[2])
         return tuple(out)
 
     def fragmentation(self) -> float:
@@ -164,6 +169,7 @@ class SimCluster:
         if pl is None:
             return None
         self.tenants.pop(job_id, None)
+        self._co_runner.pop(job_id, None)
         self._occ[pl.pool][pl.device] -= 1
         self._members[(pl.pool, pl.device)].remove(job_id)
         if not keep_load:

@@ -32,7 +32,7 @@ from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
-from oltunes.sim.percentile import percentiles
+from oltunes.sim.percentile import mean, percentiles, total
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
@@ -155,7 +155,7 @@ class Simulator:
         ready = now + cal.SWITCH_COST_S
         if r.streaming:
             busy_until = max(r.free) if r.free else now
-            r.free = [max(ready, busy_until)] * r.conc
+            r.free = [max(ready, busy_until)] * r.conc  # all equal: a valid heap for serve
         else:
             r.ready_s = ready
 
@@ -408,40 +408,45 @@ class Simulator:
         outside = cl.tenants_by_device()  # co-runner bursts: (variant, load) per device
         energy = 0.0
         busy_total = 0.0
+        drop_after, loads_now = self.drop_after, cl.loads
         for (pool, dev), members in groups.items():
             acc = cl.pool(pool).accelerator
+            idle_w = acc.idle_w
             drift = self.drift(pool, dev, tmid)
-            loads = {r.job.spec.job_id: cl.loads.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0) for r in members}
             bg = outside.get((pool, dev), [])
-            total = sum(loads.values()) + sum(load for _, load in bg)
             shared = len(members) + len(bg) > 1
-            share = model.sharing_factor(acc.name, total, shared)
+            if shared:  # time-slicing and interference from the loads the device's jobs kept last interval
+                loads = {r.job.spec.job_id: loads_now.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0)
+                         for r in members}
+                share = model.sharing_factor(acc.name, sum(loads.values()) + sum(load for _, load in bg), True)
+            else:
+                share = model.sharing_factor(acc.name, 0.0, False)
+            idle_each = idle_w * span / len(members)
             dyn = 0.0
             dev_busy = 0.0
             for r in members:
-                r.busy_iso = 0.0
-                r.interval_items = 0
-                r.interval_lat_ms = []
-                r.interval_req_ms = []
-                r.interval_wait_ms = []
-                r.interval_dropped = 0
-                jid = r.job.spec.job_id
-                co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg if shared else []
-                slow, extra = model.interference(r.vi, co) if co else (1.0, 0.0)
+                r.begin_interval()
+                if shared:
+                    co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg
+                    slow, extra = model.interference(r.vi, co)
+                    slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs much faster
+                else:
+                    slow, extra = 1.0, 0.0
                 factor = drift * slow * r.kappa * share
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
-                    serve(r, t1, factor, sigma, self.drop_after)
+                    serve(r, t1, factor, sigma, drop_after)
+                    # share of the device the job kept busy (batch jobs run flat out)
+                    load = min(1.0, r.busy_iso * r.kappa / (r.conc * span))
                 else:
                     advance_batch(r, t0, t1, factor, sigma)
+                    load = 1.0
                 work_s = r.busy_iso * drift * slow  # device time at full draw
-                r.energy_j = (r.power - acc.idle_w) * work_s + acc.idle_w * span / len(members)
-                dyn += (r.power - acc.idle_w) * work_s
-                # share of the device the job kept busy (batch jobs run flat out)
-                load = r.busy_iso * r.kappa / (r.conc * span) if r.streaming else 1.0
-                cl.loads[jid] = min(1.0, load)
+                r.energy_j = (r.power - idle_w) * work_s + idle_each
+                dyn += (r.power - idle_w) * work_s
+                loads_now[r.job.spec.job_id] = load
                 dev_busy += min(1.0, r.busy_iso * drift * slow / span)
-            energy += acc.idle_w * span + min(dyn, (acc.max_w - acc.idle_w) * span)
+            energy += idle_w * span + min(dyn, (acc.max_w - idle_w) * span)
             busy_total += min(1.0, dev_busy)
         for r in waiting:
             if r.streaming:
@@ -465,21 +470,27 @@ class Simulator:
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
         p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
         c = r.decision.candidate
-        cand = Candidate.model_construct(
-            pool=c.pool,
-            accelerator=c.accelerator,
-            variant=c.variant,
-            batch_size=c.batch_size,
-            concurrency=c.concurrency,
-            co_runners=self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id),
-        )
-        busy = float(np.sum(r.interval_lat_ms)) / 1000.0 / r.conc
+        co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
+        last = r.measured_as
+        if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
+            cand = last
+        else:
+            cand = r.measured_as = Candidate.model_construct(
+                pool=c.pool,
+                accelerator=c.accelerator,
+                variant=c.variant,
+                batch_size=c.batch_size,
+                concurrency=c.concurrency,
+                co_runners=co,
+            )
+            r.measured_for = c
+        busy = total(r.interval_lat_ms) / 1000.0 / r.conc
         req_p99 = wait = None
-        if r.streaming and r.interval_req_ms:
+        if r.streaming and len(r.interval_req_ms):
             # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
             shed = self.drop_after * r.job.spec.slo_ms
-            req_p99 = percentiles(r.interval_req_ms + [shed] * r.interval_dropped, (99,))[0]
-            wait = float(np.mean(r.interval_wait_ms))
+            req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
+            wait = mean(r.interval_wait_ms)
         return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,

@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from heapq import heapreplace
 
 import numpy as np
 
 from oltunes.sim.workload import SimJob
-from oltunes.types import Decision, Placement
+from oltunes.types import Candidate, Decision, Placement
+
+_NONE = np.empty(0)  # no requests served this interval (shared: never written to)
+_NONE.flags.writeable = False
 
 
 @dataclass
@@ -28,6 +32,7 @@ class JobRun:
     job: SimJob
     seed: int
     rng: np.random.Generator = field(init=False)
+    streaming: bool = field(init=False)  # serves requests (else a batch job: items to work through)
     decision: Decision | None = None
     placement: Placement | None = None
     vi: int = -1
@@ -42,7 +47,7 @@ class JobRun:
     # streaming
     arr: list[float] = field(default_factory=list)
     i: int = 0
-    free: list[float] = field(default_factory=list)
+    free: list[float] = field(default_factory=list)  # when each executor is free next: a heap (earliest first)
     done: np.ndarray | None = None
     start: np.ndarray | None = None
     acc_per_req: np.ndarray | None = None
@@ -55,6 +60,9 @@ class JobRun:
     # re-decision timing: measured = the policy has had a measurement of it; first_seen = it was re-decided since
     measured: bool = False
     first_seen: bool = False
+    # the candidate its last measurement reported (the decided one with the co-runners seen), and the decided one
+    measured_as: Candidate | None = None
+    measured_for: Candidate | None = None
     items_done: int = 0
     batches_done: float = 0.0
     batches_violated: int = 0
@@ -63,12 +71,13 @@ class JobRun:
     energy_j: float = 0.0
     interval_items: int = 0
     interval_lat_ms: list[float] = field(default_factory=list)
-    interval_req_ms: list[float] = field(default_factory=list)  # end-to-end latency of requests served
-    interval_wait_ms: list[float] = field(default_factory=list)  # wait before the batch started
+    interval_req_ms: np.ndarray = field(default_factory=lambda: _NONE)  # end-to-end latency of requests served
+    interval_wait_ms: np.ndarray = field(default_factory=lambda: _NONE)  # wait before the batch started
     interval_dropped: int = 0
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        self.streaming = self.job.arrivals is not None
         if self.job.arrivals is not None:
             n = len(self.job.arrivals)
             self.arr = self.job.arrivals.tolist()
@@ -79,13 +88,18 @@ class JobRun:
         else:
             self.remaining = self.job.spec.items
 
-    @property
-    def streaming(self) -> bool:
-        return self.job.arrivals is not None
+    def begin_interval(self) -> None:
+        """Clear the per-interval outputs before the job is served or advanced over the next interval."""
+        self.busy_iso = 0.0
+        self.interval_items = 0
+        self.interval_lat_ms = []
+        self.interval_req_ms = self.interval_wait_ms = _NONE
+        self.interval_dropped = 0
 
 
 def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) -> None:
-    """Process one streaming instance's queue until no batch can start before ``t1``."""
+    """Process one streaming instance's queue until no batch can start before ``t1``; sets this interval's
+    per-request figures (``interval_req_ms``, ``interval_wait_ms``: arrays) and adds to its batch latencies."""
     arr, n, i = r.arr, len(r.arr), r.i
     if i >= n:
         return
@@ -94,10 +108,11 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
     noise = r.rng.lognormal(0.0, sigma, 256).tolist()
     q = 0
     b_i, b_m, b_t, b_d = [], [], [], []
+    add_i, add_m, add_t, add_d = b_i.append, b_m.append, b_t.append, b_d.append  # the loop runs per batch
     drops = []
     busy = 0.0
     while i < n:
-        e = min(free)
+        e = free[0]
         a = arr[i]
         t = e if e > a else a
         if t >= t1:
@@ -113,13 +128,13 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
         if q == 256:
             noise = r.rng.lognormal(0.0, sigma, 256).tolist()
             q = 0
-        s = base * factor * noise[q]
+        end = t + base * factor * noise[q]
         q += 1
-        free[free.index(e)] = t + s
-        b_i.append(i)
-        b_m.append(m)
-        b_t.append(t)
-        b_d.append(t + s)
+        heapreplace(free, end)  # the executor free at e is busy until the batch ends
+        add_i(i)
+        add_m(m)
+        add_t(t)
+        add_d(end)
         busy += base
         i = m
     r.i = i
@@ -127,24 +142,33 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
         r.dropped[a_:b_] = True
         r.interval_dropped += b_ - a_
     if b_i:
-        counts = np.subtract(b_m, b_i)
-        total = int(counts.sum())
-        # request indices of every batch (shed ranges may sit between batches)
+        _record_batches(r, b_i, b_m, b_t, b_d)
+    r.busy_iso += busy
+
+
+def _record_batches(r: JobRun, b_i: list[int], b_m: list[int], b_t: list[float], b_d: list[float]) -> None:
+    """Per-request results of the batches ``[b_i[k], b_m[k])`` that started at ``b_t[k]`` and ended at ``b_d[k]``
+    (few numpy calls: a served interval is a few dozen requests, so each call's overhead is what costs)."""
+    counts = np.subtract(b_m, b_i)
+    times = np.array((b_t, b_d))  # start and end of every batch
+    per_req = times.repeat(counts, axis=1)  # ... of every served request
+    total = per_req.shape[1]
+    lo, hi = b_i[0], b_m[-1]
+    if total == hi - lo:  # the batches tile [lo, hi): a slice (no request shed between them)
+        idx = slice(lo, hi)
+    else:  # request indices of every batch (shed ranges sit between batches)
         offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
         idx = np.repeat(b_i, counts) + offs
-        r.done[idx] = np.repeat(b_d, counts)
-        r.start[idx] = np.repeat(b_t, counts)
-        r.acc_per_req[idx] = r.accuracy
-        arr_np = r.job.arrivals[idx]
-        r.interval_req_ms.extend(((r.done[idx] - arr_np) * 1000.0).tolist())
-        r.interval_wait_ms.extend(((r.start[idx] - arr_np) * 1000.0).tolist())
-        r.interval_items += total
-        lat_ms = (np.array(b_d) - np.array(b_t)) * 1000.0
-        full = counts == B
-        # "p99 latency of one batch" means a batch of the configured size: report full batches when there
-        # are enough of them (partial batches run faster and would flatter a large batch size)
-        r.interval_lat_ms.extend((lat_ms[full] if full.sum() >= 3 else lat_ms).tolist())
-    r.busy_iso += busy
+    r.start[idx], r.done[idx] = per_req
+    r.acc_per_req[idx] = r.accuracy
+    r.interval_wait_ms, r.interval_req_ms = (per_req - r.job.arrivals[idx]) * 1000.0
+    r.interval_items += total
+    lat_ms = (times[1] - times[0]) * 1000.0
+    full = counts == r.batch
+    # "p99 latency of one batch" means a batch of the configured size: report full batches when there
+    # are enough of them (partial batches run faster and would flatter a large batch size)
+    r.interval_lat_ms.extend((lat_ms[full] if np.count_nonzero(full) >= 3 else lat_ms).tolist())
+
 
 def shed_unplaced(r: JobRun, t1: float, drop_after: float) -> None:
     """A job without a placement: its requests older than the drop window are shed."""

@@ -83,13 +83,24 @@ def _jobs(data_dir: str, trace: str) -> pd.DataFrame:
 
 
 def _loop(base: np.ndarray, duration_s: float, offset: float) -> np.ndarray:
-    """Arrivals in [0, duration) from a base trace looped over its span, shifted by ``offset`` seconds."""
+    """Arrivals in [0, duration) from a base trace looped over its span, shifted by ``offset`` seconds.
+
+    Copy ``k`` of arrival ``j`` is at ``(base[j] + span * k) - offset``. Only the part of each copy that can fall
+    in the window is computed (a window is often a fraction of one copy); the exact test is on the computed times,
+    so the result is what tiling every copy whole would give, float for float."""
     if len(base) == 0:
         return base
     span = float(base[-1]) + float(np.mean(np.diff(base))) if len(base) > 1 else float(base[-1]) + 1.0
     copies = int(np.ceil((duration_s + offset) / span)) + 1
-    tiled = (base[None, :] + span * np.arange(copies)[:, None]).ravel() - offset
-    return tiled[(tiled >= 0) & (tiled < duration_s)]
+    margin = 1e-6 * (abs(duration_s) + abs(offset) + span * copies + abs(float(base[-1])))  # >> rounding error
+    parts = []
+    for k in range(copies):
+        shift = span * k
+        lo, hi = np.searchsorted(base, (offset - shift - margin, duration_s + offset - shift + margin))
+        if lo < hi:
+            times = (base[lo:hi] + shift) - offset
+            parts.append(times[(times >= 0) & (times < duration_s)])
+    return np.concatenate(parts) if parts else base[:0]
 
 
 def scaled(base: np.ndarray, duration_s: float, rate_scale: float, rng: np.random.Generator) -> np.ndarray:

@@ -7,8 +7,9 @@ import pytest
 
 from oltunes.policies import Policy
 from oltunes.sim.metrics import compute, regret, request_arrays, warmup
-from oltunes.simulation import prepare, run_policy
+from oltunes.simulation import context, prepare, run_policy, simulator
 from oltunes.sim.scenario import load_scenario
+from oltunes.types import Candidate
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +137,38 @@ def test_a_policy_that_retunes_early_is_re_decided_after_a_jobs_first_measuremen
         assert set(first.values()) == {1}
     else:  # the streams placed at t = 0 measured three 5 s intervals before the 15 s re-tune
         assert max(first.values()) == sc.retune_interval_s / sc.control_interval_s
+
+
+class _Checking:
+    """A policy whose observations are checked against a candidate built from scratch (the decided one, with the
+    co-runners the cluster shows now): the engine reuses last interval's when nothing changed."""
+
+    def __init__(self, inner, sim):
+        self.inner, self.sim = inner, sim
+        self.checked = self.reused = self.with_co_runners = 0
+        self._seen: set[int] = set()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def observe(self, m):
+        run = next(r for r in self.sim._active if r.job.spec.job_id == m.job_id)
+        c = run.decision.candidate
+        co = self.sim.cluster.co_runners(c.pool, run.placement.device, exclude=m.job_id)
+        assert m.candidate == Candidate(pool=c.pool, accelerator=c.accelerator, variant=c.variant,
+                                        batch_size=c.batch_size, concurrency=c.concurrency, co_runners=co)
+        self.checked += 1
+        self.reused += id(m.candidate) in self._seen
+        self.with_co_runners += bool(co)
+        self._seen.add(id(m.candidate))
+        self.inner.observe(m)
+
+
+def test_a_measurement_reports_the_decided_candidate_with_the_co_runners_seen(shared_data):
+    from benchmarks.sim_speed import scenario
+
+    prep = prepare(scenario(40, 20_000))
+    sim = simulator(prep)
+    pol = _Checking(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)), sim)
+    sim.run(pol)
+    assert pol.reused > 50 and pol.with_co_runners > 50 and pol.checked > 300

@@ -1,11 +1,12 @@
-"""The simulator's percentiles are numpy's, bit for bit (measurements feed the learner: no float may move)."""
+"""The simulator's percentiles, sums and means are numpy's, bit for bit (measurements feed the learner: no float
+may move)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from oltunes.sim.percentile import percentiles
+from oltunes.sim.percentile import mean, percentiles, total
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -23,3 +24,14 @@ def test_percentiles_equal_numpy_bit_for_bit(seed):
 def test_percentiles_of_an_empty_sample_refuse():
     with pytest.raises(ValueError, match="empty"):
         percentiles([], (50,))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_total_and_mean_equal_numpy_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        n = int(rng.integers(1, 3000)) if rng.random() < 0.1 else int(rng.integers(1, 300))
+        a = rng.lognormal(0.0, 1.0, n) * rng.choice([1e-3, 1.0, 1e3])
+        for x in (a, a.tolist()):  # the engine passes both: batch latencies as a list, request waits as an array
+            assert total(x) == float(np.sum(x)) and type(total(x)) is float
+            assert mean(x) == float(np.mean(x)) and type(mean(x)) is float
