@@ -439,9 +439,8 @@ class PooledCorrection:
         valid = fitted & by_shape
         if growth_of is not None and tilt["asks"]:
             # the prior's growth where the kind never measured the batch size, once per (accelerator, variant, batch)
-            growth = np.stack([np.broadcast_to(np.asarray(growth_of(accelerators[p], variants[j], batch_sizes[bi]),
-                                                          dtype=float), (T,))
-                               for p, j, bi in tilt["asks"]], axis=1)
+            growth = np.array([growth_of(accelerators[p], variants[j], batch_sizes[bi]) for p, j, bi in tilt["asks"]],
+                              dtype=float).reshape(len(tilt["asks"]), T).T
             by_growth = (ask >= 0) & (h < el.mean.shape[1])
             if by_growth.any():
                 x_growth = (growth.take(np.where(by_growth, ask, 0), axis=1)
