@@ -416,9 +416,9 @@ class PooledCorrection:
         out[...] = side[:, :, :, None, None]
         flat = out.reshape(T, -1)  # a view: cells by flat index
         for e in ("shape", "cfg"):  # each measured cell appears once per effect, so `+=` adds each once
-            cells, groups = axes[e]
+            cells = axes[e]["cells"]
             if len(cells):
-                flat[:, cells] += self._effects[e].take(groups, axis=1)
+                flat[:, cells] += self._effects[e].take(axes[e]["groups"], axis=1)
         self._add_tilt(flat, axes["tilt"], accelerators, variants, batch_sizes, growth_of)
         return out
 
@@ -449,7 +449,7 @@ class PooledCorrection:
                 valid |= fitted & by_growth
         if valid.any():
             flat[:, cells] += np.where(valid, el.coef.take(np.where(fitted, acc, 0), axis=1) * x, 0.0)
-        else:
+        else:  # still added: x + 0.0 is not x for x = -0.0
             flat[:, cells] += 0.0
 
     def _gathered(self, e: str, groups: np.ndarray) -> np.ndarray:
@@ -461,8 +461,8 @@ class PooledCorrection:
 
     def _grid_axes(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
                    concurrencies: Sequence[int]) -> dict[str, Any]:
-        """Index arrays of one grid's axes, by part, cached per axes; a part is rebuilt when the
-        groups it reads grow (groups are only ever added: their counts tell when)."""
+        """Index arrays of one grid's axes, by part, cached per axes; a part is rebuilt (or extended) when the groups
+        it reads grow (groups are only ever added: their counts tell when)."""
         key = (tuple(accelerators), tuple((v.name, v.family) for v in variants), tuple(batch_sizes),
                tuple(concurrencies))
         cache = self.__dict__.setdefault("_grid_cache", {})  # created on first use: derived, not state
@@ -474,18 +474,19 @@ class PooledCorrection:
         n = {e: len(ids) for e, ids in self._gid.items()}
         n["centre"] = len(self.elastic.centre_ids)
         axes_of = (accelerators, variants, batch_sizes, concurrencies)
-        built: dict[str, tuple[tuple[str, ...], Callable[[], Any]]] = {  # part: (the counts it reads, its builder)
-            "base": (("kind", "acc", "fam", "var", "acc_fam", "acc_var"), lambda: self._grid_base(*axes_of)),
-            "shape": (("shape",), lambda: self._grid_measured(self._shapes, True, *axes_of)),
-            "cfg": (("cfg",), lambda: self._grid_measured(self._cfgs, False, *axes_of)),
-            "tilt": (("acc", "shape", "centre"), lambda: self._grid_tilt(*axes_of)),
+        # part: (the counts it reads, its builder given the part as last built, or None)
+        built: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
+            "base": (("kind", "acc", "fam", "var", "acc_fam", "acc_var"), lambda _: self._grid_base(*axes_of)),
+            "shape": (("shape",), lambda last: self._grid_measured(self._shapes, True, last, *axes_of)),
+            "cfg": (("cfg",), lambda last: self._grid_measured(self._cfgs, False, last, *axes_of)),
+            "tilt": (("acc", "shape", "centre"), lambda _: self._grid_tilt(*axes_of)),
         }
         axes = {}
         for part, (reads, build) in built.items():
             token = tuple(n[e] for e in reads)
             held = parts.get(part)
             if held is None or held[0] != token:
-                held = parts[part] = (token, build())
+                held = parts[part] = (token, build(held and held[1]))
             axes[part] = held[1]
         return axes
 
@@ -504,23 +505,31 @@ class PooledCorrection:
                 "acc_fam": groups("acc_fam", [f"{acc}/{v.family}" for acc, _, v in pairs], (P, V)),
                 "acc_var": groups("acc_var", [f"{acc}/{v.name}" for acc, _, v in pairs], (P, V))}
 
-    def _grid_measured(self, table: dict[str, list[tuple[int, int, int]]], by_kind: bool,
+    def _grid_measured(self, table: dict[str, list[tuple[int, int, int]]], by_kind: bool, held: dict | None,
                        accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
-                       concurrencies: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Flat index and group of each grid cell measured in ``table`` (``_shapes`` keyed by kind, ``_cfgs`` by
-        accelerator), as the grid's batch sizes and concurrencies place them."""
-        B, C, V = len(batch_sizes), len(concurrencies), len(variants)
-        b_at = {b: i for i, b in enumerate(batch_sizes)}
-        c_at = {c: i for i, c in enumerate(concurrencies)}
-        cells, groups = [], []
-        for p, acc in enumerate(accelerators):
-            owner = accelerator_kind(acc) if by_kind else acc
-            for j, v in enumerate(variants):
-                for b, c, g in table.get(f"{owner}/{v.name}", ()):
+                       concurrencies: Sequence[int]) -> dict[str, Any]:
+        """Flat index ("cells") and group ("groups") of each grid cell measured in ``table`` (``_shapes`` keyed by
+        kind, ``_cfgs`` by accelerator), as the grid's batch sizes and concurrencies place them. The table's lists
+        only grow, so ``held`` (the last result) is extended by the entries added since ("seen": how many of each
+        (accelerator, variant)'s were read): a new configuration costs one look-up per (accelerator, variant)."""
+        if held is None:
+            owners = [accelerator_kind(acc) if by_kind else acc for acc in accelerators]
+            held = {"keys": [f"{owner}/{v.name}" for owner in owners for v in variants], "found": ([], []),
+                    "b_at": {b: i for i, b in enumerate(batch_sizes)},
+                    "c_at": {c: i for i, c in enumerate(concurrencies)}}
+            held["seen"] = [0] * len(held["keys"])
+        keys, seen, (cells, groups), b_at, c_at = held["keys"], held["seen"], held["found"], held["b_at"], held["c_at"]
+        B, C = len(batch_sizes), len(concurrencies)
+        for pj, key in enumerate(keys):  # pj = p * V + j
+            entries = table.get(key, ())
+            if len(entries) > seen[pj]:
+                for b, c, g in entries[seen[pj]:]:
                     if b in b_at and c in c_at:
-                        cells.append(((p * V + j) * B + b_at[b]) * C + c_at[c])
+                        cells.append((pj * B + b_at[b]) * C + c_at[c])
                         groups.append(g)
-        return np.array(cells, dtype=np.intp), np.array(groups, dtype=np.intp)
+                seen[pj] = len(entries)
+        held["cells"], held["groups"] = np.array(cells, dtype=np.intp), np.array(groups, dtype=np.intp)
+        return held
 
     def _grid_tilt(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
                    concurrencies: Sequence[int]) -> dict[str, Any]:
