@@ -510,8 +510,8 @@ class PooledCorrection:
                        concurrencies: Sequence[int]) -> dict[str, Any]:
         """Flat index ("cells") and group ("groups") of each grid cell measured in ``table`` (``_shapes`` keyed by
         kind, ``_cfgs`` by accelerator), as the grid's batch sizes and concurrencies place them. The table's lists
-        only grow, so ``held`` (the last result) is extended by the entries added since ("seen": how many of each
-        (accelerator, variant)'s were read): a new configuration costs one look-up per (accelerator, variant)."""
+        only grow, so ``held`` (the last result) is extended by the entries added since ("seen": how many entries of
+        each (accelerator, variant) were read): a new configuration costs one look-up per (accelerator, variant)."""
         if held is None:
             owners = [accelerator_kind(acc) if by_kind else acc for acc in accelerators]
             held = {"keys": [f"{owner}/{v.name}" for owner in owners for v in variants], "found": ([], []),
