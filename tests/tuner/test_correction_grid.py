@@ -1,0 +1,130 @@
+"""The vectorised ``PooledCorrection.grid`` against the plain per-cell loop it replaced: equal bit for bit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from oltunes.profiles import accelerator_kind
+from oltunes.tuner.correction import PooledCorrection, _centre_key
+from oltunes.types import Variant
+
+FAMILIES = {"cnn": ("s", "m", "l"), "bert": ("s", "l")}
+VARIANTS = [Variant(family=f, name=f"{f}-{s}", size=s, accuracy=0.7) for f, sizes in FAMILIES.items() for s in sizes]
+UNKNOWN_VARIANT = Variant(family="cnn", name="cnn-xl", size="xl", accuracy=0.9)  # never learnt
+UNKNOWN_FAMILY = Variant(family="gpt", name="gpt-s", size="s", accuracy=0.6)
+ACCELERATORS = ["t4", "a100", "cpu", "v100"]  # two kinds
+UNKNOWN_ACCELERATORS = ["h100", "mystery-gpu"]  # never learnt (one with a spec, one without)
+
+
+def _growth_of(acc: str, v: Variant, b: int) -> np.ndarray:
+    """A prior's growth from batch 1, different per accelerator, variant and target."""
+    return np.array([0.7, 0.9, 0.3]) * math.log(b) * (1.0 + 0.1 * len(v.name)) * (1.2 if acc == "t4" else 1.0)
+
+
+def _reference_grid(pc: PooledCorrection, accelerators, variants, batch_sizes, concurrencies, growth_of=None):
+    """The grid one cell at a time, as it was computed before it was vectorised."""
+    pc._fit()
+    T, P, V = pc.n_targets, len(accelerators), len(variants)
+    out = np.empty((T, P, V, len(batch_sizes), len(concurrencies)))
+    b_at = {b: i for i, b in enumerate(batch_sizes)}
+    c_at = {c: i for i, c in enumerate(concurrencies)}
+    for p, acc in enumerate(accelerators):
+        k = accelerator_kind(acc)
+        a = pc._mu + pc._effect("kind", k) + pc._effect("acc", acc)
+        for j, v in enumerate(variants):
+            out[:, p, j] = (a + pc._effect("fam", f"{k}/{v.family}") + pc._effect("var", f"{k}/{v.name}")
+                            + pc._effect("acc_fam", f"{acc}/{v.family}")
+                            + pc._effect("acc_var", f"{acc}/{v.name}"))[:, None, None]
+            for e, table, key in (("shape", pc._shapes, f"{k}/{v.name}"), ("cfg", pc._cfgs, f"{acc}/{v.name}")):
+                for b, c, g in table.get(key, ()):
+                    if b in b_at and c in c_at:
+                        out[:, p, j, b_at[b], c_at[c]] += pc._effects[e][:, g]
+            ga = pc._gid["acc"].get(acc)
+            if ga is None or not pc.elastic.centre_ids:
+                continue
+            for ci, c in enumerate(concurrencies):
+                centre = _centre_key(acc, v, c)
+                if centre not in pc.elastic.centre_ids:
+                    continue
+                for bi, b in enumerate(batch_sizes):
+                    g = pc._gid["shape"].get(f"{k}/{v.name}/{b}/{c}")
+                    growth = growth_of(acc, v, b) if g is None and growth_of is not None else None
+                    out[:, p, j, bi, ci] += pc.elastic.term(ga, g, centre, growth)
+    return out
+
+
+def _random_correction(seed: int, n: int, tilt: bool) -> PooledCorrection:
+    """Measurements of random configurations (some targets masked); ``tilt``: full batches with the prior's growth,
+    so the batch elasticity is fitted (else it never is)."""
+    rng = np.random.default_rng(seed)
+    pc = PooledCorrection(n_targets=3, root_k=float(rng.uniform(0.5, 3.0)))
+    for _ in range(n):
+        acc, v = ACCELERATORS[rng.integers(len(ACCELERATORS))], VARIANTS[rng.integers(len(VARIANTS))]
+        b, c = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2]))
+        pc.learn(acc, v, b, c, rng.normal(0, 1, 3), rng.random(3) > 0.15,
+                 _growth_of(acc, v, b) if tilt else None, full_batches=tilt and bool(rng.random() > 0.2))
+    return pc
+
+
+def _axes(rng: np.random.Generator):
+    """Grid axes mixing learnt and unknown accelerators and variants, measured and unmeasured batch sizes and
+    concurrencies, in a random order."""
+    accs = list(rng.permutation(ACCELERATORS + UNKNOWN_ACCELERATORS))[: rng.integers(2, 7)]
+    variants = [VARIANTS[i] for i in rng.permutation(len(VARIANTS))] + [UNKNOWN_VARIANT, UNKNOWN_FAMILY]
+    variants = variants[: rng.integers(2, len(variants) + 1)]
+    batch_sizes = sorted(rng.choice([1, 2, 4, 8, 16, 32], size=rng.integers(1, 6), replace=False).tolist())
+    concurrencies = sorted(rng.choice([1, 2, 3], size=rng.integers(1, 4), replace=False).tolist())
+    return accs, variants, batch_sizes, concurrencies
+
+
+@pytest.mark.parametrize("tilt", [True, False])
+@pytest.mark.parametrize("seed", range(5))
+def test_grid_equals_the_per_cell_loop_bit_for_bit(seed: int, tilt: bool):
+    rng = np.random.default_rng(100 + seed)
+    pc = _random_correction(seed, int(rng.integers(5, 120)), tilt)
+    assert bool(np.abs(pc.elastic.coef).max(initial=0.0) > 0) == tilt  # the tilt is on (fitted) or off
+    for _ in range(6):
+        axes = _axes(rng)
+        for growth_of in (_growth_of, None):
+            assert np.array_equal(pc.grid(*axes, growth_of), _reference_grid(pc, *axes, growth_of))
+
+
+def test_grid_stays_exact_as_groups_appear_between_calls():
+    """The grid's index arrays are cached per axes: each measurement between two grids (new configurations, new
+    groups, an accelerator or variant seen for the first time) must show in the next grid as in the loop."""
+    rng = np.random.default_rng(7)
+    pc = _random_correction(7, 3, tilt=True)
+    axes = (ACCELERATORS + UNKNOWN_ACCELERATORS, VARIANTS + [UNKNOWN_VARIANT], [1, 2, 4, 8, 16], [1, 2])
+    newcomers = [("h100", UNKNOWN_VARIANT, 16, 2), ("mystery-gpu", VARIANTS[0], 2, 1)]
+    for i in range(40):
+        acc, v, b, c = newcomers[i // 20] if i % 20 == 19 else (
+            ACCELERATORS[rng.integers(len(ACCELERATORS))], VARIANTS[rng.integers(len(VARIANTS))],
+            int(rng.choice([1, 2, 4, 8, 16])), int(rng.choice([1, 2])))
+        pc.learn(acc, v, b, c, rng.normal(0, 1, 3), np.ones(3, bool), _growth_of(acc, v, b))
+        assert np.array_equal(pc.grid(*axes, _growth_of), _reference_grid(pc, *axes, _growth_of))
+
+
+def test_grid_asks_the_prior_growth_only_where_the_kind_never_measured_the_batch_size():
+    pc = _random_correction(3, 60, tilt=True)
+    asked = []
+
+    def growth_of(acc, v, b):
+        asked.append((acc, v.name, b))
+        return _growth_of(acc, v, b)
+
+    accs, cs, bs = ACCELERATORS + UNKNOWN_ACCELERATORS, [1, 2], [1, 2, 4, 8, 32]
+    g = pc.grid(accs, VARIANTS, bs, cs, growth_of)
+    assert asked and len(asked) == len(set(asked))  # once per (accelerator, variant, batch size)
+    for acc, name, b in asked:
+        assert acc in pc._gid["acc"]
+        assert any(f"{accelerator_kind(acc)}/{name}/{b}/{c}" not in pc._gid["shape"] for c in cs)
+    assert np.array_equal(g, _reference_grid(pc, accs, VARIANTS, bs, cs, _growth_of))
+
+
+def test_grid_of_an_empty_correction_is_zero():
+    pc = PooledCorrection(n_targets=3)
+    g = pc.grid(["t4", "h100"], VARIANTS, [1, 4], [1], _growth_of)
+    assert g.shape == (3, 2, len(VARIANTS), 2, 1) and not g.any()
