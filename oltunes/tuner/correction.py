@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
+from itertools import accumulate
 from operator import add
 from typing import Any
 
@@ -192,8 +193,7 @@ class PooledCorrection:
         stand (renewed after they change: ``_effects_changed``)."""
         if self._all is None:
             tables = [self._effects[e] for e in EFFECTS]
-            offsets = np.cumsum([0] + [t.shape[1] for t in tables[:-1]]).tolist()
-            self._all = (np.concatenate(tables, axis=1), offsets)
+            self._all = (np.concatenate(tables, axis=1), list(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
         return self._all
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:
