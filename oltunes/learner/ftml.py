@@ -8,6 +8,7 @@ FTRL-Proximal (which weighs every past gradient equally) or plain SGD (which has
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -185,6 +186,7 @@ class FTML(optim.base.Optimizer):
         return cls(lr=lr, beta_1=d["beta_1"], beta_2=d["beta_2"], eps=d["eps"]).load_state_dict(d)
 
 
+@functools.cache  # one string per row shape, built once (step_rows asks for it on every step)
 def _shape_key(row_shape: tuple[int, ...]) -> str:
     return "rows" + "x".join(str(n) for n in row_shape)
 

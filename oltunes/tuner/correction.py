@@ -32,6 +32,9 @@ The FM then learns what is left (co-runner interference, what the effects cannot
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import reduce
+from itertools import accumulate
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -144,6 +147,10 @@ class PooledCorrection:
         # each accelerator's own growth with batch (``tuner.elasticity``)
         self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
         self.version = 0
+        self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
+        self._all: tuple[np.ndarray, list[int]] | None = None  # ``_all_effects``, None when the effects changed
+        self._tilt: tuple[tuple[int, int], np.ndarray] | None = None  # ((cells, elasticity fits), tilt per cell)
+        self._tilt_fits = 0
 
     # ------------------------------------------------------------------------------------------------ learn
     def learn(self, acc: str, v: Variant, batch: int, conc: int, y: np.ndarray,
@@ -158,24 +165,36 @@ class PooledCorrection:
         j = self._cell(acc, v, batch, conc, growth)
         self._fit()
         before = self._cell_correction(j)
-        m = np.asarray(mask, dtype=bool)
-        s, n = self._sums[:, j], self._counts[:, j]
-        self._sums[:, j] = np.where(m, self.decay * s + np.where(m, y, 0.0), s)
-        self._counts[:, j] = np.where(m, self.decay * n + 1.0, n)
-        t = self._tilt_counts[:, j]
-        self._tilt_counts[:, j] = np.where(m, self.decay * t + full_batches, t)
-        self._tilt_news += bool(full_batches and m.any())
+        # per target in Python floats (the same IEEE operations as the array form, without a dozen small numpy
+        # calls): decayed sums, counts and full-batch counts of the measured targets
+        m, d = np.asarray(mask, dtype=bool).tolist(), self.decay
+        ys = np.asarray(y, dtype=float).tolist()
+        s, n, t = self._sums[:, j].tolist(), self._counts[:, j].tolist(), self._tilt_counts[:, j].tolist()
+        self._sums[:, j] = [d * s[i] + ys[i] if m[i] else s[i] for i in range(self.n_targets)]
+        self._counts[:, j] = [d * n[i] + 1.0 if m[i] else n[i] for i in range(self.n_targets)]
+        self._tilt_counts[:, j] = [d * t[i] + full_batches if m[i] else t[i] for i in range(self.n_targets)]
+        self._tilt_news += bool(full_batches and any(m))
         self.version += 1
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
         return before, self._cell_correction(j)
 
     def _cell_correction(self, j: int) -> np.ndarray:
-        """``_current`` of a known configuration by its column: its groups' indices instead of their keys (the
-        same additions in the same order)."""
-        out = self._mu.copy()
-        for e in EFFECTS:
-            out = out + self._effects[e][:, self._idx[e][j]]
-        return out + self.elastic.term(int(self._idx["acc"][j]), int(self._idx["shape"][j]), "", None)
+        """``_current`` of a known configuration by its column: its groups' effects gathered at once from every
+        effect side by side (``_all_effects``), added in Python floats in the same order (the same IEEE sums)."""
+        effects, offsets = self._all_effects()
+        groups = self._cell_groups[j]
+        rows = effects.take([g + o for g, o in zip(groups, offsets)], axis=1).tolist()
+        out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
+        term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
+        return np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
+
+    def _all_effects(self) -> tuple[np.ndarray, list[int]]:
+        """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
+        stand (renewed after they change: ``_effects_changed``)."""
+        if self._all is None:
+            tables = [self._effects[e] for e in EFFECTS]
+            self._all = (np.concatenate(tables, axis=1), list(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
+        return self._all
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:
         key = (acc, v.name, batch, conc)
@@ -202,6 +221,8 @@ class PooledCorrection:
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
             self._idx[e] = _set_grown(self._idx[e], j, g)
+        self._cell_groups.append(tuple(groups[e] for e in EFFECTS))
+        self._all = None
         for child, (of, par) in PARENTS.items():  # set on every new cell: the last configuration's parent wins
             self._parent[child] = _set_grown(self._parent[child], groups[of], groups[par] if par else 0)
         return j
@@ -222,33 +243,48 @@ class PooledCorrection:
         n_cells = len(self._cells)
         if n_cells == 0:
             return
+        self._all = None  # the effects move
         st = self._structure()
         S, N = self._sums[:, :n_cells], self._counts[:, :n_cells]
         counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
+        acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
         idx = st["idx"]
         # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
         var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
         # The batch elasticity's tilt, as of the last fit, is held fixed over the rounds and refitted once after
         # them (a third Gauss-Seidel block, updated once per fit: it is one coefficient per accelerator).
-        el = self.elastic
-        tilt = el.coefficients(len(self._gid["acc"])).take(idx["acc"], axis=1) * el.x.take(idx["shape"], axis=1)
-        S_untilted = S - N * tilt
+        S_untilted = S - N * self._cell_tilt(st)
+        # what every round of this fit shares (the counts are fixed): mu's denominator, the families' weights
+        n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
+        mu_den = (n_top * share_top).sum(axis=1) + self.root_k
+        family_weights = self._family_weights(st, var_counts)
         acc_side = None
         for _ in range(min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))):
-            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, counts[ACCELERATOR_TREE],
-                                                 S_untilted - N * var_side)
-            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, counts[VARIANT_TREE], S_untilted - N * acc_side)
-            new_var_side -= self._centre_families(st, counts[VARIANT_TREE]).take(idx["kind"], axis=1)
+            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side, mu_den)
+            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
+            new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
             change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
             var_side = new_var_side
             if change < _TOL:
                 break
         if acc_side is not None and self._tilt_news:  # (its own evidence unchanged: left as it is, cheaply)
             self._tilt_news = 0
+            el = self.elastic
             x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
             # each configuration's residual weighted by the share of its measurements that ran full batches
             share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
             el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
+            self._tilt_fits += 1
+
+    def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
+        """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted
+        or a configuration is added)."""
+        key = (st["n_cells"], self._tilt_fits)
+        if self._tilt is None or self._tilt[0] != key:
+            idx, el = st["idx"], self.elastic
+            tilt = el.coefficients(len(self._gid["acc"])).take(idx["acc"], axis=1) * el.x.take(idx["shape"], axis=1)
+            self._tilt = (key, tilt)
+        return self._tilt[1]
 
     def _structure(self) -> dict[str, Any]:
         """Views of the index arrays (per configuration, per parent) and their flattened bincount indices, renewed
@@ -301,9 +337,10 @@ class PooledCorrection:
         return out
 
     def _fit_tree(self, tree: tuple[str, ...], st: dict[str, Any], counts: dict[str, tuple],
-                  s_cell: np.ndarray) -> tuple[np.ndarray, float]:
+                  s_cell: np.ndarray, mu_den: np.ndarray | None = None) -> tuple[np.ndarray, float]:
         """Exact posterior means of one nested tree given partial residual sums per configuration; returns the
-        tree's sum per configuration and how far ``mu`` moved."""
+        tree's sum per configuration and how far ``mu`` moved (the accelerator tree, whose root ``mu`` is shrunk
+        towards the prior: ``mu_den``, its data's weight + ``root_k``)."""
         T = self.n_targets
         sums = {}
         s = self._leaf_sum(tree, st, s_cell)
@@ -313,34 +350,41 @@ class PooledCorrection:
             if level:
                 s = self._sum_by(st["up"][e], s * counts[e][2], T)
         change = 0.0
-        cum = np.zeros((T, 1))
-        if tree is ACCELERATOR_TREE:  # the root: mu, shrunk towards the prior by its evidence
-            n_top, _, share, _ = counts[tree[0]]
-            mu = (s * share).sum(axis=1) / ((n_top * share).sum(axis=1) + self.root_k)
+        effects, parents = self._effects, st["parent"]
+        if mu_den is not None:  # the root: mu, shrunk towards the prior by its evidence
+            mu = (s * counts[tree[0]][2]).sum(axis=1) / mu_den
             change = float(np.abs(mu - self._mu).max())
             self._mu = mu
             cum = mu[:, None]
-        for e in tree:  # down: a group's cumulative value = its data shrunk towards its parent's
+            levels = tree
+        else:  # a root under 0: its data shrunk towards 0 (sums by bincount are never -0.0: + 0 x k, - 0 are no-ops)
+            cum = effects[tree[0]] = sums[tree[0]] / counts[tree[0]][3]
+            levels = tree[1:]
+        for e in levels:  # down: a group's cumulative value = its data shrunk towards its parent's
             _, k, _, n_plus_k = counts[e]
-            up = cum.take(st["parent"][e], axis=1)
+            up = cum.take(parents[e], axis=1)
             cum = (sums[e] + k * up) / n_plus_k
-            self._effects[e] = cum - up
+            effects[e] = cum - up
         if st["cell_is_cfg"] and tree[-1] == "cfg":
             return cum, change
         return cum.take(st["idx"][tree[-1]], axis=1), change
 
-    def _centre_families(self, st: dict[str, Any], counts: dict[str, tuple]) -> np.ndarray:
+    def _family_weights(self, st: dict[str, Any], counts: dict[str, tuple]) -> tuple[np.ndarray, ...]:
+        """``_centre_families``' weights, fixed over a fit: measurements per family, their sum per kind, where > 0."""
+        n_fam = counts["fam"][0]
+        n = self._sum_by(st["up"]["fam_kind"], n_fam, self.n_targets)
+        return n_fam, n, n > 0
+
+    def _centre_families(self, st: dict[str, Any], weights: tuple[np.ndarray, ...]) -> np.ndarray:
         """Move each kind's mean family effect (weighted by measurements) into the kind's effect, the fit unchanged.
 
         Both trees can carry a common offset per kind (all families up, the kind down); only the weak priors tell
         them apart, so alternating between the trees would take many rounds to share it out. Centring the
         families settles it at once. Returns the offset moved per kind (T, kinds).
         """
-        T = self.n_targets
-        n_fam = counts["fam"][0]
-        s = self._sum_by(st["up"]["fam_kind"], n_fam * self._effects["fam"], T)
-        n = self._sum_by(st["up"]["fam_kind"], n_fam, T)
-        shift = np.divide(s, n, out=np.zeros_like(s), where=n > 0)
+        n_fam, n, has = weights
+        s = self._sum_by(st["up"]["fam_kind"], n_fam * self._effects["fam"], self.n_targets)
+        shift = np.divide(s, n, out=np.zeros_like(s), where=has)
         self._effects["fam"] -= shift.take(st["parent"]["fam_kind"], axis=1)
         self._effects["kind"] += shift
         return shift
@@ -601,5 +645,6 @@ class PooledCorrection:
             pc.elastic.load(d["elasticity"])
             pc._tilt_news = int(d.get("tilt_news", 0))
         pc._fitted = 0
+        pc._all = None
         pc.version = int(d.get("unfitted", len(pc._cells)))
         return pc

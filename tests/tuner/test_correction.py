@@ -346,3 +346,28 @@ def test_the_batch_elasticity_is_bounded():
     acc_of_cell, kind_of_acc = np.array([0, 0, 1, 1]), np.array([0, 0])
     el.fit(x, n, 5.0 * x * np.array([[0.0, 0.0, 1.0, 1.0]]), acc_of_cell, kind_of_acc)
     assert el.coef[0, 1] == BOUNDS[1] and el.coef[0, 0] == BOUNDS[0]
+
+
+def test_learn_returns_to_the_bit_what_the_configuration_predicts_by_its_keys():
+    """``learn``'s before/after (each configuration's effects gathered by column, added in Python floats) equal, to
+    the bit, ``_current`` (by group keys, in numpy) as the effects stood; and its per-target update of the sums is
+    the masked array update."""
+    rng = np.random.default_rng(5)
+    accs = ["t4", "a100", "cpu"]
+    variants = [Variant(family=f"f{i % 2}", name=f"v{i}", size="s", accuracy=0.5) for i in range(5)]
+    pc = PooledCorrection(n_targets=3, root_k=1.5)
+    for i in range(150):
+        acc, v, b, c = accs[rng.integers(3)], variants[rng.integers(5)], int(rng.choice([1, 4, 8])), 1
+        y, m, full = rng.normal(0, 1, 3), rng.random(3) > 0.2, bool(rng.random() > 0.3)
+        growth = rng.normal(0, 1, 3)
+        expected_before = pc._current(acc, v, b, c, growth) if (acc, v.name, b, c) in pc._cells else None
+        j = pc._cells.get((acc, v.name, b, c))
+        s0, n0 = (pc._sums[:, j].copy(), pc._counts[:, j].copy()) if j is not None else (np.zeros(3), np.zeros(3))
+        before, after = pc.learn(acc, v, b, c, y, m, growth, full_batches=full)
+        if expected_before is not None:
+            assert np.array_equal(before, expected_before)
+        assert np.array_equal(after, pc._current(acc, v, b, c, growth))
+        j = pc._cells[(acc, v.name, b, c)]
+        assert np.array_equal(pc._sums[:, j], np.where(m, pc.decay * s0 + np.where(m, y, 0.0), s0))
+        assert np.array_equal(pc._counts[:, j], np.where(m, pc.decay * n0 + 1.0, n0))
+    assert pc.elastic.coef.any()  # the tilt took part
