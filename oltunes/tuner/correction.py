@@ -41,10 +41,11 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity
+from oltunes.tuner.correction_grid import CorrectionGrid
+from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.types import Candidate, Variant
 
-__all__ = ["PooledCorrection", "EFFECTS", "EFFECT_K"]
+__all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
 
 # The effects in the order backfitting visits them (coarse first), and each one's group key.
 EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
@@ -78,11 +79,6 @@ def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
         a = np.concatenate([a, np.zeros(max(16, len(a)), dtype=a.dtype)])
     a[i] = value
     return a
-
-
-def _centre_key(acc: str, v: Variant, conc: int) -> str:
-    """The batch elasticity's centring group: a variant at one concurrency on a kind."""
-    return f"{accelerator_kind(acc)}/{v.name}/{conc}"
 
 
 def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
@@ -146,6 +142,7 @@ class PooledCorrection:
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         # each accelerator's own growth with batch (``tuner.elasticity``)
         self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
+        self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
         self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
         self._all: tuple[np.ndarray, list[int]] | None = None  # ``_all_effects``, None when the effects changed
@@ -216,7 +213,7 @@ class PooledCorrection:
                 self._effects[e] = np.hstack([self._effects[e], np.zeros((self.n_targets, 1))])
                 if e == "shape":
                     self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
-                    self.elastic.add_group(g, _centre_key(acc, v, conc), growth)
+                    self.elastic.add_group(g, centre_key(acc, v, conc), growth)
                 elif e == "cfg":
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
@@ -407,7 +404,7 @@ class PooledCorrection:
         for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
         return out + self.elastic.term(self._gid["acc"].get(acc), self._gid["shape"].get(keys[4]),
-                                       _centre_key(acc, v, conc), growth)
+                                       centre_key(acc, v, conc), growth)
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
@@ -443,167 +440,9 @@ class PooledCorrection:
              growth_of: Callable[[str, Variant, int], np.ndarray] | None = None) -> np.ndarray:
         """Correction over (n_targets, accelerators, variants, batch sizes, concurrencies); ``growth_of(acc, variant,
         batch)``: the prior's growth (``learn``), asked only where a batch size was never measured on the kind.
-
-        Vectorised by index arrays (``_grid_axes``), bit for bit the sums of one cell at a time: every cell gets the
-        same additions in the same order (mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape
-        effect, + its measured cfg effect, + the tilt), a missing group adding 0.0 as ``_effect`` gives.
-        """
+        Vectorised, bit for bit the sums of one cell at a time (``oltunes.tuner.correction_grid``)."""
         self._fit()
-        T, P, V = self.n_targets, len(accelerators), len(variants)
-        axes = self._grid_axes(accelerators, variants, batch_sizes, concurrencies)
-        base = axes["base"]
-        side = self._mu[:, None] + self._gathered("kind", base["kind"]) + self._gathered("acc", base["acc"])
-        side = side[:, :, None]
-        for e in ("fam", "var", "acc_fam", "acc_var"):
-            side = side + self._gathered(e, base[e])
-        out = np.empty((T, P, V, len(batch_sizes), len(concurrencies)))
-        out[...] = side[:, :, :, None, None]
-        flat = out.reshape(T, -1)  # a view: cells by flat index
-        for e in ("shape", "cfg"):  # each measured cell appears once per effect, so `+=` adds each once
-            cells = axes[e]["cells"]
-            if len(cells):
-                flat[:, cells] += self._effects[e].take(axes[e]["groups"], axis=1)
-        self._add_tilt(flat, axes["tilt"], accelerators, variants, batch_sizes, growth_of)
-        return out
-
-    def _add_tilt(self, flat: np.ndarray, tilt: dict[str, Any], accelerators: Sequence[str],
-                  variants: Sequence[Variant], batch_sizes: Sequence[int],
-                  growth_of: Callable[[str, Variant, int], np.ndarray] | None) -> None:
-        """Add the batch elasticity's tilt (``BatchElasticity.term``, vectorised) to the grid's cells (flat indices)
-        that ask for one (``_grid_tilt``): 0.0 where ``term`` gives 0.0 (no growth to tilt, or the elasticity not
-        yet fitted as far as the accelerator)."""
-        cells = tilt["cells"]
-        if not len(cells):
-            return
-        el, T = self.elastic, self.n_targets
-        acc, g, h, ask = tilt["acc"], tilt["shape"], tilt["centre"], tilt["ask"]
-        fitted = acc < el.coef.shape[1]
-        by_shape = (g >= 0) & (g < el.n_groups)
-        x = el.x.take(np.where(by_shape, g, 0), axis=1) if by_shape.any() else np.zeros((T, len(cells)))
-        valid = fitted & by_shape
-        if growth_of is not None and tilt["asks"]:
-            # the prior's growth where the kind never measured the batch size, once per (accelerator, variant, batch)
-            growth = np.array([growth_of(accelerators[p], variants[j], batch_sizes[bi]) for p, j, bi in tilt["asks"]],
-                              dtype=float).reshape(len(tilt["asks"]), T).T
-            by_growth = (ask >= 0) & (h < el.mean.shape[1])
-            if by_growth.any():
-                x_growth = (growth.take(np.where(by_growth, ask, 0), axis=1)
-                            - el.mean.take(np.where(by_growth, h, 0), axis=1))
-                x = np.where(by_growth, x_growth, x)
-                valid |= fitted & by_growth
-        if valid.any():
-            flat[:, cells] += np.where(valid, el.coef.take(np.where(fitted, acc, 0), axis=1) * x, 0.0)
-        else:  # still added: x + 0.0 is not x for x = -0.0
-            flat[:, cells] += 0.0
-
-    def _gathered(self, e: str, groups: np.ndarray) -> np.ndarray:
-        """Effect ``e`` of each group in ``groups`` (-1: none, 0.0), shaped (T, *groups.shape)."""
-        eff = self._effects[e]
-        if not eff.shape[1]:
-            return np.zeros((self.n_targets, *groups.shape))
-        return np.where(groups >= 0, eff.take(np.maximum(groups, 0), axis=1), 0.0)
-
-    def _grid_axes(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
-                   concurrencies: Sequence[int]) -> dict[str, Any]:
-        """Index arrays of one grid's axes, by part, cached per axes; a part is rebuilt (or extended) when the groups
-        it reads grow (groups are only ever added: their counts tell when)."""
-        key = (tuple(accelerators), tuple((v.name, v.family) for v in variants), tuple(batch_sizes),
-               tuple(concurrencies))
-        cache = self.__dict__.setdefault("_grid_cache", {})  # created on first use: derived, not state
-        parts = cache.get(key)
-        if parts is None:
-            if len(cache) >= 256:  # bounded; the grids asked for are few (accelerator sets x families)
-                cache.clear()
-            parts = cache[key] = {}
-        n = {e: len(ids) for e, ids in self._gid.items()}
-        n["centre"] = len(self.elastic.centre_ids)
-        axes_of = (accelerators, variants, batch_sizes, concurrencies)
-        # part: (the counts it reads, its builder given the part as last built, or None)
-        built: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
-            "base": (("kind", "acc", "fam", "var", "acc_fam", "acc_var"), lambda _: self._grid_base(*axes_of)),
-            "shape": (("shape",), lambda last: self._grid_measured(self._shapes, True, last, *axes_of)),
-            "cfg": (("cfg",), lambda last: self._grid_measured(self._cfgs, False, last, *axes_of)),
-            "tilt": (("acc", "shape", "centre"), lambda _: self._grid_tilt(*axes_of)),
-        }
-        axes = {}
-        for part, (reads, build) in built.items():
-            token = tuple(n[e] for e in reads)
-            held = parts.get(part)
-            if held is None or held[0] != token:
-                held = parts[part] = (token, build(held and held[1]))
-            axes[part] = held[1]
-        return axes
-
-    def _grid_base(self, accelerators: Sequence[str], variants: Sequence[Variant], *_: Sequence[int]) -> dict:
-        """Group per accelerator (kind, acc) and per (accelerator, variant) (the other effects above the shapes)."""
-        ids, P, V = self._gid, len(accelerators), len(variants)
-        kinds = [accelerator_kind(acc) for acc in accelerators]
-        pairs = [(acc, k, v) for acc, k in zip(accelerators, kinds) for v in variants]
-
-        def groups(e: str, keys: list[str], shape: tuple[int, ...]) -> np.ndarray:
-            return np.array([ids[e].get(key, -1) for key in keys], dtype=np.intp).reshape(shape)
-
-        return {"kind": groups("kind", kinds, (P,)), "acc": groups("acc", list(accelerators), (P,)),
-                "fam": groups("fam", [f"{k}/{v.family}" for _, k, v in pairs], (P, V)),
-                "var": groups("var", [f"{k}/{v.name}" for _, k, v in pairs], (P, V)),
-                "acc_fam": groups("acc_fam", [f"{acc}/{v.family}" for acc, _, v in pairs], (P, V)),
-                "acc_var": groups("acc_var", [f"{acc}/{v.name}" for acc, _, v in pairs], (P, V))}
-
-    def _grid_measured(self, table: dict[str, list[tuple[int, int, int]]], by_kind: bool, held: dict | None,
-                       accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
-                       concurrencies: Sequence[int]) -> dict[str, Any]:
-        """Flat index ("cells") and group ("groups") of each grid cell measured in ``table`` (``_shapes`` keyed by
-        kind, ``_cfgs`` by accelerator), as the grid's batch sizes and concurrencies place them. The table's lists
-        only grow, so ``held`` (the last result) is extended by the entries added since ("seen": how many entries of
-        each (accelerator, variant) were read): a new configuration costs one look-up per (accelerator, variant)."""
-        if held is None:
-            owners = [accelerator_kind(acc) if by_kind else acc for acc in accelerators]
-            held = {"keys": [f"{owner}/{v.name}" for owner in owners for v in variants], "found": ([], []),
-                    "b_at": {b: i for i, b in enumerate(batch_sizes)},
-                    "c_at": {c: i for i, c in enumerate(concurrencies)}}
-            held["seen"] = [0] * len(held["keys"])
-        keys, seen, (cells, groups), b_at, c_at = held["keys"], held["seen"], held["found"], held["b_at"], held["c_at"]
-        B, C = len(batch_sizes), len(concurrencies)
-        for pj, key in enumerate(keys):  # pj = p * V + j
-            entries = table.get(key, ())
-            if len(entries) > seen[pj]:
-                for b, c, g in entries[seen[pj]:]:
-                    if b in b_at and c in c_at:
-                        cells.append((pj * B + b_at[b]) * C + c_at[c])
-                        groups.append(g)
-                seen[pj] = len(entries)
-        held["cells"], held["groups"] = np.array(cells, dtype=np.intp), np.array(groups, dtype=np.intp)
-        return held
-
-    def _grid_tilt(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
-                   concurrencies: Sequence[int]) -> dict[str, Any]:
-        """The cells ``BatchElasticity.term`` is asked for (a known accelerator, a centre for the kind, variant and
-        concurrency): flat index, accelerator group, shape group (-1: none), centre, and which of "asks" (the
-        (accelerator, variant, batch) whose prior growth stands in for a missing shape group) it needs (-1: none)."""
-        ids, centre_ids = self._gid, self.elastic.centre_ids
-        B, C, V = len(batch_sizes), len(concurrencies), len(variants)
-        cols: dict[str, list[int]] = {"cells": [], "acc": [], "shape": [], "centre": [], "ask": []}
-        asks: dict[tuple[int, int, int], int] = {}
-        for p, acc in enumerate(accelerators):
-            a = ids["acc"].get(acc)
-            if a is None or not centre_ids:
-                continue
-            k = accelerator_kind(acc)
-            for j, v in enumerate(variants):
-                for ci, c in enumerate(concurrencies):
-                    h = centre_ids.get(_centre_key(acc, v, c))
-                    if h is None:
-                        continue
-                    for bi, b in enumerate(batch_sizes):
-                        g = ids["shape"].get(f"{k}/{v.name}/{b}/{c}")
-                        cols["cells"].append(((p * V + j) * B + bi) * C + ci)
-                        cols["acc"].append(a)
-                        cols["centre"].append(h)
-                        cols["shape"].append(-1 if g is None else g)
-                        cols["ask"].append(-1 if g is not None else asks.setdefault((p, j, bi), len(asks)))
-        out: dict[str, Any] = {col: np.array(values, dtype=np.intp) for col, values in cols.items()}
-        out["asks"] = list(asks)
-        return out
+        return self._grids.grid(accelerators, variants, batch_sizes, concurrencies, growth_of)
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

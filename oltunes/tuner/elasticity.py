@@ -19,14 +19,21 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
+from oltunes.profiles import accelerator_kind
+from oltunes.types import Variant
 
-__all__ = ["BatchElasticity", "ELASTICITY_K"]
+__all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key"]
 
 # A tilt explains every variant on an accelerator at once, so little evidence should move it: measured on the
 # held-out-accelerator split (benchmarks/heldout_accelerator.py), pseudo-counts 1, 0.1, 0.01, 0.001 gave 34.5, 31.3,
 # 30.9, 30.9 % MAPE for the correction alone (36.5 without the term; measured on a prototype refitting it every round).
 ELASTICITY_K = 0.01
 BOUNDS = (-0.9, 1.0)  # coefficient = elasticity - 1
+
+
+def centre_key(acc: str, v: Variant, conc: int) -> str:
+    """The batch elasticity's centring group: a variant at one concurrency on a kind."""
+    return f"{accelerator_kind(acc)}/{v.name}/{conc}"
 
 
 def _grown(a: np.ndarray, n: int) -> np.ndarray:

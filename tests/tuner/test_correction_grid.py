@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.correction import PooledCorrection, _centre_key
+from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.elasticity import centre_key
 from oltunes.types import Variant
 
 FAMILIES = {"cnn": ("s", "m", "l"), "bert": ("s", "l")}
@@ -46,7 +47,7 @@ def _reference_grid(pc: PooledCorrection, accelerators, variants, batch_sizes, c
             if ga is None or not pc.elastic.centre_ids:
                 continue
             for ci, c in enumerate(concurrencies):
-                centre = _centre_key(acc, v, c)
+                centre = centre_key(acc, v, c)
                 if centre not in pc.elastic.centre_ids:
                     continue
                 for bi, b in enumerate(batch_sizes):
