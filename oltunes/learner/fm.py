@@ -162,21 +162,13 @@ class _FMBase(base.Base):
         return out * self._sd.reshape(shape) + self._mu.reshape(shape)
 
     def _update_target_stats(self, y: np.ndarray, mask: np.ndarray) -> None:
-        # per target in Python floats: a handful of targets, where numpy's per-call cost would dominate (the same
-        # IEEE operations as the array form, which these replaced)
-        ns, means, m2s = [], [], []
-        for yi, m, n, mean, m2 in zip(y.tolist(), mask.tolist(), self._y_n.tolist(), self._y_mean.tolist(),
-                                      self._y_m2.tolist()):
-            n += bool(m)
-            d = yi - mean if m else 0.0
-            mean = mean + d / max(n, 1)
-            ns.append(n)
-            means.append(mean)
-            m2s.append(m2 + d * (yi - mean if m else 0.0))
-        self._y_n, self._y_mean, self._y_m2 = np.array(ns, dtype=np.int64), np.array(means), np.array(m2s)
+        n = self._y_n = self._y_n + mask
+        d = np.where(mask, y - self._y_mean, 0.0)
+        self._y_mean = self._y_mean + d / np.maximum(n, 1)
+        self._y_m2 = self._y_m2 + d * np.where(mask, y - self._y_mean, 0.0)
         self._mu = self._y_mean.copy()
-        var = [m2 / max(n, 1) if n > 1 else 0.0 for n, m2 in zip(ns, m2s)]
-        self._sd = np.array([math.sqrt(v) if v > 1e-12 else 1.0 for v in var])
+        var = np.where(n > 1, self._y_m2 / np.maximum(n, 1), 0.0)
+        self._sd = np.where(var > 1e-12, np.sqrt(var), 1.0)
 
     # -- prediction ----------------------------------------------------------------------------------------
     def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
@@ -378,22 +370,16 @@ class _FMBase(base.Base):
         cold model is wrong everywhere), then an exponential average of ``min(|r|, 4 s)``, so that a real
         level shift raises ``s`` within tens of observations and is learned, not rejected.
         """
-        # per target in Python floats (as ``_update_target_stats``)
-        wt, scales, ns = [], [], []
-        for e, m, s, n in zip(err.tolist(), mask.tolist(), self._scale.tolist(), self._n_scale.tolist()):
-            a, ready = abs(e), n >= _ROBUST_WARMUP
-            lim = self.robust * s
-            q = lim / max(a, 1e-12)
-            wt.append(q * q if ready and a > lim else 1.0)
-            if update:
-                n += bool(m)
-                rate = _ROBUST_RATE if ready else 1.0 / max(n, 1)
-                capped = min(a, 4.0 * s) if ready else a
-                scales.append(s + rate * (capped - s) if m else s)
-                ns.append(n)
+        a = np.abs(err)
+        ready = self._n_scale >= _ROBUST_WARMUP
+        lim = self.robust * self._scale
+        wt = np.where(ready & (a > lim), (lim / np.maximum(a, 1e-12)) ** 2, 1.0)
         if update:
-            self._scale, self._n_scale = np.array(scales), np.array(ns, dtype=np.int64)
-        return np.array(wt)
+            n = self._n_scale = self._n_scale + mask
+            rate = np.where(ready, _ROBUST_RATE, 1.0 / np.maximum(n, 1))
+            capped = np.where(ready, np.minimum(a, 4.0 * self._scale), a)
+            self._scale = np.where(mask, self._scale + rate * (capped - self._scale), self._scale)
+        return wt
 
     @staticmethod
     def _step(opt: optim.base.Optimizer, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> None:

@@ -187,7 +187,7 @@ class PooledCorrection:
 
     def _all_effects(self) -> tuple[np.ndarray, list[int]]:
         """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
-        stand (renewed after they change: ``_effects_changed``)."""
+        stand (dropped by a fit, a new configuration or a restore, which change them)."""
         if self._all is None:
             tables = [self._effects[e] for e in EFFECTS]
             self._all = (np.concatenate(tables, axis=1), list(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))

@@ -19,12 +19,15 @@ import numpy as np
 
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.elasticity import centre_key
+from oltunes.tuner.memo import put_bounded
 from oltunes.types import Variant
 
 if TYPE_CHECKING:
     from oltunes.tuner.correction import PooledCorrection
 
 __all__ = ["CorrectionGrid"]
+
+GRIDS_KEPT = 256  # grid axes whose index arrays are kept
 
 
 class CorrectionGrid:
@@ -100,10 +103,8 @@ class CorrectionGrid:
                tuple(concurrencies))
         cache = self._cache
         parts = cache.get(key)
-        if parts is None:
-            if len(cache) >= 256:  # bounded; the grids asked for are few (accelerator sets x families)
-                cache.clear()
-            parts = cache[key] = {}
+        if parts is None:  # bounded; the grids asked for are few (accelerator sets x families)
+            parts = put_bounded(cache, key, {}, GRIDS_KEPT)
         n = {e: len(ids) for e, ids in self._pc._gid.items()}
         n["centre"] = len(self._pc.elastic.centre_ids)
         axes_of = (accelerators, variants, batch_sizes, concurrencies)

@@ -25,7 +25,7 @@ from oltunes.learner.features import (
 )
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator, stream_rate
-from oltunes.tuner.memo import MAX_ENTRIES
+from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.types import Candidate, JobSpec, Variant
 
@@ -205,9 +205,7 @@ def _member_row(est: Estimator, rows: dict, o: PlacementOption, mem):
            mem.slo_ms, others)
     row = rows.get(key)
     if row is None:
-        if len(rows) >= MAX_ENTRIES:
-            rows.clear()
-        row = rows[key] = _build_member_row(est, o, mem, others)
+        row = put_bounded(rows, key, _build_member_row(est, o, mem, others))
     return row
 
 
@@ -219,9 +217,7 @@ def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
     key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps)
     own = static.get(key)
     if own is None:
-        if len(static) >= MAX_ENTRIES:
-            static.clear()
-        own = static[key] = _member_own(est, o, mem)
+        own = put_bounded(static, key, _member_own(est, o, mem))
     base_x, lat0, en0, lat1, en1, rate, wait = own
     co = [CoLite(f, s, load) for f, s, load in others]
     load = np.concatenate([[0.0], sum(c.load for c in co) + LOAD_LEVELS])

@@ -44,7 +44,7 @@ from oltunes.tuner.candidates import PlacementOption, fill_wait_ms, queue_wait_m
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
 from oltunes.tuner.jobs import JobMemory
-from oltunes.tuner.memo import Memo
+from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
 
@@ -434,9 +434,7 @@ class Estimator:
                 ("thr_alone", c.accelerator, c.variant.name, c.batch_size, c.concurrency, p.arrival_rate_rps),
                 lambda: math.exp(self.prior_log(c.model_copy(update={"co_runners": ()}), job_context(p))[THR]))
         load = min(1.0, max(0.05, round(load * 20.0) / 20.0))
-        if len(memo) >= LOADS_KEPT:
-            memo.clear()
-        memo[p.job_id] = (p, seen, load)  # holds p and seen, so their ids cannot be reused while memoised
+        put_bounded(memo, p.job_id, (p, seen, load), LOADS_KEPT)  # holds p and seen: their ids stay unique meanwhile
         return load
 
     # ------------------------------------------------------------------------------------------------ state

@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["Memo"]
+__all__ = ["Memo", "put_bounded"]
 
 MAX_ENTRIES = 4096
+
+
+def put_bounded(table: dict[Hashable, Any], key: Hashable, value: Any, limit: int = MAX_ENTRIES) -> Any:
+    """``table[key] = value``, the table first emptied if it holds ``limit`` entries (a memo table's bound);
+    returns ``value``."""
+    if len(table) >= limit:
+        table.clear()
+    table[key] = value
+    return value
 
 
 class Memo:
@@ -46,9 +55,7 @@ class Memo:
         values = self._current()
         val = values.get(key)
         if val is None:
-            if len(values) >= self._max:
-                values.clear()
-            val = values[key] = build()
+            val = put_bounded(values, key, build(), self._max)
         return val
 
     def table(self, name: Hashable) -> dict[Hashable, Any]:

@@ -92,7 +92,7 @@ class Selector:
             last = self._frag = (est.options, fragmentation(est.options))
         frag = last[1][p_idx]
         secondary = objective.secondary(est, flat, p_idx)
-        fragile = -tolerated_slowdown_at(est, self.throughput_headroom, flat)
+        fragile = -tolerated_slowdown(est, self.throughput_headroom, flat)
         accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
         keys = np.lexsort((o[flat], secondary, accuracy, fragile, frag))
         return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
@@ -128,28 +128,21 @@ class Selector:
         return tuple(int(i) for i in np.unravel_index(int(flat[0]), shape)), graded  # type: ignore[return-value]
 
 
-def tolerated_slowdown(est: Estimate, throughput_headroom: float) -> np.ndarray:
+def tolerated_slowdown(est: Estimate, throughput_headroom: float, flat: np.ndarray | None = None) -> np.ndarray:
     """How many times slower than estimated each candidate may turn out and still keep its SLO (pessimistic
     request latency x k <= SLO) and, streaming, its throughput need (pessimistic capacity / k >= rate x
     headroom). The estimate's commonest error is a common scale (a prior 15-50x too fast for a whole device at a
     cold start): a small batch at one executor keeps latency slack but has no capacity to spare in a burst, a
     large batch at high concurrency the reverse; the maximin of the two is the candidate a scale error hurts
-    least."""
-    k = est.job.slo_ms / est.req_lat
+    least. ``flat``: only those cells (raveled grid indices), the same element-wise arithmetic."""
+
+    def cells(a: np.ndarray) -> np.ndarray:
+        return a if flat is None else np.broadcast_to(a, est.shape).ravel()[flat]
+
+    k = est.job.slo_ms / cells(est.req_lat)
     rate = est.job.arrival_rate_rps
     if est.job.kind == "streaming" and rate > 0:
-        k = np.minimum(k, est.pess_thr / (rate * throughput_headroom))
-    return k
-
-
-def tolerated_slowdown_at(est: Estimate, throughput_headroom: float, flat: np.ndarray) -> np.ndarray:
-    """:func:`tolerated_slowdown` of the cells ``flat`` (raveled grid indices) only: the same element-wise
-    arithmetic on those cells, not the whole grid."""
-    shape = est.shape
-    k = est.job.slo_ms / np.broadcast_to(est.req_lat, shape).ravel()[flat]
-    rate = est.job.arrival_rate_rps
-    if est.job.kind == "streaming" and rate > 0:
-        k = np.minimum(k, np.broadcast_to(est.pess_thr, shape).ravel()[flat] / (rate * throughput_headroom))
+        k = np.minimum(k, cells(est.pess_thr) / (rate * throughput_headroom))
     return k
 
 

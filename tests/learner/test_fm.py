@@ -294,33 +294,3 @@ def test_standardized_targets_are_learned_and_predicted_in_target_units():
 
     med, spread = over_seeds(standardized_vs_raw)
     assert med < 0.2, spread
-
-
-def test_per_target_statistics_equal_the_array_forms_to_the_bit():
-    """The robust scale and the target statistics, updated per target in Python floats, equal the masked numpy
-    updates they replaced (kept here as the reference), through the robust warm-up and with missing targets."""
-    rng = np.random.default_rng(0)
-    fm = MultiFMRegressor(targets=("a", "b", "c"), seed=0, **ONLINE_SETTINGS)
-    fm._init_state()
-    scale, n_scale = fm._scale.copy(), fm._n_scale.copy()
-    y_n, y_mean, y_m2 = fm._y_n.copy(), fm._y_mean.copy(), fm._y_m2.copy()
-    for i in range(60):
-        err, y, mask = rng.normal(0, 1 + (i % 7), 3), rng.normal(2, 1, 3), rng.random(3) > 0.3
-        update = i % 4 != 3
-        a, ready, lim = np.abs(err), n_scale >= 20, fm.robust * scale
-        expected = np.where(ready & (a > lim), (lim / np.maximum(a, 1e-12)) ** 2, 1.0)
-        if update:
-            n_scale = n_scale + mask
-            rate = np.where(ready, 0.05, 1.0 / np.maximum(n_scale, 1))
-            capped = np.where(ready, np.minimum(a, 4.0 * scale), a)
-            scale = np.where(mask, scale + rate * (capped - scale), scale)
-        assert np.array_equal(fm._robust_weight(err, mask, update), expected)
-        assert np.array_equal(fm._scale, scale) and np.array_equal(fm._n_scale, n_scale)
-        y_n = y_n + mask
-        d = np.where(mask, y - y_mean, 0.0)
-        y_mean = y_mean + d / np.maximum(y_n, 1)
-        y_m2 = y_m2 + d * np.where(mask, y - y_mean, 0.0)
-        var = np.where(y_n > 1, y_m2 / np.maximum(y_n, 1), 0.0)
-        fm._update_target_stats(y, mask)
-        assert np.array_equal(fm._y_mean, y_mean) and np.array_equal(fm._y_m2, y_m2)
-        assert np.array_equal(fm._sd, np.where(var > 1e-12, np.sqrt(var), 1.0)) and np.array_equal(fm._mu, y_mean)

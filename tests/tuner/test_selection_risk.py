@@ -96,7 +96,6 @@ def test_effective_batch_energy_equals_its_definition_cell_for_cell(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_whole_grid_ones(seed):
     from oltunes.tuner.constraints import count_broadcast
-    from oltunes.tuner.selection import tolerated_slowdown_at
 
     rng = np.random.default_rng(seed)
     streaming = bool(seed % 2)
@@ -106,7 +105,7 @@ def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_who
     est = SimpleNamespace(job=job, shape=shape, req_lat=rng.uniform(1, 400, shape),
                           pess_thr=rng.uniform(1, 900, shape))
     flat = np.sort(rng.choice(np.prod(shape), size=17, replace=False))
-    np.testing.assert_array_equal(tolerated_slowdown_at(est, 1.2, flat), tolerated_slowdown(est, 1.2).ravel()[flat])
+    np.testing.assert_array_equal(tolerated_slowdown(est, 1.2, flat), tolerated_slowdown(est, 1.2).ravel()[flat])
     for mshape in [(1, 1, 1, 1), (3, 2, 1, 4), (1, 2, 1, 1), (2, 5, 4), (3, 2, 5, 4), (5, 1)]:
         mask = rng.random(mshape) < 0.5
         assert count_broadcast(mask, shape) == int(np.broadcast_to(mask, shape).sum())
