@@ -305,7 +305,7 @@ class Tuner:
         decision kept for it (``recall``); the exploration draw is taken as always, and an exploring decision is
         made in full."""
         options, no_capacity = self._prepare(job, cluster, None)
-        table = self._recalled.table(options, self._grid_version())
+        table = self._recalled.table(options, (*self._grid_version(), no_capacity))
         key = question(job, self.estimator.burst(job.job_id))
         kept = table.get(key)
         evaluated: list = []

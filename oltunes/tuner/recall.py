@@ -9,7 +9,8 @@ enters a decision only as its ``job_id`` and as the last member of a shared devi
 slowdown), so a recalled decision is rebuilt around the asking job's id from a template. The exploration draw is
 not recalled: the caller draws it every time as before, and an exploring decision is made in full.
 
-A recalled decision therefore equals, field for field, the one a full evaluation would make (new
+Options lists are compared by value (``DecisionMemo.table``): equal options give equal decisions, whichever
+objects describe them. A recalled decision therefore equals, field for field, the one a full evaluation would make (new
 ``decision_id`` / ``group_id`` as always); skipping the verdict, the selection and the explanation takes a
 repeated decision from ~0.25 ms to a few tens of microseconds.
 """
@@ -21,9 +22,10 @@ from typing import Any
 
 from oltunes.types import ColocationGroup, Decision, JobSpec
 
-__all__ = ["MAX_QUESTIONS", "DecisionMemo", "question"]
+__all__ = ["KEPT_LISTS", "MAX_QUESTIONS", "DecisionMemo", "question"]
 
 MAX_QUESTIONS = 256  # distinct questions kept per options list (more are decided in full, not kept)
+KEPT_LISTS = 2  # options lists whose tables are kept
 
 
 def question(job: JobSpec, backlog: float | None) -> tuple:
@@ -33,18 +35,30 @@ def question(job: JobSpec, backlog: float | None) -> tuple:
 
 
 class DecisionMemo:
-    """Templates of decisions made on one options list under one model state (see the module docstring)."""
+    """Templates of decisions made on one options list under one model state (see the module docstring).
+
+    The tables of the last ``KEPT_LISTS`` options lists are kept: a new list equal to one of them (options compare
+    by value: pool, device, members, free memory and slots, loads) gets its table. A caller whose cluster comes
+    back after another caller's (an in-process user between HTTP requests), or the HTTP service itself (every
+    request brings new objects describing the same cluster), finds its answers again instead of starting over."""
 
     def __init__(self) -> None:
-        self._options: Sequence[Any] | None = None
-        self._version: Hashable = None
-        self._table: dict[tuple, tuple] = {}
+        self._kept: list[list] = []  # [options, version, table], the most recently used first
 
     def table(self, options: Sequence[Any], version: Hashable) -> dict[tuple, tuple]:
-        """The templates valid for this options list and state (a new table when either changed)."""
-        if options is not self._options or version != self._version:
-            self._options, self._version, self._table = options, version, {}
-        return self._table
+        """The templates valid for this options list and state (a new table when no kept list equals it)."""
+        kept = self._kept
+        if kept and kept[0][0] is options and kept[0][1] == version:
+            return kept[0][2]
+        for i, entry in enumerate(kept):
+            # (list equality: the same objects compare in C; new objects by value, stopping at the first change)
+            if entry[1] == version and (entry[0] is options or entry[0] == options):
+                entry[0] = options  # the list the tuner hands next time (its identity is the fast check)
+                kept.insert(0, kept.pop(i))
+                return entry[2]
+        kept.insert(0, [options, version, {}])
+        del kept[KEPT_LISTS:]
+        return kept[0][2]
 
     def keep(self, table: dict, key: tuple, decision: Decision, slowdowns: tuple[dict, float] | None,
              settled: Any) -> None:
