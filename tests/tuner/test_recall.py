@@ -9,7 +9,9 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.recall import DecisionMemo
+from oltunes.tuner.candidates import placement_options
+from oltunes.tuner.occupancy import Occupancy
+from oltunes.tuner.recall import KEPT_LISTS, DecisionMemo
 from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool
 
 from tests.tuner.test_decision_caches import _measurement
@@ -61,6 +63,10 @@ def _sequence(seed: int, counts: dict[str, int]) -> list[dict]:
                 update={"measurement_id": f"m{i}"}))
         if i % 31 == 30 and len(placed) > 2:  # a job leaves
             placed.pop(int(rng.integers(len(placed))))
+            cluster = ClusterState.model_construct(pools=cluster.pools, placements=list(placed))
+        if i % 19 == 18 and placed:  # a placed job's SLO tightens: options equal but for one member's value
+            k = int(rng.integers(len(placed)))
+            placed[k] = placed[k].model_copy(update={"slo_ms": placed[k].slo_ms * 0.5})
             cluster = ClusterState.model_construct(pools=cluster.pools, placements=list(placed))
         if i % 13 == 0 and placed:
             d = tuner.recommend(job, cluster, current=placed[int(rng.integers(len(placed)))].model_copy(
@@ -120,3 +126,27 @@ def test_a_recalled_group_names_the_asking_job_last_even_when_it_is_a_member():
         assert list(again.group.predicted_slowdown) == list(want)
         return
     pytest.fail("no decision joined a shared device")
+
+
+def test_a_table_is_found_again_by_equal_options_and_only_by_them():
+    """New objects describing the same options find their table; one member's changed value, another model state
+    or a list dropped from the kept ones start a new one."""
+    variants = make_variants()
+    rng = np.random.default_rng(2)
+    cluster = crowded_cluster(rng, variants)
+
+    def options(placements):
+        return placement_options(cluster.pools, Occupancy.of(placements))
+
+    memo = DecisionMemo()
+    first = memo.table(options(cluster.placements), (1, False))
+    first[("q",)] = "kept"
+    assert memo.table(options([p.model_copy() for p in cluster.placements]), (1, False)) is first
+    # a member of an option (a placement on no option's device cannot change a decision, nor the options)
+    member = next(m for o in options(cluster.placements) for m in o.members)
+    changed = [p.model_copy(update={"slo_ms": p.slo_ms + 1.0}) if p is member else p for p in cluster.placements]
+    assert memo.table(options(changed), (1, False)) is not first
+    assert memo.table(options(cluster.placements), (2, False)) is not first  # another model state
+    for k in range(KEPT_LISTS):
+        memo.table(options(cluster.placements), (10 + k, False))  # other tables push it out
+    assert memo.table(options(cluster.placements), (1, False)) == {}
