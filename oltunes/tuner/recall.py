@@ -10,9 +10,9 @@ slowdown), so a recalled decision is rebuilt around the asking job's id from a t
 not recalled: the caller draws it every time as before, and an exploring decision is made in full.
 
 Options lists are compared by value (``DecisionMemo.table``): equal options give equal decisions, whichever
-objects describe them. A recalled decision therefore equals, field for field, the one a full evaluation would make (new
-``decision_id`` / ``group_id`` as always); skipping the verdict, the selection and the explanation takes a
-repeated decision from ~0.25 ms to a few tens of microseconds.
+objects describe them. A recalled decision therefore equals, field for field, the one a full evaluation would
+make (new ``decision_id`` / ``group_id`` as always); skipping the verdict, the selection and the explanation
+takes a repeated decision from ~0.27 ms to ~0.02 ms (``benchmarks.tuner_latency``, 3,060 candidates).
 """
 
 from __future__ import annotations
