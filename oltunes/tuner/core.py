@@ -53,6 +53,7 @@ from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import objective_for
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.tuner.prior import Prior
+from oltunes.tuner.recall import DecisionMemo, question
 from oltunes.tuner.seen import SeenIds
 from oltunes.tuner.selection import Selector
 from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_state
@@ -211,6 +212,7 @@ class Tuner:
         self._last_options: tuple | None = None  # (key, pools, (options, no_capacity)) of the last decision
         est = self.estimator  # the chosen configuration's latency alone: moves with what moves a scored grid
         self._alone = Memo(lambda: (est.model.parameters_version, est.n_learned, self.catalogue.version))
+        self._recalled = DecisionMemo()  # decisions per question on the last options list (``recall``)
 
     # ------------------------------------------------------------------------------------------------ catalogue
     @staticmethod
@@ -291,9 +293,41 @@ class Tuner:
     def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision:
         """The same as :meth:`decide` (the name the first API used)."""
         with self._lock:
+            if current is None:
+                return self._recommend_new(job, cluster)
+            # a re-tune weighs staying: decided in full every time
             est, verdict, objective, obj = self._evaluate(job, cluster, current)
             choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
             return self._decision(est, verdict, objective, obj, choice)
+
+    def _recommend_new(self, job: JobSpec, cluster: ClusterState) -> Decision:
+        """A job not running yet. The same question on the same options and model state is answered from the
+        decision kept for it (``recall``); the exploration draw is taken as always, and an exploring decision is
+        made in full."""
+        options, no_capacity = self._prepare(job, cluster, None)
+        table = self._recalled.table(options, (*self._grid_version(), no_capacity))
+        key = question(job, self.estimator.burst(job.job_id))
+        kept = table.get(key)
+        evaluated: list = []
+
+        def evaluation() -> tuple:  # evaluated once, only when needed
+            if not evaluated:
+                evaluated.append(self._evaluate_options(job, options, no_capacity))
+            return evaluated[0]
+
+        if kept is None:
+            settled, feasible = self.selector.settle(*evaluation(), None), bool(evaluation()[1].n_feasible)
+        else:
+            settled, feasible = kept[2], kept[0].feasible
+        choice = self.selector.maybe_explore(settled, feasible, self.n_observed, self._rng,
+                                             lambda: self.selector.explore_in(*evaluation()))
+        if kept is not None and choice is settled:
+            return self._recalled.recall(kept[:2], job)
+        slowdowns: list = []
+        decision = self._decision(*evaluation(), choice, slowdowns)
+        if choice is settled:
+            self._recalled.keep(table, key, decision, slowdowns[0] if slowdowns else None, settled)
+        return decision
 
     def expect(self, job: JobSpec, cluster: ClusterState) -> Prediction:
         """What the job is predicted to do where :meth:`decide` would put it, without deciding: the choice with
@@ -308,19 +342,29 @@ class Tuner:
 
     def _evaluate(self, job: JobSpec, cluster: ClusterState, current: Placement | None):
         """Every candidate's estimate, the constraints' verdict and the objective (called under the lock)."""
-        variants = self.catalogue.family(job.family)
-        if not variants:
+        return self._evaluate_options(job, *self._prepare(job, cluster, current))
+
+    def _prepare(self, job: JobSpec, cluster: ClusterState, current: Placement | None) -> tuple[list, bool]:
+        """The index synced to ``cluster`` and the placement options (and whether every device is full)."""
+        if not self.catalogue.family(job.family):
             raise ConfigError(f"recommend: no variant of family {job.family!r} in the catalogue; "
                               f"known families: {', '.join(self.families()) or '(none)'}")
         if not cluster.pools:
             raise ConfigError("recommend: the cluster has no pools")
         # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
         self._occupancy.sync(cluster.placements, exclude=job.job_id if current is not None else None)
-        options, no_capacity = self._options(cluster.pools, current)
-        est = self.estimator.estimate(job, options, variants, no_capacity)
+        return self._options(cluster.pools, current)
+
+    def _evaluate_options(self, job: JobSpec, options: list, no_capacity: bool):
+        est = self.estimator.estimate(job, options, self.catalogue.family(job.family), no_capacity)
         verdict = Verdict(self.constraints, est)
         objective = objective_for(job)
         return est, verdict, objective, objective.values(est)
+
+    def _grid_version(self) -> tuple:
+        """What a scored grid (and so a decision on unchanged options) depends on besides the question."""
+        est = self.estimator
+        return est.model.parameters_version, est.n_learned, self.catalogue.version
 
     def _options(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
         """Placement options (and whether every device is full). The same pools, an unchanged index and no
@@ -344,7 +388,9 @@ class Tuner:
             options = placement_options(pools, self._occupancy, ignore_capacity=True, load_of=load_of)
         return options, no_capacity
 
-    def _decision(self, est, verdict, objective, obj, choice) -> Decision:
+    def _decision(self, est, verdict, objective, obj, choice, slowdowns: list | None = None) -> Decision:
+        """The decision for ``choice``; a shared device's predicted slowdowns (the members', the job's own) are
+        appended to ``slowdowns`` when given (what a recalled decision is rebuilt from)."""
         job, idx = est.job, choice.idx
         p, v, _, _ = idx
         opt, variant = est.options[p], est.variants[v]
@@ -361,7 +407,10 @@ class Tuner:
             lv = (int(load_level(rate / est.thr[idx])) if job.kind == "streaming" and rate > 0
                   else len(LOAD_LEVELS) - 1)
             sd = est.extra["members"].slowdowns(p, variant.size, lv)
-            sd[job.job_id] = float(math.exp(est.logp[LAT][idx] - alone))
+            own = float(math.exp(est.logp[LAT][idx] - alone))
+            if slowdowns is not None:
+                slowdowns.append((dict(sd), own))
+            sd[job.job_id] = own
             group = ColocationGroup(pool=opt.pool.name, device=opt.device,
                                     members=tuple(m.job_id for m in opt.members) + (job.job_id,),
                                     predicted_slowdown=sd)

@@ -32,7 +32,6 @@ from oltunes.types import Candidate, JobSpec, Variant
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
 
 LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
-_MAX_LISTS = 64  # options lists remembered between two observations
 
 
 def load_level(busy: Any) -> Any:
@@ -60,12 +59,13 @@ class MemberChecks:
 def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
                   job: JobSpec) -> MemberChecks:
     # The tuner hands the very same options list to consecutive decisions while nothing changed: skip the key.
+    # Only the last list per family can come again (the tuner keeps one), so one slot each: a new list replaces
+    # the old one, whose objects (a request's whole cluster, for the HTTP service) are freed one list at a time
+    # instead of dozens at once when a bounded table fills (a 1-3 ms pause in whichever decision hit the bound).
     by_list = est.member_memo.table("by_options")
-    hit = by_list.get((id(options), job.family))
+    hit = by_list.get(job.family)
     if hit is None or hit[0] is not options:
-        if len(by_list) >= _MAX_LISTS:
-            by_list.clear()
-        hit = by_list[id(options), job.family] = (options, _member_checks(est, options, variants, job))
+        hit = by_list[job.family] = (options, _member_checks(est, options, variants, job))
     checks = hit[1]
     return MemberChecks(checks.ok.copy(), checks.by_option, checks.slow, checks.sizes)
 

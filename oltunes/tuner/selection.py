@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,24 +59,39 @@ class Selector:
 
     def select(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
                current: Placement | None, n_observed: int, rng: np.random.Generator) -> Choice:
+        settled = self.settle(est, verdict, objective, obj, current)
+        return self.maybe_explore(settled, bool(verdict.n_feasible), n_observed, rng,
+                                  lambda: self.explore_in(est, verdict, objective, obj))
+
+    def settle(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
+               current: Placement | None) -> Choice:
+        """The choice before the exploration draw (a pure function of its arguments): choose or stay, or the
+        least violating candidate when nothing is feasible."""
         stay = stay_index(est, current)
         feasible = verdict.feasible
         if verdict.n_feasible:
             idx = self.choose(est, feasible, objective, obj)
             if stay is not None and stay != idx and feasible[stay] and obj[stay] <= obj[idx] * (1 + self.stay_tolerance):
                 idx = stay
-            stayed = stay is not None and idx == stay
-            p_explore = self.explore_rate * EXPLORE_N0 / (EXPLORE_N0 + n_observed)
-            if not stayed and p_explore > 0 and rng.random() < p_explore:
-                eidx = self.explore(est, feasible, objective, obj)
-                if eidx != idx:
-                    return Choice(eidx, explored=True)
-            return Choice(idx, stayed=stayed)
+            return Choice(idx, stayed=stay is not None and idx == stay)
         idx, graded = self.least_violating(est, verdict, obj)
         # Moving costs a model load and a cold start: an infeasible job stays unless moving is clearly less bad.
         if stay is not None and stay != idx and graded[stay] <= graded[idx] + INFEASIBLE_STAY:
             idx = stay
         return Choice(idx, stayed=stay is not None and idx == stay)
+
+    def maybe_explore(self, settled: Choice, feasible: bool, n_observed: int, rng: np.random.Generator,
+                      explore: Callable[[], Index]) -> Choice:
+        """The exploration draw (only for a feasible job that does not stay): ``explore()``'s candidate with
+        probability ``explore_rate x 20 / (20 + n_observed)``, else ``settled`` itself."""
+        if not feasible or settled.stayed:
+            return settled
+        p_explore = self.explore_rate * EXPLORE_N0 / (EXPLORE_N0 + n_observed)
+        if p_explore > 0 and rng.random() < p_explore:
+            eidx = explore()
+            if eidx != settled.idx:
+                return Choice(eidx, explored=True)
+        return settled
 
     def choose(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
         """Best objective; within ``near_equal`` of it: least fragmentation, then most robust, then the smaller
@@ -96,6 +112,9 @@ class Selector:
         accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
         keys = np.lexsort((o[flat], secondary, accuracy, fragile, frag))
         return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
+
+    def explore_in(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray) -> Index:
+        return self.explore(est, verdict.feasible, objective, obj)
 
     def explore(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
         o = np.where(feasible, obj, np.inf)

@@ -1,7 +1,7 @@
-"""The tuner's decision caches (scored grids, options and co-runner checks kept while nothing changed) never change
-a decision: a recorded sequence — repeated jobs, jobs leaving and moving, re-tunes with ``current=``, fresh
-placement objects, observations in between — gives exactly the decisions, explanations included, of a tuner that
-rebuilds everything on every call."""
+"""The tuner's decision caches (scored grids, options, co-runner checks and recalled decisions kept while nothing
+changed) never change a decision: a recorded sequence — repeated jobs, jobs leaving and moving, re-tunes with
+``current=``, fresh placement objects, observations in between — gives exactly the decisions, explanations
+included, of a tuner that rebuilds everything on every call."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from oltunes.learner.features import job_context
 from oltunes.tuner import Tuner, corunners, estimate
+from oltunes.tuner.recall import DecisionMemo
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
 
 from tests.tuner.test_placement_scale import _strip, random_cluster
@@ -71,6 +72,7 @@ def test_cached_decisions_equal_rebuilt_ones(monkeypatch, seed):
     monkeypatch.setattr(Tuner, "_options", lambda self, pools, current: self._options_uncached(pools, current))
     monkeypatch.setattr(corunners, "member_checks", corunners._member_checks)
     monkeypatch.setattr("oltunes.tuner.constraints.member_checks", corunners._member_checks)
+    monkeypatch.setattr(DecisionMemo, "table", lambda self, options, version: {})  # nothing recalled
     monkeypatch.setattr(Tuner, "_alone_log_latency", lambda self, job, cand: self.estimator.predict_log(
         [job_context(job)], [cand.model_copy(update={"co_runners": ()})])[0, estimate.LAT])
     rebuilt = _sequence(seed)

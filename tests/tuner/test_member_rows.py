@@ -99,3 +99,30 @@ def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
             assert got_a.dtype == want_a.dtype and np.array_equal(got_a, want_a)
     for got_a, want_a in zip(alone, est.model.index([r.x_alone for r in rows])):
         assert got_a.dtype == want_a.dtype and np.array_equal(got_a, want_a)
+
+
+def test_the_checks_kept_per_options_list_hold_one_list_per_family_and_equal_fresh_ones():
+    """The co-runner checks are kept with the options list they were made for, one (the last) per family: many
+    requests with new placement objects (the HTTP service) neither grow the table nor change what a decision
+    reads (the same checks as a tuner that never saw the earlier lists)."""
+    variants = make_variants()
+    rng = np.random.default_rng(11)
+    cluster = random_cluster(rng, variants, max_count=12)
+    tuner = Tuner(variants, seed=0)
+    jobs = [JobSpec(family=f, slo_ms=200.0, items=100) for f in ("cnn", "vit")]
+    assert any(len(ms) > 1 for ms in _devices(cluster))  # a shared device: the checks have members to score
+    for i in range(80):
+        fresh = ClusterState.model_construct(pools=cluster.pools,
+                                             placements=[p.model_copy() for p in cluster.placements])
+        job = jobs[i % 2]
+        got = _checks(tuner, fresh, job)
+        want = _checks(Tuner(variants, seed=0), fresh, job)
+        assert np.array_equal(got.ok, want.ok) and got.by_option == want.by_option
+        assert len(tuner.estimator.member_memo.table("by_options")) <= 2
+
+
+def _devices(cluster: ClusterState) -> list[list[str]]:
+    out: dict[tuple[str, int], list[str]] = {}
+    for p in cluster.placements:
+        out.setdefault((p.pool, p.device), []).append(p.job_id)
+    return list(out.values())
