@@ -159,9 +159,24 @@ class PooledCorrection:
 
         Returns the configuration's correction before and after (refitted: ``ROUNDS_PER_OBSERVATION`` rounds).
         """
-        j = self._cell(acc, v, batch, conc, growth)
+        before, after = self.learn_many([(acc, v, batch, conc, y, mask, growth, full_batches)])
+        return before[0], after[0]
+
+    def learn_many(self, measurements: Sequence[tuple]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches)`` (``learn``'s arguments)
+        at once: every one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at
+        most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction as fitted before
+        any of them, and after."""
+        cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
         self._fit()
-        before = self._cell_correction(j)
+        before = [self._cell_correction(j) for j in cells]
+        for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
+            self._add(j, y, mask, full_batches)
+        self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
+        return before, [self._cell_correction(j) for j in cells]
+
+    def _add(self, j: int, y: np.ndarray, mask: np.ndarray, full_batches: bool) -> None:
+        """One measurement into configuration ``j``'s decayed sums and counts (no refit)."""
         # per target in Python floats (the same IEEE operations as the array form, without a dozen small numpy
         # calls): decayed sums, counts and full-batch counts of the measured targets
         m, d = np.asarray(mask, dtype=bool).tolist(), self.decay
@@ -172,8 +187,6 @@ class PooledCorrection:
         self._tilt_counts[:, j] = [d * t[i] + full_batches if m[i] else t[i] for i in range(self.n_targets)]
         self._tilt_news += bool(full_batches and any(m))
         self.version += 1
-        self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        return before, self._cell_correction(j)
 
     def _cell_correction(self, j: int) -> np.ndarray:
         """``_current`` of a known configuration by its column: its groups' effects gathered at once from every

@@ -407,3 +407,25 @@ def test_cold_prior_ranks_bigger_simulator_variant_slower(shared_data, acc):
         b_small, b_big = blind.predict(job, [Candidate(pool="p", accelerator=acc, variant=vs[n].model_copy(
             update={"params": 0}), batch_size=4) for n in (small, big)])
         assert b_big.latency_p99_ms == pytest.approx(b_small.latency_p99_ms)
+
+
+def test_observe_many_accepts_each_new_measurement_once_and_learns_them():
+    job = JobSpec(family="cnn", slo_ms=50)
+    t = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    rng = np.random.default_rng(0)
+    cs = [Candidate(pool=p, accelerator=a, variant=t.variants[i], batch_size=b)
+          for i, (p, a, b) in enumerate((("t4-pool", "t4", 2), ("a100-pool", "a100", 4), ("cpu-pool", "cpu", 1)))]
+    ms = [measure(job, c, rng, i) for i, c in enumerate(cs)]
+    before = t.predict(job, cs)
+    assert t.observe(ms[0]) is True
+    assert t.observe_many([ms[0], ms[1], ms[2], ms[1]]) == [False, True, True, False]  # seen; new; new; repeated
+    assert t.n_observed == 3 and t.estimator.n_learned == 3
+    assert t.observe_many([]) == [] and t.observe_many(ms) == [False] * 3
+    one_by_one = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    for m in ms:
+        one_by_one.observe(m)
+    # the same measurements went in: the correction's statistics and the FM's vocabulary are those of one by one
+    batch, single = t.estimator.correction.state_dict(), one_by_one.estimator.correction.state_dict()
+    assert batch["sums"] == single["sums"] and batch["counts"] == single["counts"]
+    assert list(t.estimator.model._index) == list(one_by_one.estimator.model._index)
+    assert t.predict(job, cs) != before
