@@ -269,22 +269,33 @@ class PooledCorrection:
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k
         family_weights = self._family_weights(st, var_counts)
         acc_side = None
-        for _ in range(min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))):
-            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side, mu_den)
-            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
-            new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
-            change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
-            var_side = new_var_side
-            if change < _TOL:
+        rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
+        refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
+        # The tilt is refitted after every ROUNDS_PER_OBSERVATION rounds (once per measurement's worth of rounds,
+        # as when measurements are learnt one by one), so a fit of many measurements at once alternates it too.
+        for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
+            converged = False
+            for _ in range(min(ROUNDS_PER_OBSERVATION, rounds - done)):
+                acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side,
+                                                     mu_den)
+                new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
+                new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
+                change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
+                var_side = new_var_side
+                if change < _TOL:
+                    converged = True
+                    break
+            if refit_tilt:
+                self._tilt_news = 0
+                el = self.elastic
+                x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
+                # each configuration's residual weighted by the share of its measurements that ran full batches
+                share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
+                el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
+                self._tilt_fits += 1
+                S_untilted = S - N * self._cell_tilt(st)
+            if converged:
                 break
-        if acc_side is not None and self._tilt_news:  # (its own evidence unchanged: left as it is, cheaply)
-            self._tilt_news = 0
-            el = self.elastic
-            x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
-            # each configuration's residual weighted by the share of its measurements that ran full batches
-            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-            el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
-            self._tilt_fits += 1
 
     def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
         """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted
