@@ -165,15 +165,23 @@ class PooledCorrection:
     def learn_many(self, measurements: Sequence[tuple]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches)`` (``learn``'s arguments)
         at once: every one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at
-        most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction as fitted before
-        any of them, and after."""
+        most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction before it and
+        after them all.
+
+        "Before it" is the fit before the batch moved along the batch's change by the share of the batch learnt before
+        it: one by one, the correction has already taken the earlier measurements when a later one comes (the
+        progressive-validation errors behind the margins are taken against it); against the pre-batch fit, a large
+        batch's errors were ~20 % larger (a10-l4-wide: mean |log latency error| 0.47 vs 0.38), the margins wider and
+        violations more frequent. The interpolation gives 0.39 (its q95 within 2 % of one by one's) at no refit."""
         cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
         self._fit()
         before = [self._cell_correction(j) for j in cells]
         for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
             self._add(j, y, mask, full_batches)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        return before, [self._cell_correction(j) for j in cells]
+        after = [self._cell_correction(j) for j in cells]
+        n = len(cells)
+        return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
 
     def _add(self, j: int, y: np.ndarray, mask: np.ndarray, full_batches: bool) -> None:
         """One measurement into configuration ``j``'s decayed sums and counts (no refit)."""

@@ -429,3 +429,23 @@ def test_observe_many_accepts_each_new_measurement_once_and_learns_them():
     assert batch["sums"] == single["sums"] and batch["counts"] == single["counts"]
     assert list(t.estimator.model._index) == list(one_by_one.estimator.model._index)
     assert t.predict(job, cs) != before
+
+
+def test_observe_many_of_one_is_observe_and_a_batch_validates_its_first_measurement_as_one_by_one():
+    job = JobSpec(family="cnn", slo_ms=50)
+    rng = np.random.default_rng(1)
+    single, batched, ahead = (Tuner(make_variants(), seed=0, explore_rate=0.0) for _ in range(3))
+    vs = single.variants
+    cs = [Candidate(pool=p, accelerator=a, variant=vs[i % len(vs)], batch_size=b)
+          for i, (p, a, b) in enumerate((("t4-pool", "t4", 2), ("a100-pool", "a100", 4), ("t4-pool", "t4", 2),
+                                         ("cpu-pool", "cpu", 1), ("a100-pool", "a100", 8)))]
+    ms = [measure(job, c, rng, i) for i, c in enumerate(cs)]
+    for m in ms:  # a batch of one each time: the same as observe, to the bit
+        single.observe(m)
+        batched.observe_many([m])
+    assert single.predict(job, cs) == batched.predict(job, cs)
+    assert single.estimator.residuals["log_latency"]._res == batched.estimator.residuals["log_latency"]._res
+    # all at once: the first measurement's progressive-validation error is one by one's (nothing learnt before it)
+    ahead.observe_many(ms)
+    first = {k: v[0] for k, v in single.estimator.residuals["log_latency"]._res.items() if k == cs[0].accelerator}
+    assert first == {cs[0].accelerator: ahead.estimator.residuals["log_latency"]._res[cs[0].accelerator][0]}
