@@ -449,3 +449,20 @@ def test_observe_many_of_one_is_observe_and_a_batch_validates_its_first_measurem
     ahead.observe_many(ms)
     first = {k: v[0] for k, v in single.estimator.residuals["log_latency"]._res.items() if k == cs[0].accelerator}
     assert first == {cs[0].accelerator: ahead.estimator.residuals["log_latency"]._res[cs[0].accelerator][0]}
+
+
+def test_observe_many_learns_a_long_batch_in_chunks_of_learn_chunk():
+    from oltunes.tuner.estimate import LEARN_CHUNK
+    job = JobSpec(family="cnn", slo_ms=50)
+    rng = np.random.default_rng(2)
+    whole, chunked = (Tuner(make_variants(), seed=0, explore_rate=0.0) for _ in range(2))
+    vs = whole.variants
+    pools = (("t4-pool", "t4"), ("a100-pool", "a100"), ("cpu-pool", "cpu"))
+    cs = [Candidate(pool=pools[i % 3][0], accelerator=pools[i % 3][1], variant=vs[i % len(vs)], batch_size=[1, 4][i % 2])
+          for i in range(2 * LEARN_CHUNK + 1)]
+    ms = [measure(job, c, rng, i) for i, c in enumerate(cs)]
+    whole.observe_many(ms)
+    for i in range(0, len(ms), LEARN_CHUNK):
+        chunked.observe_many(ms[i:i + LEARN_CHUNK])
+    assert whole.predict(job, cs) == chunked.predict(job, cs)
+    assert whole.estimator.residuals["log_latency"]._res == chunked.estimator.residuals["log_latency"]._res
