@@ -54,9 +54,10 @@ TARGETS = ("log_latency", "log_energy", "log_throughput")
 LAT, EN, THR = 0, 1, 2
 LOADS_KEPT = 65_536  # placed jobs whose busy share ``load_of`` keeps between observations
 GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
-# Measurements learnt together (``learn_many``) per fit of the pooled correction. Larger batches drifted from what
-# one by one learns: a10-l4-wide's cold violations over 8 seeds were 0.696 with whole control intervals (~28
-# measurements) per fit, 0.678 with 10, 0.643 with 4, 0.639 one by one (benchmarks/heldout, /tmp sweeps in the log).
+# Measurements learnt together (``learn_many``) per fit of the pooled correction. Larger chunks drift from what one
+# by one learns, the more the larger: a10-l4-wide's (benchmarks/heldout) mean cold violations over seeds 0-7 were
+# 0.696 with whole control intervals (~28 measurements) per fit, 0.678 with 10, 0.661 with 6, 0.643 with 4, 0.639
+# one by one. 4 costs 1.5x less observe CPU than one by one (whole intervals: ~3x).
 LEARN_CHUNK = 4
 
 
