@@ -51,8 +51,8 @@ def scenario(devices: int, requests: int, duration_s: float = 120.0, seed: int =
 
 
 class TimedPolicy:
-    """A policy whose ``decide`` and ``observe`` calls are counted and timed (CPU seconds); the rest is the
-    policy's own."""
+    """A policy whose ``decide`` and ``observe`` (or ``observe_many``: one count per measurement) calls are counted
+    and timed (CPU seconds); the rest is the policy's own."""
 
     def __init__(self, inner: Policy) -> None:
         self._inner = inner
@@ -75,6 +75,11 @@ class TimedPolicy:
 
     def observe(self, *args, **kwargs):
         return self._timed("observe", self._inner.observe, *args, **kwargs)
+
+    def observe_many(self, ms):  # the engine reports a control interval's measurements together: counted each
+        out = self._timed("observe", self._inner.observe_many, ms)
+        self.calls["observe"] += len(ms) - 1
+        return out
 
 
 def measure(devices: int, requests: int, policy: str) -> dict:

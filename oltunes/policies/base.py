@@ -13,7 +13,7 @@ Policies import neither the simulator nor the tuner's internals: ``ClusterState`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -92,6 +92,12 @@ class Policy(Registered, root=True):
 
     def observe(self, m: Measurement) -> None:
         """A measurement of a job this policy placed (only called when ``learns``)."""
+
+    def observe_many(self, ms: Sequence[Measurement]) -> None:
+        """Measurements reported together (a control interval's): one ``observe`` each unless a policy learns them
+        at once."""
+        for m in ms:
+            self.observe(m)
 
     # ------------------------------------------------------------------ helpers shared by the baselines
     def view(self, state: ClusterState) -> Occupancy:

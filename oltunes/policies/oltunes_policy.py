@@ -20,6 +20,7 @@ scenarios) on a wrong guess only adds violations.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
@@ -89,6 +90,9 @@ class OLTunesPolicy(Policy, name="oltunes"):
 
     def observe(self, m: Measurement) -> None:
         self.tuner.observe(m)
+
+    def observe_many(self, ms: Sequence[Measurement]) -> None:
+        self.tuner.observe_many(ms)
 
 
 class OLTunesProfiled(OLTunesPolicy, name="oltunes-profiled"):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,6 +49,8 @@ class Policy(Protocol):
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None: ...
 
     def observe(self, m: Measurement) -> None: ...
+
+    def observe_many(self, ms: Sequence[Measurement]) -> None: ...  # a control interval's measurements together
 
 
 @dataclass
@@ -461,11 +463,12 @@ class Simulator:
         res.energy_j.append(energy)
         res.active_devices.append(len(groups))
         res.fragmentation.append(cl.fragmentation())
-        if policy.learns and not final:
-            for r in active:
-                if r.interval_items > 0:
-                    policy.observe(self._measurement(r, span, t1))
-                    r.measured = True
+        if policy.learns and not final:  # the interval's measurements, reported together
+            measured = [r for r in active if r.interval_items > 0]
+            if measured:
+                policy.observe_many([self._measurement(r, span, t1) for r in measured])
+            for r in measured:
+                r.measured = True
 
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
         p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))

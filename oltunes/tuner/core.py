@@ -253,13 +253,26 @@ class Tuner:
     # ------------------------------------------------------------------------------------------------ observe
     def observe(self, m: Measurement) -> bool:
         """Learn from one measurement. False (and no change) if its ``measurement_id`` was already observed."""
+        return self.observe_many([m]) == [True]
+
+    def observe_many(self, ms: Sequence[Measurement]) -> list[bool]:
+        """Learn from several measurements at once (``Estimator.learn_many``: the pooled correction is fitted once
+        for all of them); per measurement, False if its ``measurement_id`` was already observed (or repeats one
+        before it in ``ms``)."""
         with self._lock:
-            if self._seen.seen(m):
-                return False
-            self.estimator.learn(m)
-            self.n_observed += 1
-            self._seen.add(m)
-            return True
+            new, ids, accepted = [], set(), []
+            for m in ms:
+                fresh = not self._seen.seen(m) and m.measurement_id not in ids
+                accepted.append(fresh)
+                if fresh:
+                    ids.add(m.measurement_id)
+                    new.append(m)
+            if new:
+                self.estimator.learn_many(new)
+                self.n_observed += len(new)
+                for m in new:
+                    self._seen.add(m)
+            return accepted
 
     def has_seen(self, measurement_id: str) -> bool:
         """Whether this id was observed (among the ids remembered, see `oltunes.tuner.seen`)."""

@@ -159,9 +159,33 @@ class PooledCorrection:
 
         Returns the configuration's correction before and after (refitted: ``ROUNDS_PER_OBSERVATION`` rounds).
         """
-        j = self._cell(acc, v, batch, conc, growth)
+        before, after = self.learn_many([(acc, v, batch, conc, y, mask, growth, full_batches)])
+        return before[0], after[0]
+
+    def learn_many(self, measurements: Sequence[tuple]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches)`` (``learn``'s arguments)
+        at once: every one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at
+        most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction before it and
+        after them all.
+
+        "Before it" is the fit before the batch moved along the batch's change by the share of the batch learnt before
+        it: one by one, the correction has already taken the earlier measurements when a later one comes (the
+        progressive-validation errors behind the margins are taken against it). Against the pre-batch fit, a control
+        interval's errors were ~20 % larger (a10-l4-wide seed 0, ~28 measurements a batch: mean |log latency error|
+        0.47 vs 0.38 one by one), the margins wider and violations more frequent; the interpolation gives 0.39 at no
+        refit."""
+        cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
         self._fit()
-        before = self._cell_correction(j)
+        before = [self._cell_correction(j) for j in cells]
+        for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
+            self._add(j, y, mask, full_batches)
+        self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
+        after = [self._cell_correction(j) for j in cells]
+        n = len(cells)
+        return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
+
+    def _add(self, j: int, y: np.ndarray, mask: np.ndarray, full_batches: bool) -> None:
+        """One measurement into configuration ``j``'s decayed sums and counts (no refit)."""
         # per target in Python floats (the same IEEE operations as the array form, without a dozen small numpy
         # calls): decayed sums, counts and full-batch counts of the measured targets
         m, d = np.asarray(mask, dtype=bool).tolist(), self.decay
@@ -172,8 +196,6 @@ class PooledCorrection:
         self._tilt_counts[:, j] = [d * t[i] + full_batches if m[i] else t[i] for i in range(self.n_targets)]
         self._tilt_news += bool(full_batches and any(m))
         self.version += 1
-        self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        return before, self._cell_correction(j)
 
     def _cell_correction(self, j: int) -> np.ndarray:
         """``_current`` of a known configuration by its column: its groups' effects gathered at once from every
@@ -256,22 +278,33 @@ class PooledCorrection:
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k
         family_weights = self._family_weights(st, var_counts)
         acc_side = None
-        for _ in range(min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))):
-            acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side, mu_den)
-            new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
-            new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
-            change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
-            var_side = new_var_side
-            if change < _TOL:
+        rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
+        refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
+        # The tilt is refitted after every ROUNDS_PER_OBSERVATION rounds (once per measurement's worth of rounds,
+        # as when measurements are learnt one by one), so a fit of many measurements at once alternates it too.
+        for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
+            converged = False
+            for _ in range(min(ROUNDS_PER_OBSERVATION, rounds - done)):
+                acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side,
+                                                     mu_den)
+                new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
+                new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
+                change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
+                var_side = new_var_side
+                if change < _TOL:
+                    converged = True
+                    break
+            if refit_tilt:
+                self._tilt_news = 0
+                el = self.elastic
+                x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
+                # each configuration's residual weighted by the share of its measurements that ran full batches
+                share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
+                el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
+                self._tilt_fits += 1
+                S_untilted = S - N * self._cell_tilt(st)
+            if converged:
                 break
-        if acc_side is not None and self._tilt_news:  # (its own evidence unchanged: left as it is, cheaply)
-            self._tilt_news = 0
-            el = self.elastic
-            x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
-            # each configuration's residual weighted by the share of its measurements that ran full batches
-            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-            el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
-            self._tilt_fits += 1
 
     def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
         """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted

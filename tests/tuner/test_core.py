@@ -407,3 +407,62 @@ def test_cold_prior_ranks_bigger_simulator_variant_slower(shared_data, acc):
         b_small, b_big = blind.predict(job, [Candidate(pool="p", accelerator=acc, variant=vs[n].model_copy(
             update={"params": 0}), batch_size=4) for n in (small, big)])
         assert b_big.latency_p99_ms == pytest.approx(b_small.latency_p99_ms)
+
+
+def test_observe_many_accepts_each_new_measurement_once_and_learns_them():
+    job = JobSpec(family="cnn", slo_ms=50)
+    t = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    rng = np.random.default_rng(0)
+    cs = [Candidate(pool=p, accelerator=a, variant=t.variants[i], batch_size=b)
+          for i, (p, a, b) in enumerate((("t4-pool", "t4", 2), ("a100-pool", "a100", 4), ("cpu-pool", "cpu", 1)))]
+    ms = [measure(job, c, rng, i) for i, c in enumerate(cs)]
+    before = t.predict(job, cs)
+    assert t.observe(ms[0]) is True
+    assert t.observe_many([ms[0], ms[1], ms[2], ms[1]]) == [False, True, True, False]  # seen; new; new; repeated
+    assert t.n_observed == 3 and t.estimator.n_learned == 3
+    assert t.observe_many([]) == [] and t.observe_many(ms) == [False] * 3
+    one_by_one = Tuner(make_variants(), seed=0, explore_rate=0.0)
+    for m in ms:
+        one_by_one.observe(m)
+    # the same measurements went in: the correction's statistics and the FM's vocabulary are those of one by one
+    batch, single = t.estimator.correction.state_dict(), one_by_one.estimator.correction.state_dict()
+    assert batch["sums"] == single["sums"] and batch["counts"] == single["counts"]
+    assert list(t.estimator.model._index) == list(one_by_one.estimator.model._index)
+    assert t.predict(job, cs) != before
+
+
+def test_observe_many_of_one_is_observe_and_a_batch_validates_its_first_measurement_as_one_by_one():
+    job = JobSpec(family="cnn", slo_ms=50)
+    rng = np.random.default_rng(1)
+    single, batched, ahead = (Tuner(make_variants(), seed=0, explore_rate=0.0) for _ in range(3))
+    vs = single.variants
+    cs = [Candidate(pool=p, accelerator=a, variant=vs[i % len(vs)], batch_size=b)
+          for i, (p, a, b) in enumerate((("t4-pool", "t4", 2), ("a100-pool", "a100", 4), ("t4-pool", "t4", 2),
+                                         ("cpu-pool", "cpu", 1), ("a100-pool", "a100", 8)))]
+    ms = [measure(job, c, rng, i) for i, c in enumerate(cs)]
+    for m in ms:  # a batch of one each time: the same as observe, to the bit
+        single.observe(m)
+        batched.observe_many([m])
+    assert single.predict(job, cs) == batched.predict(job, cs)
+    assert single.estimator.residuals["log_latency"]._res == batched.estimator.residuals["log_latency"]._res
+    # all at once: the first measurement's progressive-validation error is one by one's (nothing learnt before it)
+    ahead.observe_many(ms)
+    first = {k: v[0] for k, v in single.estimator.residuals["log_latency"]._res.items() if k == cs[0].accelerator}
+    assert first == {cs[0].accelerator: ahead.estimator.residuals["log_latency"]._res[cs[0].accelerator][0]}
+
+
+def test_observe_many_learns_a_long_batch_in_chunks_of_learn_chunk():
+    from oltunes.tuner.estimate import LEARN_CHUNK
+    job = JobSpec(family="cnn", slo_ms=50)
+    rng = np.random.default_rng(2)
+    whole, chunked = (Tuner(make_variants(), seed=0, explore_rate=0.0) for _ in range(2))
+    vs = whole.variants
+    pools = (("t4-pool", "t4"), ("a100-pool", "a100"), ("cpu-pool", "cpu"))
+    cs = [Candidate(pool=pools[i % 3][0], accelerator=pools[i % 3][1], variant=vs[i % len(vs)], batch_size=[1, 4][i % 2])
+          for i in range(2 * LEARN_CHUNK + 1)]
+    ms = [measure(job, c, rng, i) for i, c in enumerate(cs)]
+    whole.observe_many(ms)
+    for i in range(0, len(ms), LEARN_CHUNK):
+        chunked.observe_many(ms[i:i + LEARN_CHUNK])
+    assert whole.predict(job, cs) == chunked.predict(job, cs)
+    assert whole.estimator.residuals["log_latency"]._res == chunked.estimator.residuals["log_latency"]._res

@@ -371,3 +371,61 @@ def test_learn_returns_to_the_bit_what_the_configuration_predicts_by_its_keys():
         assert np.array_equal(pc._sums[:, j], np.where(m, pc.decay * s0 + np.where(m, y, 0.0), s0))
         assert np.array_equal(pc._counts[:, j], np.where(m, pc.decay * n0 + 1.0, n0))
     assert pc.elastic.coef.any()  # the tilt took part
+
+
+def test_learn_many_adds_every_measurement_and_fits_to_what_one_by_one_converges_to():
+    """A batch adds exactly the statistics the same measurements learnt one by one add, and its single fit reaches
+    the same posterior (both then fitted to convergence; without the batch elasticity, refitted once per fit, so
+    its coefficients depend on how often it was); before/after are each configuration's correction."""
+    rng = np.random.default_rng(7)
+    accs = ["t4", "a100", "cpu"]
+    rows = [(accs[i % 3], V[i % 3], [1, 4][i % 2], 1, rng.normal(0, 1, 3), rng.random(3) > 0.2, rng.normal(0, 1, 3),
+             bool(i % 3)) for i in range(40)]
+    one, many = (PooledCorrection(n_targets=3, root_k=1.5, effect_k={"elasticity": math.inf}) for _ in range(2))
+    for r in rows[:10]:  # a common start
+        one.learn(*r)
+        many.learn(*r)
+    for r in rows[10:]:
+        one.learn(*r)
+    first = many._current(*rows[10][:4])
+    before, after = many.learn_many(rows[10:])
+    assert np.array_equal(before[0], first) and len(after) == 30
+    assert np.array_equal(after[-1], many._current(*rows[-1][:4]))
+    assert np.array_equal(one._sums, many._sums) and np.array_equal(one._counts, many._counts)
+    for pc in (one, many):  # both to convergence
+        pc.version += 100
+        pc._fit()
+    for r in rows:
+        np.testing.assert_allclose(one.predict(*r[:4]), many.predict(*r[:4]), atol=1e-3)
+
+
+def test_learn_many_takes_each_measurement_before_it_along_the_batch_change():
+    """Each measurement's "before" is where the correction stood once the batch's earlier share was learnt: the
+    pre-batch fit for the first (bit for bit), moved towards the post-batch fit by the share learnt before it."""
+    rng = np.random.default_rng(3)
+    accs = ["t4", "a100", "cpu"]
+    rows = [(accs[i % 3], V[i % 3], [1, 4][i % 2], 1, rng.normal(0, 1, 3), ON, None, True) for i in range(16)]
+    pc = PooledCorrection(n_targets=3, root_k=1.0)
+    for r in rows[:4]:
+        pc.learn(*r)
+    batch = rows[4:]
+    pre = [pc._current(*r[:4]) for r in batch]
+    before, after = pc.learn_many(batch)
+    assert np.array_equal(before[0], pre[0])
+    n = len(batch)
+    for k in range(1, n):
+        moved, total = before[k] - pre[k], after[k] - pre[k]
+        np.testing.assert_allclose(moved, total * k / n, atol=1e-12)  # on the way, in proportion
+        assert np.all(np.abs(moved) <= np.abs(total) + 1e-12)
+
+
+def test_learn_many_of_one_is_learn_bit_for_bit():
+    rng = np.random.default_rng(5)
+    rows = [(["t4", "a100"][i % 2], V[i % 3], [1, 4][i % 2], 1, rng.normal(0, 1, 3), rng.random(3) > 0.3,
+             rng.normal(0, 1, 3), bool(i % 2)) for i in range(12)]
+    one, many = PooledCorrection(n_targets=3), PooledCorrection(n_targets=3)
+    for r in rows:
+        b1, a1 = one.learn(*r)
+        (b2,), (a2,) = many.learn_many([r])
+        assert np.array_equal(b1, b2) and np.array_equal(a1, a2)
+    assert json.dumps(one.state_dict()) == json.dumps(many.state_dict())
