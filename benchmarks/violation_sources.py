@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from statistics import median
 
 import numpy as np
@@ -50,6 +51,15 @@ class DecisionLog:
         return d
 
     def observe(self, m: Measurement) -> None:
+        self._pair(m)
+        return self._inner.observe(m)
+
+    def observe_many(self, ms: Sequence[Measurement]) -> None:
+        for m in ms:
+            self._pair(m)
+        return self._inner.observe_many(ms)
+
+    def _pair(self, m: Measurement) -> None:
         kept = self._in_force.get(m.job_id)
         if kept is not None and kept[0].candidate.key == m.candidate.key:
             d, slo = kept
@@ -57,7 +67,6 @@ class DecisionLog:
             predicted = d.explanation.predicted.latency_p99_ms
             err = math.log(m.latency_p99_ms / predicted) if m.latency_p99_ms > 0 and predicted > 0 else math.nan
             self.intervals.append((d.source, d.feasible, err, measured, measured > slo, d.candidate.variant.family))
-        return self._inner.observe(m)
 
 
 def run(name: str, seed_offset: int, policy: str) -> list[tuple]:
