@@ -20,6 +20,7 @@ are exactly what a fresh grouping gives.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from heapq import heapify, heappop, heappush
 from itertools import compress, islice
 from itertools import count as _count
 from operator import attrgetter, is_, is_not
@@ -39,13 +40,16 @@ _POOL_DEVICE = attrgetter("pool", "device")
 class _Pool:
     """One pool's occupied devices: device -> {key: None} (keys only: containers of plain ints are not tracked by
     the garbage collector, so a large index kept between decisions adds no collection work), and devices bucketed by
-    how many jobs they hold."""
+    how many jobs they hold. What the queries need is kept so that none walks the pool's devices per decision: the
+    lowest device of each level (a heap, built on first need, stale entries dropped as they surface), bounds on the
+    device indices and a device below which every one is occupied."""
 
-    __slots__ = ("devices", "levels", "total", "version")
+    __slots__ = ("devices", "gap", "heaps", "hi", "levels", "lo", "total", "version")
 
     def __init__(self, devices: dict[int, dict[Hashable, None]] | None = None) -> None:
         self.devices: dict[int, dict[Hashable, None]] = devices or {}
         self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
+        self.heaps: dict[int, list[int]] = {}  # member count -> a heap of (at least) that level's devices
         sizes = list(map(len, self.devices.values()))
         self.total = sum(sizes)
         if sizes and min(sizes) == max(sizes):  # one level (e.g. one job per occupied device): no loop in Python
@@ -57,27 +61,67 @@ class _Pool:
                     self.levels[n] = {d}
                 else:
                     level.add(d)
+        self.lo, self.hi = (min(self.devices), max(self.devices)) if self.devices else (0, -1)  # lo <= d <= hi
+        self.gap = 0  # every device in [0, gap) is occupied
         self.version = next(_VERSIONS)
 
+    def _enter(self, n: int, d: int) -> None:
+        level = self.levels.get(n)
+        if level is None:
+            level = self.levels[n] = set()
+        level.add(d)
+        heap = self.heaps.get(n)
+        if heap is not None:
+            heappush(heap, d)
+            if len(heap) > 2 * len(level) + 32:  # mostly stale: rebuild
+                self.heaps[n] = list(level)
+                heapify(self.heaps[n])
+
     def add(self, key: Hashable, p: Placement) -> None:
-        ms = self.devices.setdefault(p.device, {})
+        d = p.device
+        ms = self.devices.setdefault(d, {})
         n = len(ms)
         if n:
-            self.levels[n].discard(p.device)
+            self.levels[n].discard(d)
         ms[key] = None
-        self.levels.setdefault(n + 1, set()).add(p.device)
+        self._enter(n + 1, d)
         self.total += 1
+        if d < self.lo or self.hi < self.lo:
+            self.lo = d
+        if d > self.hi:
+            self.hi = d
 
     def remove(self, key: Hashable, p: Placement) -> None:
-        ms = self.devices[p.device]
+        d = p.device
+        ms = self.devices[d]
         n = len(ms)
-        self.levels[n].discard(p.device)
+        self.levels[n].discard(d)
         del ms[key]
         if ms:
-            self.levels.setdefault(n - 1, set()).add(p.device)
+            self._enter(n - 1, d)
         else:
-            del self.devices[p.device]
+            del self.devices[d]
+            if 0 <= d < self.gap:
+                self.gap = d
         self.total -= 1
+
+    def lowest(self, n: int) -> int:
+        """The lowest device holding ``n`` jobs (there is one)."""
+        ds, heap = self.levels[n], self.heaps.get(n)
+        if heap is None:
+            heap = self.heaps[n] = list(ds)
+            heapify(heap)
+        while heap[0] not in ds:
+            heappop(heap)
+        return heap[0]
+
+    def within(self, count: int) -> bool:
+        """Whether every occupied device is one of 0..count-1 (the bounds are tightened when they say no)."""
+        if self.lo >= 0 and self.hi < count:
+            return True
+        if self.devices:
+            self.lo, self.hi = min(self.devices), max(self.devices)
+        return self.lo >= 0 and self.hi < count
 
 
 class Occupancy:
@@ -340,7 +384,7 @@ class Occupancy:
         p = self._pools.get(pool)
         if p is None:
             return 0
-        if min(p.devices) >= 0 and max(p.devices) < count:
+        if p.within(count):
             return p.total
         return sum(len(ms) for d, ms in p.devices.items() if 0 <= d < count)
 
@@ -351,9 +395,8 @@ class Occupancy:
             return None
         for n in sorted((n for n, ds in p.levels.items() if ds and n < cap), reverse=True):
             ds = p.levels[n]
-            lo = min(ds)
-            if lo >= 0 and max(ds) < count:
-                return lo
+            if p.within(count):
+                return p.lowest(n)
             valid = [d for d in ds if 0 <= d < count]
             if valid:
                 return min(valid)
@@ -362,10 +405,12 @@ class Occupancy:
     def first_empty(self, pool: str, count: int) -> int | None:
         """Lowest device index with no job on it (None when every device is occupied)."""
         p = self._pools.get(pool)
-        devices = p.devices if p is not None else {}
-        i = 0
-        while i in devices:  # stops at the first gap: at most one step per occupied device
+        if p is None:
+            return 0 if count > 0 else None
+        i, devices = p.gap, p.devices
+        while i in devices:  # stops at the first gap: each step moves the pool's mark for good (until a removal)
             i += 1
+        p.gap = i
         return i if i < count else None
 
     def least_loaded(self, pool: str, count: int) -> int:
