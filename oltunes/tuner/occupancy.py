@@ -88,8 +88,7 @@ class _Pool:
         self.total += 1
         if d < self.lo or self.hi < self.lo:
             self.lo = d
-        if d > self.hi:
-            self.hi = d
+        self.hi = max(self.hi, d)
 
     def remove(self, key: Hashable, p: Placement) -> None:
         d = p.device

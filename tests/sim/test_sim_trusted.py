@@ -6,7 +6,6 @@ from __future__ import annotations
 from oltunes.inventory import CATALOG
 from oltunes.sim.trusted import maker
 from oltunes.types import Candidate, CoRunner, Measurement, Placement, Pool
-
 from tests.tuner.variants import make_variants
 
 
@@ -20,21 +19,21 @@ def _same(a, b) -> None:
 def test_maker_builds_what_model_construct_and_validation_build():
     v = make_variants()[0]
     pool = Pool(name="t4", accelerator=CATALOG["t4"], count=4)
-    co = dict(job_id="j2", family=v.family, variant=v.name, size=v.size, precision=v.precision, batch_size=4,
-              load=0.25)
+    co = {"job_id": "j2", "family": v.family, "variant": v.name, "size": v.size, "precision": v.precision, "batch_size": 4,
+              "load": 0.25}
     _same(maker(CoRunner)(**co), CoRunner.model_construct(**co))
     _same(maker(CoRunner)(**co), CoRunner(**co))
-    partial = dict(job_id="j3", family=v.family, variant=v.name, size=v.size)  # defaults filled
+    partial = {"job_id": "j3", "family": v.family, "variant": v.name, "size": v.size}  # defaults filled
     _same(maker(CoRunner)(**partial), CoRunner(**partial))
-    cand = dict(pool=pool.name, accelerator="t4", variant=v, batch_size=8, concurrency=2,
-                co_runners=(CoRunner(**co),))
+    cand = {"pool": pool.name, "accelerator": "t4", "variant": v, "batch_size": 8, "concurrency": 2,
+                "co_runners": (CoRunner(**co),)}
     _same(maker(Candidate)(**cand), Candidate(**cand))
-    pl = dict(job_id="j1", pool="t4", device=3, candidate=Candidate(**cand), slo_ms=50.0, arrival_rate_rps=4.0)
+    pl = {"job_id": "j1", "pool": "t4", "device": 3, "candidate": Candidate(**cand), "slo_ms": 50.0, "arrival_rate_rps": 4.0}
     _same(maker(Placement)(**pl), Placement(**pl))
-    m = dict(job_id="j1", decision_id="d1", kind="streaming", arrival_rate_rps=3.0, candidate=Candidate(**cand),
-             items=12, wall_s=5.0, latency_p50_ms=1.0, latency_p95_ms=2.0, latency_p99_ms=3.0,
-             throughput_items_per_s=30.0, energy_j_per_item=0.5, energy_source="simulated", accuracy=0.9,
-             gpu_util=0.4, request_latency_p99_ms=9.0, queueing_delay_ms=1.5, simulated=True, timestamp=10.0)
+    m = {"job_id": "j1", "decision_id": "d1", "kind": "streaming", "arrival_rate_rps": 3.0, "candidate": Candidate(**cand),
+             "items": 12, "wall_s": 5.0, "latency_p50_ms": 1.0, "latency_p95_ms": 2.0, "latency_p99_ms": 3.0,
+             "throughput_items_per_s": 30.0, "energy_j_per_item": 0.5, "energy_source": "simulated", "accuracy": 0.9,
+             "gpu_util": 0.4, "request_latency_p99_ms": 9.0, "queueing_delay_ms": 1.5, "simulated": True, "timestamp": 10.0}
     fast, slow = maker(Measurement)(**m), Measurement(**m)
     assert fast.measurement_id != slow.measurement_id  # a fresh id each, from the field's own factory
     assert fast.model_fields_set == slow.model_fields_set == set(m)
