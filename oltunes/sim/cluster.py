@@ -11,10 +11,7 @@ import numpy as np
 
 from oltunes.errors import ConfigError
 from oltunes.placement_log import PlacementLog
-from oltunes.sim.trusted import maker
 from oltunes.types import ClusterState, CoRunner, Placement, Pool
-
-_co_runner = maker(CoRunner)  # one per job per changed load: the values are the engine's own
 
 
 class SimCluster:
@@ -103,7 +100,7 @@ class SimCluster:
             # every job on a device is the co-runner of every other one's measurement: build each once per load
             if seen is None or seen[0] is not pl or seen[1] != load:
                 c = pl.candidate
-                seen = self._co_runner[jid] = (pl, load, _co_runner(
+                seen = self._co_runner[jid] = (pl, load, CoRunner(
                     job_id=jid,
                     family=c.variant.family,
                     variant=c.variant.name,

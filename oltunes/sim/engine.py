@@ -34,12 +34,8 @@ from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.percentile import mean, percentiles, total
 from oltunes.sim.perfmodel import PerformanceModel
-from oltunes.sim.trusted import maker
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
-
-# per job per interval (or per decision): built from values the engine computed, without pydantic's per-call costs
-_candidate, _measurement, _placement = maker(Candidate), maker(Measurement), maker(Placement)
 
 
 class Policy(Protocol):
@@ -140,7 +136,7 @@ class Simulator:
         )
         r.decision = d
         spec = spec or r.job.spec
-        r.placement = _placement(
+        r.placement = Placement.model_construct(
             job_id=spec.job_id,
             pool=c.pool,
             device=device,
@@ -476,10 +472,10 @@ class Simulator:
         c = r.decision.candidate
         co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
         last = r.measured_as
-        if last is not None and r.measured_for is c and _same_co_runners(last.co_runners, co):  # as last interval
+        if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
             cand = last
         else:
-            cand = r.measured_as = _candidate(
+            cand = r.measured_as = Candidate.model_construct(
                 pool=c.pool,
                 accelerator=c.accelerator,
                 variant=c.variant,
@@ -495,11 +491,7 @@ class Simulator:
             shed = self.drop_after * r.job.spec.slo_ms
             req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
             wait = mean(r.interval_wait_ms)
-        energy = float(r.energy_j / r.interval_items)  # the power model's figures are numpy scalars
-        throughput = r.interval_items / busy if busy > 0 else 0.0
-        if not math.isfinite(p50 + p95 + p99 + energy + throughput + busy + (req_p99 or 0.0) + (wait or 0.0)):
-            raise ConfigError(f"simulator: a non-finite figure in the measurement of job {r.job.spec.job_id}")
-        return _measurement(
+        return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,
             kind=r.job.spec.kind,
@@ -510,8 +502,8 @@ class Simulator:
             latency_p50_ms=float(p50),
             latency_p95_ms=float(p95),
             latency_p99_ms=float(p99),
-            throughput_items_per_s=throughput,
-            energy_j_per_item=energy,
+            throughput_items_per_s=r.interval_items / busy if busy > 0 else 0.0,
+            energy_j_per_item=r.energy_j / r.interval_items,
             energy_source="simulated",
             accuracy=r.accuracy,
             gpu_util=min(1.0, r.busy_iso / span),
@@ -520,11 +512,6 @@ class Simulator:
             simulated=True,
             timestamp=now,
         )
-
-
-def _same_co_runners(a: tuple, b: tuple) -> bool:
-    """``a == b`` for the engine's co-runner tuples (one model type, no extra or private values: equal fields)."""
-    return len(a) == len(b) and all(x is y or x.__dict__ == y.__dict__ for x, y in zip(a, b))
 
 
 @dataclass
