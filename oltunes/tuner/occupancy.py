@@ -162,10 +162,10 @@ class Occupancy:
     def sync(self, placements: Sequence[Placement], exclude: str | None = None) -> None:
         """Make the index show ``placements`` (less those of job ``exclude``), changing only what differs."""
         stamp = (placements.log, placements.version) if isinstance(placements, Snapshot) else None
+        same_log = stamp is not None and self._stamp is not None and stamp[0] is self._stamp[0]
         if exclude == self._exclude and (
-                (stamp is not None and self._stamp is not None and stamp[0] is self._stamp[0]
-                 and stamp[1] == self._stamp[1])  # the same snapshot version of the same log
-                or (len(placements) == len(self._listed) and all(map(is_, placements, self._listed)))):
+                stamp[1] == self._stamp[1] if same_log  # two snapshots of one log: the same version, the same list
+                else len(placements) == len(self._listed) and all(map(is_, placements, self._listed))):
             return  # the very same objects in the same order: nothing to do
         self.generation += 1
         touched: set[str] = set()
