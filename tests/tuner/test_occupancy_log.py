@@ -135,4 +135,12 @@ def test_the_log_keeps_its_latest_changes():
     assert log.between(0, 10) is None and log.between(9, 11) is None and log.between(9, 8) is None
     s = log.snapshot([1, 2])
     assert s == [1, 2] and s.log is log and s.version == 10
-    assert ClusterState.model_construct(pools=[], placements=s).model_dump()["placements"] == [1, 2]
+
+
+def test_a_snapshot_is_a_plain_list_to_everything_else():
+    rng = np.random.default_rng(0)
+    start = random_cluster(rng, make_variants(), max_count=10)
+    book = _Book(list(start.placements), keep=16)
+    state = ClusterState.model_construct(pools=start.pools, placements=book.snapshot())
+    assert state == start and state.model_dump() == start.model_dump()
+    assert ClusterState.model_validate_json(state.model_dump_json()) == start
