@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.errors import ConfigError
+from oltunes.placement_log import PlacementLog
 from oltunes.types import ClusterState, CoRunner, Placement, Pool
 
 
@@ -25,6 +26,7 @@ class SimCluster:
         self._occ = {p.name: np.zeros(p.count, dtype=np.int64) for p in pools}
         self._members: dict[tuple[str, int], list[str]] = {}
         self.placements: dict[str, Placement] = {}
+        self._log = PlacementLog()  # every place/remove, so a policy's index of the placements syncs in O(changes)
         self.loads: dict[str, float] = {}  # job id -> busy fraction of its device it kept last interval
         self.now: float = 0.0  # simulated time of the current decision (set by the engine)
         # outside tenants (a co-runner burst): job id -> (variant index, until when); their loads are in `loads`
@@ -122,8 +124,9 @@ class SimCluster:
         return stranded / free if free else 0.0
 
     def state(self) -> ClusterState:
-        """The shared ``ClusterState`` (built without re-validation: the engine validated each placement)."""
-        return ClusterState.model_construct(pools=self.pools, placements=list(self.placements.values()))
+        """The shared ``ClusterState`` (built without re-validation: the engine validated each placement); its
+        placements are a snapshot of the cluster's placement log (see `oltunes.placement_log`)."""
+        return ClusterState.model_construct(pools=self.pools, placements=self._log.snapshot(self.placements.values()))
 
     # ------------------------------------------------------------------ changes (engine only)
     def place(self, pl: Placement) -> None:
@@ -134,6 +137,7 @@ class SimCluster:
         self._occ[pl.pool][pl.device] += 1
         self._members.setdefault((pl.pool, pl.device), []).append(pl.job_id)
         self.placements[pl.job_id] = pl
+        self._log.join(pl)
 
     def add_tenant(self, pl: Placement, variant: int, load: float, until: float) -> None:
         """An outside tenant takes a slot (visible to policies as a placement) until ``until``."""
@@ -168,6 +172,7 @@ class SimCluster:
         pl = self.placements.pop(job_id, None)
         if pl is None:
             return None
+        self._log.leave(pl)
         self.tenants.pop(job_id, None)
         self._co_runner.pop(job_id, None)
         self._occ[pl.pool][pl.device] -= 1

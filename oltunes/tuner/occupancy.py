@@ -8,7 +8,9 @@ job or two: placements are frozen, so one that is the same object as last time i
 work per placement; none at all when the list holds the same objects as last time). The commonest change — a few
 placements out of the list and new ones at its end, which is how a simulator or a lease book moves a job — is found
 by walking the old and the new list side by side with ``is`` in C, without building id sets over the whole cluster
-(at 10,000 devices those sets were half of a decision's time). A caller that sends fresh objects
+(at 10,000 devices those sets were half of a decision's time). Cheaper still, a list that is a snapshot of a
+placement log (:mod:`oltunes.placement_log`, what the simulator's cluster hands out) says what changed since the
+snapshot synced last: those changes are applied and the list is not walked at all. A caller that sends fresh objects
 every time (the HTTP service) regroups everything in one pass, as every decision did before.
 
 Members of a device are returned in the order of the cluster's list, so options (and the decisions built on them)
@@ -18,11 +20,13 @@ are exactly what a fresh grouping gives.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from heapq import heapify, heappop, heappush
 from itertools import compress, islice
 from itertools import count as _count
 from operator import attrgetter, is_, is_not
 from typing import Any
 
+from oltunes.placement_log import PlacementLog, Snapshot
 from oltunes.types import Placement
 
 __all__ = ["Occupancy"]
@@ -36,13 +40,16 @@ _POOL_DEVICE = attrgetter("pool", "device")
 class _Pool:
     """One pool's occupied devices: device -> {key: None} (keys only: containers of plain ints are not tracked by
     the garbage collector, so a large index kept between decisions adds no collection work), and devices bucketed by
-    how many jobs they hold."""
+    how many jobs they hold. What the queries need is kept so that none walks the pool's devices per decision: the
+    lowest device of each level (a heap, built on first need, stale entries dropped as they surface), bounds on the
+    device indices and a device below which every one is occupied."""
 
-    __slots__ = ("devices", "levels", "total", "version")
+    __slots__ = ("devices", "gap", "heaps", "hi", "levels", "lo", "total", "version")
 
     def __init__(self, devices: dict[int, dict[Hashable, None]] | None = None) -> None:
         self.devices: dict[int, dict[Hashable, None]] = devices or {}
         self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
+        self.heaps: dict[int, list[int]] = {}  # member count -> a heap of (at least) that level's devices
         sizes = list(map(len, self.devices.values()))
         self.total = sum(sizes)
         if sizes and min(sizes) == max(sizes):  # one level (e.g. one job per occupied device): no loop in Python
@@ -54,27 +61,66 @@ class _Pool:
                     self.levels[n] = {d}
                 else:
                     level.add(d)
+        self.lo, self.hi = (min(self.devices), max(self.devices)) if self.devices else (0, -1)  # lo <= d <= hi
+        self.gap = 0  # every device in [0, gap) is occupied
         self.version = next(_VERSIONS)
 
+    def _enter(self, n: int, d: int) -> None:
+        level = self.levels.get(n)
+        if level is None:
+            level = self.levels[n] = set()
+        level.add(d)
+        heap = self.heaps.get(n)
+        if heap is not None:
+            heappush(heap, d)
+            if len(heap) > 2 * len(level) + 32:  # mostly stale: rebuild
+                self.heaps[n] = list(level)
+                heapify(self.heaps[n])
+
     def add(self, key: Hashable, p: Placement) -> None:
-        ms = self.devices.setdefault(p.device, {})
+        d = p.device
+        ms = self.devices.setdefault(d, {})
         n = len(ms)
         if n:
-            self.levels[n].discard(p.device)
+            self.levels[n].discard(d)
         ms[key] = None
-        self.levels.setdefault(n + 1, set()).add(p.device)
+        self._enter(n + 1, d)
         self.total += 1
+        if d < self.lo or self.hi < self.lo:
+            self.lo = d
+        self.hi = max(self.hi, d)
 
     def remove(self, key: Hashable, p: Placement) -> None:
-        ms = self.devices[p.device]
+        d = p.device
+        ms = self.devices[d]
         n = len(ms)
-        self.levels[n].discard(p.device)
+        self.levels[n].discard(d)
         del ms[key]
         if ms:
-            self.levels.setdefault(n - 1, set()).add(p.device)
+            self._enter(n - 1, d)
         else:
-            del self.devices[p.device]
+            del self.devices[d]
+            if 0 <= d < self.gap:
+                self.gap = d
         self.total -= 1
+
+    def lowest(self, n: int) -> int:
+        """The lowest device holding ``n`` jobs (there is one)."""
+        ds, heap = self.levels[n], self.heaps.get(n)
+        if heap is None:
+            heap = self.heaps[n] = list(ds)
+            heapify(heap)
+        while heap[0] not in ds:
+            heappop(heap)
+        return heap[0]
+
+    def within(self, count: int) -> bool:
+        """Whether every occupied device is one of 0..count-1 (the bounds are tightened when they say no)."""
+        if self.lo >= 0 and self.hi < count:
+            return True
+        if self.devices:
+            self.lo, self.hi = min(self.devices), max(self.devices)
+        return self.lo >= 0 and self.hi < count
 
 
 class Occupancy:
@@ -99,6 +145,7 @@ class Occupancy:
         self._excluded: dict[Hashable, Placement] = {}  # the excluded job's placements, out of the index
         self._listed: Sequence[Placement] = ()
         self._exclude: str | None = None
+        self._stamp: tuple[PlacementLog, int] | None = None  # (log, version) when the synced list was a snapshot
         self._by_position = False  # an object listed twice: keys are list positions, nothing is kept across syncs
         self.generation = 0  # moves on every sync that is not the very same list as last time
         # Values derived from one pool's placements (its placement options), valid while ``version(pool)`` holds.
@@ -114,13 +161,16 @@ class Occupancy:
     # ------------------------------------------------------------------------------------------------ update
     def sync(self, placements: Sequence[Placement], exclude: str | None = None) -> None:
         """Make the index show ``placements`` (less those of job ``exclude``), changing only what differs."""
-        if exclude == self._exclude and len(placements) == len(self._listed) and all(
-                map(is_, placements, self._listed)):  # the very same objects in the same order: nothing to do
-            return
+        stamp = (placements.log, placements.version) if isinstance(placements, Snapshot) else None
+        same_log = stamp is not None and self._stamp is not None and stamp[0] is self._stamp[0]
+        if exclude == self._exclude and (
+                stamp[1] == self._stamp[1] if same_log  # two snapshots of one log: the same version, the same list
+                else len(placements) == len(self._listed) and all(map(is_, placements, self._listed))):
+            return  # the very same objects in the same order: nothing to do
         self.generation += 1
         touched: set[str] = set()
         order: dict[Hashable, int] | None = None  # positions, built only when an incremental change needs them
-        if self._sync_appended(placements, exclude, touched):
+        if self._sync_logged(placements, exclude, touched) or self._sync_appended(placements, exclude, touched):
             order = self._order
         elif self._by_position or not self._placed or self._placed.keys().isdisjoint(map(id, placements)):
             self._rebuild(placements)  # nothing in common (e.g. a fresh request): group in one pass, in list order
@@ -150,7 +200,35 @@ class Occupancy:
                 self._pools[name].version = next(_VERSIONS)
         if order is not self._order:
             self._next_pos = len(placements)
-        self._order, self._listed, self._exclude = order, list(placements), exclude  # a copy: lists are mutable
+        # a snapshot is never changed once handed out; any other list is copied (lists are mutable)
+        self._listed = placements if stamp is not None else list(placements)
+        self._order, self._exclude, self._stamp = order, exclude, stamp
+
+    def _sync_logged(self, placements: Sequence[Placement], exclude: str | None, touched: set[str]) -> bool:
+        """A snapshot of the log the last synced list came from: apply the log's changes since then, in O(changes)
+        (the log says what joined, at the list's end, and what left). Returns False when that cannot be done or
+        the changes do not add up to the list (the general path then repairs the index from the list itself)."""
+        if self._stamp is None or self._by_position or not isinstance(placements, Snapshot):
+            return False
+        log, since = self._stamp
+        if placements.log is not log:
+            return False
+        changes = log.between(since, placements.version)
+        if changes is None:
+            return False
+        self._positions()
+        for p, joined in changes:  # each step leaves the index consistent, so a bail-out midway is safe
+            key = id(p)
+            if joined:
+                if key in self._placed or key in self._excluded:
+                    return False
+                self._append(key, p, touched)
+            elif not self._leave(key, touched):
+                return False
+        if len(self._placed) + len(self._excluded) != len(placements):  # the list does not match its log
+            return False
+        self._restore_excluded(exclude, touched)
+        return True
 
     def _sync_appended(self, placements: Sequence[Placement], exclude: str | None, touched: set[str]) -> bool:
         """The common change between two decisions in O(changed) ``is`` checks in C instead of id sets over the
@@ -173,27 +251,47 @@ class Occupancy:
                 return False
             gone.append(i)
             i += 1
-        if self._order is None:
-            self._order = dict(zip(map(id, old), range(n_old)))
-            self._next_pos = n_old
-        order = self._order
+        order = self._positions()
         added = [(id(p), p) for p in islice(new, j, None)]
         if any(key in order for key, _ in added) or len({key for key, _ in added}) < len(added):
             return False  # a placement listed before (moved to the end, or listed twice): the general path
         for g in gone:
-            key = id(old[g])
-            del order[key]
-            if self._excluded.pop(key, None) is None:
-                touched.add(self._remove(key))
+            self._leave(id(old[g]), touched)
         for key, p in added:
-            order[key] = self._next_pos
-            self._next_pos += 1
-            touched.add(self._add(key, p))
-        if exclude != self._exclude:  # the job excluded last time is back (those of its placements still listed)
+            self._append(key, p, touched)
+        self._restore_excluded(exclude, touched)
+        return True
+
+    def _positions(self) -> dict[Hashable, int]:
+        """Positions of the synced list's objects (built on first need, then kept up to date)."""
+        if self._order is None:
+            self._order = dict(zip(map(id, self._listed), range(len(self._listed))))
+            self._next_pos = len(self._listed)
+        return self._order
+
+    def _append(self, key: Hashable, p: Placement, touched: set[str]) -> None:
+        """``p`` joined the list at its end."""
+        self._order[key] = self._next_pos
+        self._next_pos += 1
+        touched.add(self._add(key, p))
+
+    def _leave(self, key: Hashable, touched: set[str]) -> bool:
+        """The placement ``key`` left the list; False if the index does not hold it."""
+        if key in self._excluded:
+            del self._excluded[key]
+        elif key in self._placed:
+            touched.add(self._remove(key))
+        else:
+            return False
+        del self._order[key]
+        return True
+
+    def _restore_excluded(self, exclude: str | None, touched: set[str]) -> None:
+        """The job excluded last time is back (those of its placements still listed)."""
+        if exclude != self._exclude:
             for key, p in self._excluded.items():
                 touched.add(self._add(key, p))
             self._excluded = {}
-        return True
 
     def _rebuild(self, placements: Sequence[Placement]) -> None:
         """Group every placement afresh; each device's members come out in list order. An object listed twice
@@ -260,10 +358,7 @@ class Occupancy:
     def in_list_order(self, members: Sequence[Placement]) -> bool:
         """Whether ``members`` (of one device, as returned by :meth:`members` earlier) are still in the order of
         the cluster's list (a list may be reordered without any placement changing)."""
-        if self._order is None:
-            self._order = dict(zip(map(id, self._listed), range(len(self._listed))))
-            self._next_pos = len(self._listed)
-        order = self._order
+        order = self._positions()
         pos = [order.get(id(m), -1) for m in members]
         return all(a < b for a, b in zip(pos, pos[1:]))
 
@@ -288,7 +383,7 @@ class Occupancy:
         p = self._pools.get(pool)
         if p is None:
             return 0
-        if min(p.devices) >= 0 and max(p.devices) < count:
+        if p.within(count):
             return p.total
         return sum(len(ms) for d, ms in p.devices.items() if 0 <= d < count)
 
@@ -299,9 +394,8 @@ class Occupancy:
             return None
         for n in sorted((n for n, ds in p.levels.items() if ds and n < cap), reverse=True):
             ds = p.levels[n]
-            lo = min(ds)
-            if lo >= 0 and max(ds) < count:
-                return lo
+            if p.within(count):
+                return p.lowest(n)
             valid = [d for d in ds if 0 <= d < count]
             if valid:
                 return min(valid)
@@ -310,10 +404,12 @@ class Occupancy:
     def first_empty(self, pool: str, count: int) -> int | None:
         """Lowest device index with no job on it (None when every device is occupied)."""
         p = self._pools.get(pool)
-        devices = p.devices if p is not None else {}
-        i = 0
-        while i in devices:  # stops at the first gap: at most one step per occupied device
+        if p is None:
+            return 0 if count > 0 else None
+        i, devices = p.gap, p.devices
+        while i in devices:  # stops at the first gap: each step moves the pool's mark for good (until a removal)
             i += 1
+        p.gap = i
         return i if i < count else None
 
     def least_loaded(self, pool: str, count: int) -> int:
