@@ -525,3 +525,7 @@ class _Observer:
     name: str = "external"
     adaptive: bool = False
     learns: bool = True
+
+    def observe_many(self, ms: Sequence[Measurement]) -> None:
+        for m in ms:
+            self.observe(m)
