@@ -210,8 +210,7 @@ class Tuner:
         self._rng = np.random.default_rng(seed)
         self._occupancy = Occupancy()  # who runs where, synced from each decision's cluster by what changed
         self._last_options: tuple | None = None  # (key, pools, (options, no_capacity)) of the last decision
-        est = self.estimator  # the chosen configuration's latency alone: moves with what moves a scored grid
-        self._alone = Memo(lambda: (est.model.parameters_version, est.n_learned, self.catalogue.version))
+        self._alone = Memo(self._grid_version)  # the chosen configuration's latency alone: moves with a scored grid
         self._recalled = DecisionMemo()  # decisions per question on the last options list (``recall``)
 
     # ------------------------------------------------------------------------------------------------ catalogue
