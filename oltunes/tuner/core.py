@@ -3,15 +3,16 @@
 A decision runs five small parts, one module each, over every candidate at once:
 
 1. **candidates** (``candidates.placement_options``): per pool, the first empty device and the fullest device with
-   a free slot (and a re-tuned job's current device). Grid = options x variants of the job's family x batch
-   sizes x concurrencies.
+   a free slot (and a re-tuned job's current device), kept between decisions by ``cluster_options``. Grid =
+   options x variants of the job's family x batch sizes x concurrencies.
 2. **estimate** (``estimate.Estimator``): prior x learned FM correction for latency, energy and throughput, with
    margins from recent errors and from how often each (accelerator, variant) was measured.
 3. **constraints** (``constraints``): memory, accuracy floor, latency SLO, throughput, co-runners' SLOs — each a
    mask plus the words for what it rules out.
 4. **objectives** (``objectives``, registered by name): energy per item, completion time, cost per item.
 5. **selection** (``selection.Selector``): choose, explore, stay, or fall back to the least violating; then the
-   **explanation** (``explain``): runner-ups and a note.
+   **decision** (``decision.DecisionBuilder``): its source, its co-location group and the explanation
+   (``explain``): runner-ups and a note.
 
 Conventions callers rely on:
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
-from operator import is_
+from itertools import compress
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,16 +43,13 @@ from oltunes.errors import ConfigError, DataError
 from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.features import JobContext, job_context
 from oltunes.learner.fm import DEFAULT_LR
-from oltunes.tuner import explain
-from oltunes.tuner.candidates import placement_options
 from oltunes.tuner.catalogue import Catalogue
+from oltunes.tuner.cluster_options import ClusterOptions
 from oltunes.tuner.constraints import Verdict, build_constraints
-from oltunes.tuner.corunners import LOAD_LEVELS, load_level
+from oltunes.tuner.decision import DecisionBuilder
 from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
 from oltunes.tuner.grouping import plan_groups
-from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import objective_for
-from oltunes.tuner.occupancy import Occupancy
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.recall import DecisionMemo, question
 from oltunes.tuner.seen import SeenIds
@@ -63,18 +61,15 @@ from oltunes.types import (
     ColocationGroup,
     CoRunner,
     Decision,
-    Explanation,
     JobSpec,
     Measurement,
     Placement,
-    Pool,
     Prediction,
     Variant,
 )
 
 __all__ = ["Tuner", "TARGETS"]
 
-_MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
 _CONFIG = ("seed", "n_factors", "lr", "explore_rate", "explore_slack", "margin_quantile", "throughput_headroom",
            "near_equal", "stay_tolerance", "burstiness", "novelty", "crowding", "partial_batches", "saturated_util",
            "learner_replay", "pooled_correction", "implied_throughput")
@@ -208,9 +203,9 @@ class Tuner:
         self.n_observed = 0
         self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
-        self._occupancy = Occupancy()  # who runs where, synced from each decision's cluster by what changed
-        self._last_options: tuple | None = None  # (key, pools, (options, no_capacity)) of the last decision
-        self._alone = Memo(self._grid_version)  # the chosen configuration's latency alone: moves with a scored grid
+        self._cluster_options = ClusterOptions(self.estimator, self.catalogue)
+        self._decisions = DecisionBuilder(self.estimator, self._grid_version, near_equal=near_equal,
+                                          stay_tolerance=stay_tolerance)
         self._recalled = DecisionMemo()  # decisions per question on the last options list (``recall``)
 
     # ------------------------------------------------------------------------------------------------ catalogue
@@ -259,13 +254,8 @@ class Tuner:
         for all of them); per measurement, False if its ``measurement_id`` was already observed (or repeats one
         before it in ``ms``)."""
         with self._lock:
-            new, ids, accepted = [], set(), []
-            for m in ms:
-                fresh = not self._seen.seen(m) and m.measurement_id not in ids
-                accepted.append(fresh)
-                if fresh:
-                    ids.add(m.measurement_id)
-                    new.append(m)
+            accepted = self._seen.fresh(ms)
+            new = list(compress(ms, accepted))
             if new:
                 self.estimator.learn_many(new)
                 self.n_observed += len(new)
@@ -310,7 +300,7 @@ class Tuner:
             # a re-tune weighs staying: decided in full every time
             est, verdict, objective, obj = self._evaluate(job, cluster, current)
             choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
-            return self._decision(est, verdict, objective, obj, choice)
+            return self._decisions.build(est, verdict, objective, obj, choice)
 
     def _recommend_new(self, job: JobSpec, cluster: ClusterState) -> Decision:
         """A job not running yet. The same question on the same options and model state is answered from the
@@ -336,7 +326,7 @@ class Tuner:
         if kept is not None and choice is settled:
             return self._recalled.recall(kept[:2], job)
         slowdowns: list = []
-        decision = self._decision(*evaluation(), choice, slowdowns)
+        decision = self._decisions.build(*evaluation(), choice, slowdowns)
         if choice is settled:
             self._recalled.keep(table, key, decision, slowdowns[0] if slowdowns else None, settled)
         return decision
@@ -364,8 +354,7 @@ class Tuner:
         if not cluster.pools:
             raise ConfigError("recommend: the cluster has no pools")
         # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
-        self._occupancy.sync(cluster.placements, exclude=job.job_id if current is not None else None)
-        return self._options(cluster.pools, current)
+        return self._cluster_options.of(cluster, current, exclude=job.job_id if current is not None else None)
 
     def _evaluate_options(self, job: JobSpec, options: list, no_capacity: bool):
         est = self.estimator.estimate(job, options, self.catalogue.family(job.family), no_capacity)
@@ -377,79 +366,6 @@ class Tuner:
         """What a scored grid (and so a decision on unchanged options) depends on besides the question."""
         est = self.estimator
         return est.model.parameters_version, est.n_learned, self.catalogue.version
-
-    def _options(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
-        """Placement options (and whether every device is full). The same pools, an unchanged index and no
-        observation since (the members' loads are read per observation) give the very same options as last
-        time, so they are kept."""
-        include = (current.pool, current.device) if current is not None else None
-        key = (self._occupancy.generation, include, self.estimator.n_learned, self.catalogue.version)
-        hit = self._last_options
-        if hit is not None and hit[0] == key and len(hit[1]) == len(pools) and all(map(is_, hit[1], pools)):
-            return hit[2]
-        out = self._options_uncached(pools, current)
-        self._last_options = (key, list(pools), out)
-        return out
-
-    def _options_uncached(self, pools: Sequence[Pool], current: Placement | None) -> tuple[list, bool]:
-        include = (current.pool, current.device) if current is not None else None
-        load_of = self.estimator.load_of
-        options = placement_options(pools, self._occupancy, include=include, load_of=load_of)
-        no_capacity = not options
-        if no_capacity:
-            options = placement_options(pools, self._occupancy, ignore_capacity=True, load_of=load_of)
-        return options, no_capacity
-
-    def _decision(self, est, verdict, objective, obj, choice, slowdowns: list | None = None) -> Decision:
-        """The decision for ``choice``; a shared device's predicted slowdowns (the members', the job's own) are
-        appended to ``slowdowns`` when given (what a recalled decision is rebuilt from)."""
-        job, idx = est.job, choice.idx
-        p, v, _, _ = idx
-        opt, variant = est.options[p], est.variants[v]
-        if choice.explored:
-            source = "explore"
-        else:
-            n_region = self.estimator.region_count(opt.pool.accelerator.name, job.family)
-            source = "model" if n_region >= _MIN_MODEL_OBS else "prior"
-        cand = est.candidate(idx)
-        group = None
-        if opt.shared:
-            alone = self._alone_log_latency(job, cand)
-            rate = job.arrival_rate_rps
-            lv = (int(load_level(rate / est.thr[idx])) if job.kind == "streaming" and rate > 0
-                  else len(LOAD_LEVELS) - 1)
-            sd = est.extra["members"].slowdowns(p, variant.size, lv)
-            own = float(math.exp(est.logp[LAT][idx] - alone))
-            if slowdowns is not None:
-                slowdowns.append((dict(sd), own))
-            sd[job.job_id] = own
-            group = ColocationGroup(pool=opt.pool.name, device=opt.device,
-                                    members=tuple(m.job_id for m in opt.members) + (job.job_id,),
-                                    predicted_slowdown=sd)
-        elif choice.stayed:  # alone on its current device: a one-member group keeps the launcher on that device
-            group = ColocationGroup(pool=opt.pool.name, device=opt.device, members=(job.job_id,),
-                                    predicted_slowdown={job.job_id: 1.0})
-        text = explain.note(est, verdict, idx, source)
-        if choice.stayed and verdict.n_feasible:
-            text += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
-        elif choice.stayed:
-            text += "; kept the current placement (moving would not make it clearly less infeasible)"
-        expl = Explanation(predicted=est.prediction(idx), n_candidates=verdict.n_candidates,
-                           n_feasible=verdict.n_feasible, note=text,
-                           runner_ups=tuple(explain.runner_ups(est, verdict, objective, obj, idx, self.near_equal)))
-        return Decision(job_id=job.job_id, candidate=cand, group=group, source=source,
-                        feasible=bool(verdict.n_feasible), explanation=expl)
-
-    def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:
-        """Log latency of the chosen configuration alone on its device (its slowdown's denominator): the same
-        until the next observation, so decisions in between that pick it again reuse it."""
-        est = self.estimator
-        ctx = job_context(job)
-        # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
-        key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
-               est.accelerator(cand.accelerator))
-        return self._alone.get(key, lambda: est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[
-            0, LAT])
 
     # ------------------------------------------------------------------------------------------------ groups
     def groups(self, cluster: ClusterState, pool: str) -> list[ColocationGroup]:

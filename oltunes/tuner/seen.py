@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,17 @@ class SeenIds:
     def seen(self, m: Measurement) -> bool:
         """True when `m` was observed, or is not newer than what was forgotten."""
         return m.timestamp <= self.horizon or _key(m.measurement_id) in self._slot
+
+    def fresh(self, ms: Sequence[Measurement]) -> list[bool]:
+        """Per measurement, whether it is new: not seen, nor repeating an id before it in ``ms``."""
+        ids: set[str] = set()
+        out = []
+        for m in ms:
+            new = not self.seen(m) and m.measurement_id not in ids
+            out.append(new)
+            if new:
+                ids.add(m.measurement_id)
+        return out
 
     def add(self, m: Measurement) -> None:
         self._put(_key(m.measurement_id), m.timestamp)

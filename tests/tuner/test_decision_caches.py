@@ -10,6 +10,8 @@ import pytest
 
 from oltunes.learner.features import job_context
 from oltunes.tuner import Tuner, corunners, estimate
+from oltunes.tuner.cluster_options import ClusterOptions
+from oltunes.tuner.decision import DecisionBuilder
 from oltunes.tuner.recall import DecisionMemo
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
 
@@ -69,11 +71,11 @@ def test_cached_decisions_equal_rebuilt_ones(monkeypatch, seed):
     cached = _sequence(seed)
     # the reference: every cache bypassed, each call scores the grid, the options and the checks afresh
     monkeypatch.setattr(estimate.Estimator, "_grid", lambda self, ctx, o, v: self._score_grid(ctx, o, v))
-    monkeypatch.setattr(Tuner, "_options", lambda self, pools, current: self._options_uncached(pools, current))
+    monkeypatch.setattr(ClusterOptions, "kept", lambda self, pools, current: self.build(pools, current))
     monkeypatch.setattr(corunners, "member_checks", corunners._member_checks)
     monkeypatch.setattr("oltunes.tuner.constraints.member_checks", corunners._member_checks)
     monkeypatch.setattr(DecisionMemo, "table", lambda self, options, version: {})  # nothing recalled
-    monkeypatch.setattr(Tuner, "_alone_log_latency", lambda self, job, cand: self.estimator.predict_log(
+    monkeypatch.setattr(DecisionBuilder, "_alone_log_latency", lambda self, job, cand: self.estimator.predict_log(
         [job_context(job)], [cand.model_copy(update={"co_runners": ()})])[0, estimate.LAT])
     rebuilt = _sequence(seed)
     assert len(cached) == len(rebuilt) == 120

@@ -8,7 +8,7 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner import core
+from oltunes.tuner import cluster_options
 from oltunes.tuner.candidates import PlacementOption, _loads, _used_gb, placement_options
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool
@@ -113,7 +113,7 @@ def test_recorded_decision_sequence_is_identical_to_the_brute_force_enumeration(
             for f in ("cnn", "vit") for k, s, r in (("batch", 400.0, 0.0), ("streaming", 150.0, 60.0))]
 
     def run(options_fn):
-        monkeypatch.setattr(core, "placement_options", options_fn)
+        monkeypatch.setattr(cluster_options, "placement_options", options_fn)
         tuner = Tuner(variants, seed=11)
         out = []
         for cluster in clusters:

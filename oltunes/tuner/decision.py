@@ -1,0 +1,96 @@
+"""A selector's choice made a `Decision`: its source, its co-location group and its explanation.
+
+* **source** — ``explore`` for an exploration draw, else ``model`` once the chosen accelerator has
+  ``MIN_MODEL_OBS`` measurements of the job's family, else ``prior``.
+* **group** — joining a device that runs jobs: the members and this job, with their predicted slowdowns (this
+  job's: its latency there over its latency alone on the device); staying alone on the current device: a
+  one-member group, so the launcher keeps that device.
+* **explanation** — the prediction, the runner-ups and a note (`oltunes.tuner.explain`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from oltunes.learner.features import job_context
+from oltunes.tuner import explain
+from oltunes.tuner.constraints import Verdict
+from oltunes.tuner.corunners import LOAD_LEVELS, load_level
+from oltunes.tuner.estimate import LAT, Estimate, Estimator
+from oltunes.tuner.memo import Memo
+from oltunes.tuner.objectives import Objective
+from oltunes.tuner.selection import Choice
+from oltunes.types import Candidate, ColocationGroup, Decision, Explanation, JobSpec
+
+__all__ = ["MIN_MODEL_OBS", "DecisionBuilder"]
+
+MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory (Decision.source)
+
+
+class DecisionBuilder:
+    """``build(est, verdict, objective, obj, choice)``: the decision for ``choice`` on a scored grid.
+
+    ``grid_version`` says what a scored grid depends on besides the question (the tuner's): the latency of a
+    configuration alone, a shared device's slowdown denominator, is kept while it does not move.
+    """
+
+    def __init__(self, estimator: Estimator, grid_version: Callable[[], Hashable], *, near_equal: float,
+                 stay_tolerance: float) -> None:
+        self.estimator = estimator
+        self.near_equal, self.stay_tolerance = near_equal, stay_tolerance
+        self._alone = Memo(grid_version)
+
+    def build(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray, choice: Choice,
+              slowdowns: list | None = None) -> Decision:
+        """The decision for ``choice``; a shared device's predicted slowdowns (the members', the job's own) are
+        appended to ``slowdowns`` when given (what a recalled decision is rebuilt from)."""
+        job, idx = est.job, choice.idx
+        p, v, _, _ = idx
+        opt, variant = est.options[p], est.variants[v]
+        if choice.explored:
+            source = "explore"
+        else:
+            n_region = self.estimator.region_count(opt.pool.accelerator.name, job.family)
+            source = "model" if n_region >= MIN_MODEL_OBS else "prior"
+        cand = est.candidate(idx)
+        group = None
+        if opt.shared:
+            alone = self._alone_log_latency(job, cand)
+            rate = job.arrival_rate_rps
+            lv = (int(load_level(rate / est.thr[idx])) if job.kind == "streaming" and rate > 0
+                  else len(LOAD_LEVELS) - 1)
+            sd = est.extra["members"].slowdowns(p, variant.size, lv)
+            own = float(math.exp(est.logp[LAT][idx] - alone))
+            if slowdowns is not None:
+                slowdowns.append((dict(sd), own))
+            sd[job.job_id] = own
+            group = ColocationGroup(pool=opt.pool.name, device=opt.device,
+                                    members=tuple(m.job_id for m in opt.members) + (job.job_id,),
+                                    predicted_slowdown=sd)
+        elif choice.stayed:  # alone on its current device: a one-member group keeps the launcher on that device
+            group = ColocationGroup(pool=opt.pool.name, device=opt.device, members=(job.job_id,),
+                                    predicted_slowdown={job.job_id: 1.0})
+        text = explain.note(est, verdict, idx, source)
+        if choice.stayed and verdict.n_feasible:
+            text += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
+        elif choice.stayed:
+            text += "; kept the current placement (moving would not make it clearly less infeasible)"
+        expl = Explanation(predicted=est.prediction(idx), n_candidates=verdict.n_candidates,
+                           n_feasible=verdict.n_feasible, note=text,
+                           runner_ups=tuple(explain.runner_ups(est, verdict, objective, obj, idx, self.near_equal)))
+        return Decision(job_id=job.job_id, candidate=cand, group=group, source=source,
+                        feasible=bool(verdict.n_feasible), explanation=expl)
+
+    def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:
+        """Log latency of the chosen configuration alone on its device (its slowdown's denominator): the same
+        until the next observation, so decisions in between that pick it again reuse it."""
+        est = self.estimator
+        ctx = job_context(job)
+        # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
+        key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
+               est.accelerator(cand.accelerator))
+        return self._alone.get(key, lambda: est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[
+            0, LAT])
