@@ -96,11 +96,11 @@ class RemoteLeases:
         self._local: set[str] = set()  # lease ids the fallback book granted
 
     def _call(self, method: str, path: str, body: str | None = None) -> bytes:
-        from oltunes.tuner.client import _Unreachable
+        from oltunes.tuner.transport import ServiceUnreachable
 
         try:
-            return self.client._request(method, path, content=body, breaker=False).content
-        except _Unreachable as e:
+            return self.client.transport.request(method, path, content=body, breaker=False).content
+        except ServiceUnreachable as e:
             raise TunerUnavailable(f"tuning service: {e}") from None
 
     def acquire(self, req: LeaseRequest) -> LeaseAnswer:

@@ -13,8 +13,9 @@ from oltunes.config import Settings
 from oltunes.errors import ConfigError, DataError, TunerUnavailable
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.client import TunerClient, safe_default
+from oltunes.tuner.client import TunerClient
 from oltunes.tuner.factory import TunerLike, get_tuner
+from oltunes.tuner.fallback import safe_default
 from oltunes.tuner.local import LocalTuner
 from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
@@ -182,7 +183,7 @@ def test_wrong_token_raises_and_keeps_the_measurement(tmp_path, oltunes_home):
 def test_rejected_request_raises_with_reason(tmp_path, oltunes_home):
     with serve_in_thread(create_app(Tuner(make_variants()), token=TOKEN)) as url, client(url, tmp_path) as c:
         with pytest.raises(DataError, match="cluster"):
-            c._request("POST", "/recommend", content='{"job": %s}' % JOB.model_dump_json())
+            c.transport.request("POST", "/recommend", content='{"job": %s}' % JOB.model_dump_json())
 
 
 def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_home):
@@ -196,7 +197,7 @@ def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_h
 
     remote = get_tuner(Settings(tuner_url="http://127.0.0.1:9", tuner_token=TOKEN), variants=make_variants())
     assert isinstance(remote, TunerClient) and isinstance(remote, TunerLike)
-    assert remote.outbox == oltunes_home / "buffer" / "tuner-outbox"
+    assert remote.outbox.directory == oltunes_home / "buffer" / "tuner-outbox"
     remote.close()
 
 
@@ -230,16 +231,16 @@ def test_replay_history_through_the_client(tmp_path, oltunes_home):
 
 
 def test_replay_and_flush_split_bodies_under_the_service_size_limit(tmp_path, oltunes_home, monkeypatch):
-    import oltunes.tuner.client as client_module
+    import oltunes.tuner.transport as transport_module
 
     limit = 10_000  # ~15 measurements a body
-    monkeypatch.setattr(client_module, "MAX_BODY_BYTES", limit)
+    monkeypatch.setattr(transport_module, "MAX_BODY_BYTES", limit)
     tuner = Tuner(make_variants())
     ms = [make_measurement(i) for i in range(120)]
     assert len("[" + ",".join(m.model_dump_json() for m in ms) + "]") > 6 * limit
     with serve_in_thread(create_app(tuner, token=TOKEN, max_body_bytes=limit)) as url, client(url, tmp_path) as c:
         assert c.replay(ms[:60]) == 60
         for m in ms[60:]:
-            c._enqueue(m)
+            c.outbox.put(m)
         assert c.flush() == 60 and c.pending == 0 and not (tmp_path / "outbox" / "rejected").exists()
     assert tuner.n_observed == 120
