@@ -34,7 +34,7 @@ def main() -> None:
 
     from oltunes.inventory import CATALOG
     from oltunes.tuner import Tuner
-    from oltunes.tuner.leases import LeaseRequest
+    from oltunes.tuner.lease_types import LeaseRequest
     from oltunes.tuner.service import create_app, serve_in_thread
     from oltunes.types import JobSpec, Pool
     from tests.tuner.variants import make_variants

@@ -29,7 +29,7 @@ from oltunes.launchers import WorkerSpec
 from oltunes.launchers.batch_job import measurement_from_results
 from oltunes.launchers.environment import Environment
 from oltunes.tuner.lease_holder import hold_lease, leases_for
-from oltunes.tuner.leases import MAX_TTL_S
+from oltunes.tuner.lease_types import MAX_TTL_S
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Pool, Variant
 from tasks import tracking as track
 from tasks import tuning

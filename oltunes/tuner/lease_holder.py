@@ -19,7 +19,15 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from oltunes.errors import OLTunesError, TunerUnavailable
-from oltunes.tuner.leases import BookView, Lease, LeaseAnswer, LeaseBook, LeaseRequest, MoveAnswer, MoveRequest
+from oltunes.tuner.lease_types import (
+    BookView,
+    Lease,
+    LeaseAnswer,
+    LeaseRequest,
+    MoveAnswer,
+    MoveRequest,
+)
+from oltunes.tuner.leases import LeaseBook
 from oltunes.types import Decision, JobSpec, Pool
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ acquire, renew and release admits, in that order, each waiting job that now fits
 A lease lives ``ttl_s`` seconds from its last renewal (the holder heartbeats); a holder that dies stops renewing
 and its lease expires, so its slot comes back without anyone calling release. A waiting job that stops asking is
 dropped the same way. The book is durable: every change is written atomically (``durable=True``) to its JSON
-file and reloaded on start, with wall-clock expiry times, so a restarted service still knows what runs where.
+file (`oltunes.tuner.lease_store`) and reloaded on start, with wall-clock expiry times, so a restarted service
+still knows what runs where. The records it holds and answers with are `oltunes.tuner.lease_types`.
 
 Nothing here is HTTP: `oltunes.tuner.lease_api` puts routes in front of it, and an in-process flow uses a book
 of its own (one flow at a time, as without a service).
@@ -24,101 +25,26 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from oltunes.atomic import atomic_write_text
 from oltunes.errors import ConfigError, DataError
 from oltunes.rltune.policies import QueuePolicy
-from oltunes.types import MAX_LIST, ClusterState, Decision, Id, JobSpec, Label, Placement, Pool, Prediction, new_id
+from oltunes.tuner.lease_store import BookStore
+from oltunes.tuner.lease_types import (
+    MAX_WAITING,
+    BookView,
+    Lease,
+    LeaseAnswer,
+    LeaseRequest,
+    MoveAnswer,
+    MoveRequest,
+    Waiting,
+)
+from oltunes.types import ClusterState, Decision, JobSpec, Pool, Prediction
 
 log = logging.getLogger(__name__)
 
-MAX_TTL_S = 3_600.0
-MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_queue.MAX_WAITING`)
-
 Decide = Callable[[JobSpec, ClusterState], Decision]
 Expect = Callable[[JobSpec, ClusterState], Prediction | None]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Lease(_Model):
-    """A job's hold on one slot of one device, until ``expires_at`` (seconds since the epoch) unless renewed."""
-
-    lease_id: Id = Field(default_factory=new_id)
-    job: JobSpec
-    decision: Decision
-    pool: Id
-    device: int = Field(ge=0)
-    holder: Label | None = None
-    ttl_s: float = Field(gt=0, le=MAX_TTL_S, allow_inf_nan=False)
-    granted_at: float
-    expires_at: float
-
-    def placement(self) -> Placement:
-        return Placement(job_id=self.job.job_id, pool=self.pool, device=self.device, candidate=self.decision.candidate,
-                         slo_ms=self.job.slo_ms, arrival_rate_rps=self.job.arrival_rate_rps)
-
-
-class Waiting(_Model):
-    """A job in the queue; dropped when its holder has not asked again for ``ttl_s`` seconds."""
-
-    job: JobSpec
-    holder: Label | None = None
-    ttl_s: float = Field(gt=0, le=MAX_TTL_S, allow_inf_nan=False)
-    submitted_at: float
-    expires_at: float
-    decision: Decision | None = Field(default=None, description="a fixed decision (a resumed job): lease exactly it")
-    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False)
-
-
-class LeaseRequest(_Model):
-    """Ask for a lease (again: idempotent by ``job.job_id`` -- a waiting job asks until it is granted)."""
-
-    job: JobSpec
-    ttl_s: float = Field(default=60.0, gt=0, le=MAX_TTL_S, allow_inf_nan=False)
-    holder: Label | None = Field(default=None, description="who holds it, for people reading the book (host:pid, flow run)")
-    decision: Decision | None = Field(default=None, description="lease this decision's placement instead of deciding")
-    expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False,
-                                              description="the job's expected run time, for queue policies that read it")
-
-
-class LeaseAnswer(_Model):
-    status: Literal["granted", "waiting"]
-    lease: Lease | None = None
-    position: int | None = Field(default=None, ge=0, description="0 = next in the queue policy's order")
-    waiting: int = Field(ge=0, description="jobs in the queue")
-
-
-class MoveRequest(_Model):
-    """Move a held lease to a new decision's placement (a running job re-tuned)."""
-
-    decision: Decision
-    job: JobSpec | None = Field(default=None, description="the job as it runs now (e.g. its current arrival rate); "
-                                                          "the same job_id as the lease's")
-
-
-class MoveAnswer(_Model):
-    status: Literal["moved", "refused"]
-    lease: Lease | None = Field(description="the lease after the call (unchanged when refused); null: it is gone")
-    reason: str | None = Field(default=None, max_length=500, description="why it was refused")
-
-
-class _BookFile(_Model):
-    leases: list[Lease]
-    waiting: list[Waiting]
-
-
-class BookView(_Model):
-    leases: list[Lease] = Field(max_length=MAX_LIST)
-    waiting: list[Waiting] = Field(max_length=MAX_WAITING)
-    queue_policy: str
-    class_limits: dict[str, int]
-    ordered_at: float  # the book's clock when the queue was ordered (a time-aware policy's order depends on it)
 
 
 class LeaseBook:
@@ -153,7 +79,7 @@ class LeaseBook:
         self.pools = {p.name: p for p in pools}
         self.decide = decide
         self.expect = expect
-        self.path = Path(path) if path is not None else None
+        self.store = BookStore(Path(path) if path is not None else None)
         # an unknown name fails here, listing the known ones
         self.queue_policy = QueuePolicy.make(queue_policy) if isinstance(queue_policy, str) else queue_policy
         self.queue_policy_name = self.queue_policy.name
@@ -403,23 +329,16 @@ class LeaseBook:
     # -- durability --------------------------------------------------------------------------------------------
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        book = _BookFile(leases=list(self.leases.values()), waiting=list(self.waiting.values()))
-        atomic_write_text(self.path, book.model_dump_json(), durable=True)  # pydantic's encoder: ~20x json's
+        self.store.save(self.leases.values(), self.waiting.values())
 
     def _load(self) -> None:
-        if self.path is None or not self.path.exists():
+        stored = self.store.load()
+        if stored is None:
             return
-        try:
-            book = _BookFile.model_validate_json(self.path.read_bytes())
-            leases, waiting = book.leases, book.waiting
-        except (OSError, ValueError, ValidationError) as e:
-            raise ConfigError(f"lease book {self.path}: unreadable ({type(e).__name__}); move it aside to start "
-                              "with no leases (running jobs re-acquire on their next heartbeat)") from None
+        leases, waiting = stored
         # A pool that left the inventory takes its leases with it.
         self.leases = {l.lease_id: l for l in leases if l.pool in self.pools}
         self.waiting = {w.job.job_id: w for w in waiting}
         if self._expire(self.clock()):
             self._save()
-        log.info("lease book %s: %d lease(s), %d waiting", self.path, len(self.leases), len(self.waiting))
+        log.info("lease book %s: %d lease(s), %d waiting", self.store.path, len(self.leases), len(self.waiting))

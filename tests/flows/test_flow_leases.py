@@ -69,7 +69,7 @@ def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_th
 
     from flows.streaming_inference import streaming_inference
     from oltunes.launchers.traffic import BUNDLED_TRACE
-    from oltunes.tuner.leases import LeaseRequest
+    from oltunes.tuner.lease_types import LeaseRequest
     from oltunes.types import JobSpec
     from oltunes.zoo import list_variants
     from tests.tuner.serve_process import AUTH, TOKEN, ServeProcess

@@ -15,7 +15,8 @@ from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.lease_api import RemoteLeases
 from oltunes.tuner.lease_holder import lease_decisions
-from oltunes.tuner.leases import LeaseBook, LeaseRequest, MoveRequest
+from oltunes.tuner.lease_types import LeaseRequest, MoveRequest
+from oltunes.tuner.leases import LeaseBook
 from oltunes.types import ColocationGroup, Decision, Pool
 from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN

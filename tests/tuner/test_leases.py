@@ -22,7 +22,8 @@ from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.lease_api import RemoteLeases
 from oltunes.tuner.lease_holder import LeaseTimeout, hold_lease, leases_for
-from oltunes.tuner.leases import LeaseBook, LeaseRequest
+from oltunes.tuner.lease_types import LeaseRequest
+from oltunes.tuner.leases import LeaseBook
 from oltunes.types import ClusterState, JobSpec, Pool
 from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN
