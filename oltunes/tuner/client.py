@@ -37,19 +37,8 @@ from oltunes.tuner.api import (
 )
 from oltunes.tuner.fallback import safe_default
 from oltunes.tuner.outbox import Outbox
-from oltunes.tuner.transport import (
-    ServiceTransport,
-    ServiceUnreachable,
-    observe_batches,
-)
-from oltunes.types import (
-    ClusterState,
-    Decision,
-    JobSpec,
-    Measurement,
-    Placement,
-    Variant,
-)
+from oltunes.tuner.transport import ServiceTransport, ServiceUnreachable, observe_batches
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import math
 import threading
-from itertools import compress
 from collections.abc import Iterable, Sequence
+from itertools import compress
 from pathlib import Path
 from typing import Any
 

@@ -7,15 +7,7 @@ import math
 from collections.abc import Iterable
 
 from oltunes.errors import TunerUnavailable
-from oltunes.types import (
-    Candidate,
-    ClusterState,
-    Decision,
-    Explanation,
-    JobSpec,
-    Prediction,
-    Variant,
-)
+from oltunes.types import Candidate, ClusterState, Decision, Explanation, JobSpec, Prediction, Variant
 
 __all__ = ["safe_default"]
 

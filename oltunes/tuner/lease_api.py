@@ -24,15 +24,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from oltunes.errors import TunerUnavailable
-from oltunes.tuner.lease_types import (
-    MAX_TTL_S,
-    BookView,
-    Lease,
-    LeaseAnswer,
-    LeaseRequest,
-    MoveAnswer,
-    MoveRequest,
-)
+from oltunes.tuner.lease_types import MAX_TTL_S, BookView, Lease, LeaseAnswer, LeaseRequest, MoveAnswer, MoveRequest
 from oltunes.tuner.leases import LeaseBook
 from oltunes.types import ID_PATTERN, MAX_ID_CHARS
 

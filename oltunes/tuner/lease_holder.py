@@ -19,14 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from oltunes.errors import OLTunesError, TunerUnavailable
-from oltunes.tuner.lease_types import (
-    BookView,
-    Lease,
-    LeaseAnswer,
-    LeaseRequest,
-    MoveAnswer,
-    MoveRequest,
-)
+from oltunes.tuner.lease_types import BookView, Lease, LeaseAnswer, LeaseRequest, MoveAnswer, MoveRequest
 from oltunes.tuner.leases import LeaseBook
 from oltunes.types import Decision, JobSpec, Pool
 
