@@ -1,6 +1,7 @@
 """The Tuner: ask (``decide``) / tell (``observe``) over an FM-FTML performance model.
 
-A decision runs five small parts, one module each, over every candidate at once:
+A decision runs five small parts, one module each, over every candidate at once (steps 1-4 score the grid:
+``evaluation.Evaluator``; step 5 chooses from it):
 
 1. **candidates** (``candidates.placement_options``): per pool, the first empty device and the fullest device with
    a free slot (and a re-tuned job's current device), kept between decisions by ``cluster_options``. Grid =
@@ -44,12 +45,11 @@ from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.features import JobContext, job_context
 from oltunes.learner.fm import DEFAULT_LR
 from oltunes.tuner.catalogue import Catalogue
-from oltunes.tuner.cluster_options import ClusterOptions
-from oltunes.tuner.constraints import Verdict, build_constraints
+from oltunes.tuner.constraints import build_constraints
 from oltunes.tuner.decision import DecisionBuilder
 from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
+from oltunes.tuner.evaluation import Evaluator
 from oltunes.tuner.grouping import plan_groups
-from oltunes.tuner.objectives import objective_for
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.recall import DecisionMemo, question
 from oltunes.tuner.seen import SeenIds
@@ -203,8 +203,8 @@ class Tuner:
         self.n_observed = 0
         self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
-        self._cluster_options = ClusterOptions(self.estimator, self.catalogue)
-        self._decisions = DecisionBuilder(self.estimator, self._grid_version, near_equal=near_equal,
+        self._evaluator = Evaluator(self.catalogue, self.estimator, self.constraints)
+        self._decisions = DecisionBuilder(self.estimator, self._evaluator.version, near_equal=near_equal,
                                           stay_tolerance=stay_tolerance)
         self._recalled = DecisionMemo()  # decisions per question on the last options list (``recall``)
 
@@ -298,7 +298,7 @@ class Tuner:
             if current is None:
                 return self._recommend_new(job, cluster)
             # a re-tune weighs staying: decided in full every time
-            est, verdict, objective, obj = self._evaluate(job, cluster, current)
+            est, verdict, objective, obj = self._evaluator.evaluate(job, cluster, current)
             choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
             return self._decisions.build(est, verdict, objective, obj, choice)
 
@@ -306,15 +306,16 @@ class Tuner:
         """A job not running yet. The same question on the same options and model state is answered from the
         decision kept for it (``recall``); the exploration draw is taken as always, and an exploring decision is
         made in full."""
-        options, no_capacity = self._prepare(job, cluster, None)
-        table = self._recalled.table(options, (*self._grid_version(), no_capacity))
+        evaluator = self._evaluator
+        options, no_capacity = evaluator.options_for(job, cluster, None)
+        table = self._recalled.table(options, (*evaluator.version(), no_capacity))
         key = question(job, self.estimator.burst(job.job_id))
         kept = table.get(key)
         evaluated: list = []
 
         def evaluation() -> tuple:  # evaluated once, only when needed
             if not evaluated:
-                evaluated.append(self._evaluate_options(job, options, no_capacity))
+                evaluated.append(evaluator.score(job, options, no_capacity))
             return evaluated[0]
 
         if kept is None:
@@ -336,36 +337,11 @@ class Tuner:
         no exploration, so no random number is drawn and nothing is recorded (e.g. a queue policy's run-time
         estimate for a job still waiting, which is decided for real only when it is granted)."""
         with self._lock:
-            est, verdict, objective, obj = self._evaluate(job, cluster, None)
+            est, verdict, objective, obj = self._evaluator.evaluate(job, cluster, None)
             sel = self.selector
             idx = (sel.choose(est, verdict.feasible, objective, obj) if verdict.n_feasible
                    else sel.least_violating(est, verdict, obj)[0])
             return est.prediction(idx)
-
-    def _evaluate(self, job: JobSpec, cluster: ClusterState, current: Placement | None):
-        """Every candidate's estimate, the constraints' verdict and the objective (called under the lock)."""
-        return self._evaluate_options(job, *self._prepare(job, cluster, current))
-
-    def _prepare(self, job: JobSpec, cluster: ClusterState, current: Placement | None) -> tuple[list, bool]:
-        """The index synced to ``cluster`` and the placement options (and whether every device is full)."""
-        if not self.catalogue.family(job.family):
-            raise ConfigError(f"recommend: no variant of family {job.family!r} in the catalogue; "
-                              f"known families: {', '.join(self.families()) or '(none)'}")
-        if not cluster.pools:
-            raise ConfigError("recommend: the cluster has no pools")
-        # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
-        return self._cluster_options.of(cluster, current, exclude=job.job_id if current is not None else None)
-
-    def _evaluate_options(self, job: JobSpec, options: list, no_capacity: bool):
-        est = self.estimator.estimate(job, options, self.catalogue.family(job.family), no_capacity)
-        verdict = Verdict(self.constraints, est)
-        objective = objective_for(job)
-        return est, verdict, objective, objective.values(est)
-
-    def _grid_version(self) -> tuple:
-        """What a scored grid (and so a decision on unchanged options) depends on besides the question."""
-        est = self.estimator
-        return est.model.parameters_version, est.n_learned, self.catalogue.version
 
     # ------------------------------------------------------------------------------------------------ groups
     def groups(self, cluster: ClusterState, pool: str) -> list[ColocationGroup]:

@@ -1,0 +1,57 @@
+"""A job's candidates on a cluster scored, ready for the selection: steps 1-4 of a decision (`oltunes.tuner.core`).
+
+The placement options (`cluster_options`), every candidate's estimate (`estimate.Estimator`), the constraints'
+verdict (`constraints.Verdict`) and the objective's values (`objectives`). ``version()`` says what such a scored
+grid depends on besides the job's question, so that what is built from one (a recalled decision, a configuration's
+latency alone) is kept exactly as long as it holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.errors import ConfigError
+from oltunes.tuner.candidates import PlacementOption
+from oltunes.tuner.catalogue import Catalogue
+from oltunes.tuner.cluster_options import ClusterOptions
+from oltunes.tuner.constraints import Constraint, Verdict
+from oltunes.tuner.estimate import Estimate, Estimator
+from oltunes.tuner.objectives import Objective, objective_for
+from oltunes.types import ClusterState, JobSpec, Placement
+
+__all__ = ["Evaluation", "Evaluator"]
+
+Evaluation = tuple[Estimate, Verdict, Objective, np.ndarray]  # (estimate, verdict, objective, its values)
+
+
+class Evaluator:
+    """``evaluate(job, cluster, current)``: the job's candidates on ``cluster`` scored (an `Evaluation`)."""
+
+    def __init__(self, catalogue: Catalogue, estimator: Estimator, constraints: dict[str, Constraint]) -> None:
+        self.catalogue, self.estimator, self.constraints = catalogue, estimator, constraints
+        self.options = ClusterOptions(estimator, catalogue)
+
+    def version(self) -> tuple:
+        """What a scored grid (and so a decision on unchanged options) depends on besides the question."""
+        est = self.estimator
+        return est.model.parameters_version, est.n_learned, self.catalogue.version
+
+    def evaluate(self, job: JobSpec, cluster: ClusterState, current: Placement | None) -> Evaluation:
+        return self.score(job, *self.options_for(job, cluster, current))
+
+    def options_for(self, job: JobSpec, cluster: ClusterState,
+                    current: Placement | None) -> tuple[list[PlacementOption], bool]:
+        """The placement options for ``job`` on ``cluster`` (and whether every device is full)."""
+        if not self.catalogue.family(job.family):
+            raise ConfigError(f"recommend: no variant of family {job.family!r} in the catalogue; "
+                              f"known families: {', '.join(self.catalogue.families()) or '(none)'}")
+        if not cluster.pools:
+            raise ConfigError("recommend: the cluster has no pools")
+        # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
+        return self.options.of(cluster, current, exclude=job.job_id if current is not None else None)
+
+    def score(self, job: JobSpec, options: list[PlacementOption], no_capacity: bool) -> Evaluation:
+        est = self.estimator.estimate(job, options, self.catalogue.family(job.family), no_capacity)
+        verdict = Verdict(self.constraints, est)
+        objective = objective_for(job)
+        return est, verdict, objective, objective.values(est)
