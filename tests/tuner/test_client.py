@@ -17,6 +17,7 @@ from oltunes.tuner.client import TunerClient
 from oltunes.tuner.factory import TunerLike, get_tuner
 from oltunes.tuner.fallback import safe_default
 from oltunes.tuner.local import LocalTuner
+from oltunes.tuner.outbox import Outbox
 from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
@@ -244,3 +245,21 @@ def test_replay_and_flush_split_bodies_under_the_service_size_limit(tmp_path, ol
             c.outbox.put(m)
         assert c.flush() == 60 and c.pending == 0 and not (tmp_path / "outbox" / "rejected").exists()
     assert tuner.n_observed == 120
+
+
+def test_outbox_keeps_one_file_per_id_oldest_first_and_quarantines_what_is_not_a_measurement(tmp_path):
+    box = Outbox(tmp_path / "ob")
+    assert not box.nonempty and box.files() == [] and box.queued() == []
+    late, early, tied = (make_measurement(i).model_copy(update={"timestamp": t})
+                         for i, t in ((1, 20.0), (2, 10.0), (0, 20.0)))
+    for m in (late, early, late, tied):
+        box.put(m)
+    assert box.nonempty and len(box.files()) == 3  # the same id twice is one file
+    assert box.path("../a/b").parent == box.directory and box.path("../a/b").name != "b.json"  # stored by hash
+    (box.directory / "junk.json").write_text("{")
+    assert [m for _, m in box.queued()] == [early, tied, late]  # by timestamp, then file name
+    assert (box.directory / "rejected" / "junk.json").exists()
+    for path, _ in box.queued():
+        path.unlink()
+    box.recheck()
+    assert not box.nonempty and Outbox(box.directory).nonempty is False

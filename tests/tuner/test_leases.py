@@ -110,6 +110,13 @@ def test_queue_is_first_come_first_served_and_durable(tmp_path):
         LeaseBook([pool], decide, queue_policy="no-such-policy")
 
 
+def test_an_unreadable_book_file_is_refused_saying_what_to_do(tmp_path):
+    pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
+    (tmp_path / "leases").write_text('{"leases": [')
+    with pytest.raises(ConfigError, match="unreadable.*move it aside"):
+        LeaseBook([pool], lambda j, c: None, path=tmp_path / "leases")
+
+
 def test_class_limit_bounds_jobs_per_accelerator_class_per_host(tmp_path):
     """At most one T4 job per host, CPU jobs bounded by their slots only."""
     tuner = Tuner(make_variants(), seed=0)

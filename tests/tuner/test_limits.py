@@ -91,6 +91,17 @@ def test_seen_ids_are_bounded_and_exactly_once_holds_past_the_bound():
     assert "m-1" in legacy and "m-3" not in legacy
 
 
+def test_seen_ids_say_which_of_a_batch_are_new():
+    seen = SeenIds(capacity=2)
+    old = [make_measurement(CAND, i).model_copy(update={"timestamp": 10.0 + i}) for i in range(3)]
+    for m in old:
+        seen.add(m)  # the first is forgotten: the horizon moves to its timestamp
+    new, older = (make_measurement(CAND, i).model_copy(update={"timestamp": t}) for i, t in ((7, 50.0), (8, 5.0)))
+    # seen; new; repeats the new one before it; new id but not newer than the horizon; forgotten but as old
+    assert seen.fresh([old[2], new, new, older, old[0]]) == [False, True, False, False, False]
+    assert seen.fresh([]) == [] and not seen.seen(new)  # asking adds nothing
+
+
 def test_state_stays_small_and_bounded(tmp_path):
     tuner = Tuner(make_variants(), seed=0)
     tuner._seen = SeenIds(capacity=1000)
