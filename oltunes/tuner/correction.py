@@ -43,6 +43,7 @@ from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.correction_grid import CorrectionGrid
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
+from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -52,9 +53,11 @@ EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "ac
 # Pseudo-count per effect: noise variance / the effect's variance.
 # Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
 # variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
-# "elasticity": the batch elasticity's coefficients (``tuner.elasticity``).
+# "elasticity": the batch elasticity's coefficients (``tuner.elasticity``); "growth_scale": the families' growth
+# scales (``tuner.growth_scale``).
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
-                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K}
+                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K,
+                              "growth_scale": GROWTH_SCALE_K}
 # The two nested trees of effects (coarse to fine): the accelerator side, under ``mu``, and the variant side.
 ACCELERATOR_TREE: tuple[str, ...] = ("kind", "acc", "acc_fam", "acc_var", "cfg")
 VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
@@ -142,6 +145,7 @@ class PooledCorrection:
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         # each accelerator's own growth with batch (``tuner.elasticity``)
         self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
+        self.scale = GrowthScale(n_targets, self.effect_k["growth_scale"])  # each family's growth with batch
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
         self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
@@ -205,7 +209,12 @@ class PooledCorrection:
         rows = effects.take([g + o for g, o in zip(groups, offsets)], axis=1).tolist()
         out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
         term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
-        return np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
+        out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
+        return out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
+
+    def _shape_growth(self, shape_group: int) -> float:
+        """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
+        return float(self.elastic.growth[GROWTH_TARGET, shape_group])
 
     def _all_effects(self) -> tuple[np.ndarray, list[int]]:
         """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
@@ -233,7 +242,9 @@ class PooledCorrection:
             if g is None:
                 g = ids[key_e] = len(ids)
                 self._effects[e] = np.hstack([self._effects[e], np.zeros((self.n_targets, 1))])
-                if e == "shape":
+                if e == "fam":
+                    self.scale.grow(g + 1)
+                elif e == "shape":
                     self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
                     self.elastic.add_group(g, centre_key(acc, v, conc), growth)
                 elif e == "cfg":
@@ -270,9 +281,10 @@ class PooledCorrection:
         idx = st["idx"]
         # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
         var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
-        # The batch elasticity's tilt, as of the last fit, is held fixed over the rounds and refitted once after
-        # them (a third Gauss-Seidel block, updated once per fit: it is one coefficient per accelerator).
-        S_untilted = S - N * self._cell_tilt(st)
+        # The batch elasticity's tilt and the families' growth scales, as of the last fit, are held fixed over the
+        # rounds and refitted after them (a third Gauss-Seidel block: one coefficient per accelerator, per family).
+        x_growth = self.elastic.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
+        S_untilted = S - N * (self._cell_tilt(st) + self._cell_scale(idx, x_growth))
         # what every round of this fit shares (the counts are fixed): mu's denominator, the families' weights
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k
@@ -294,17 +306,36 @@ class PooledCorrection:
                 if change < _TOL:
                     converged = True
                     break
-            if refit_tilt:
-                self._tilt_news = 0
-                el = self.elastic
-                x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
-                # each configuration's residual weighted by the share of its measurements that ran full batches
-                share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-                el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
-                self._tilt_fits += 1
-                S_untilted = S - N * self._cell_tilt(st)
+            S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt)
             if converged:
                 break
+
+    def _refit_slopes(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, sides: np.ndarray,
+                      x_growth: np.ndarray, refit_tilt: bool) -> np.ndarray:
+        """The third block given both trees' fit (``sides`` per configuration): the families' growth scales, then,
+        after new full-batch measurements, the batch elasticity on the growth as the correction now predicts it
+        (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's residuals on
+        a growth the scale had already removed, and the two fought). Returns the sums less both."""
+        idx = st["idx"]
+        self.scale.fit(x_growth, N, S - N * (sides + self._cell_tilt(st)), idx["fam"])
+        scaled = self._cell_scale(idx, x_growth)
+        if refit_tilt:
+            self._tilt_news = 0
+            el = self.elastic
+            fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
+            shape = (self._effects["shape"]
+                     + self.scale.coef.take(fam_of_shape, axis=1) * el.growth[GROWTH_TARGET, :el.n_groups])
+            x_cell = el.centred(shape).take(idx["shape"], axis=1)
+            # each configuration's residual weighted by the share of its measurements that ran full batches
+            n_cells = st["n_cells"]
+            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
+            el.fit(x_cell, N * share, (S - N * (sides + scaled)) * share, idx["acc"], st["parent"]["acc"])
+            self._tilt_fits += 1
+        return S - N * (self._cell_tilt(st) + scaled)
+
+    def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
+        """The families' growth scales' term per configuration (T, cells)."""
+        return self.scale.coef.take(idx["fam"], axis=1) * x_growth
 
     def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
         """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted
@@ -436,8 +467,11 @@ class PooledCorrection:
         keys = _groups(acc, v, batch, conc)
         for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
-        return out + self.elastic.term(self._gid["acc"].get(acc), self._gid["shape"].get(keys[4]),
-                                       centre_key(acc, v, conc), growth)
+        shape, scale = self._gid["shape"].get(keys[4]), self.scale.of(self._gid["fam"].get(keys[2]))
+        # an unmeasured shape's tilt scales the growth as the correction predicts it: the prior's, scaled
+        stand_in = None if growth is None else growth + scale * self.scale.x(growth)
+        out = out + self.elastic.term(self._gid["acc"].get(acc), shape, centre_key(acc, v, conc), stand_in)
+        return out + scale * (self.scale.x(growth) if shape is None else self._shape_growth(shape))
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
@@ -489,6 +523,7 @@ class PooledCorrection:
                 "tilt_counts": pack_floats(self._tilt_counts[:, :n]),
                 "mu": self._mu.tolist(), "effects": {e: pack_floats(self._effects[e]) for e in EFFECTS},
                 "elasticity": self.elastic.state_dict(), "tilt_news": self._tilt_news,
+                "growth_scale": self.scale.state_dict(),
                 "unfitted": self.version - max(self._fitted, 0)}  # measurements since the last fit
 
     @classmethod
@@ -516,6 +551,8 @@ class PooledCorrection:
         if "elasticity" in d:  # absent in states saved before it existed: the tilt relearns
             pc.elastic.load(d["elasticity"])
             pc._tilt_news = int(d.get("tilt_news", 0))
+        if "growth_scale" in d:  # absent in states saved before it existed: it relearns
+            pc.scale.load(d["growth_scale"], len(pc._gid["fam"]))
         pc._fitted = 0
         pc._all = None
         pc.version = int(d.get("unfitted", len(pc._cells)))

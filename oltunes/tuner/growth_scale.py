@@ -1,0 +1,76 @@
+"""Family growth scale: how much faster or slower than the prior says a family's latency grows with batch size, one
+coefficient per (accelerator kind x family) and target, learnt by the pooled correction.
+
+The heuristic prior grows every model's latency as ~batch^0.75. ONNX Runtime's does not: GPT-2, T5 and BERT stay
+nearly flat from batch 1 to 16 on a GPU (overhead-bound), CNNs grow nearly linearly. The correction's shape effects
+learn a variant's own growth where it was measured, but nothing of it reaches the family's other variants or batch
+sizes: a stream of GPT-2 jobs measured at batch 1-2 left every larger GPT-2 configuration predicted ~8x too slow
+(scenario ``light``: 2.5 s predicted for a configuration measured at 0.29 s), so the tuner called them infeasible.
+The correction therefore adds, per configuration of family ``f`` on an accelerator of kind ``k``::
+
+    s(k, f) x g(v, b)
+
+with ``g`` the prior's log latency growth from batch 1 to ``b`` (the first target's ``growth``: a latency that grows
+wrongly is wrong by the same factor in energy per item and, inversely, in throughput) and ``s`` a ridge coefficient
+(pseudo-count ``GROWTH_SCALE_K``) on what the other effects leave; -1 is a family flat in batch. The batch elasticity
+then tilts the growth the correction sees, ``g + s g + shape`` (``tuner.elasticity``), so the two agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.jsonstate import pack_floats, unpack_floats
+
+__all__ = ["GROWTH_SCALE_K", "GrowthScale"]
+
+# A handful of measurements at two batch sizes should settle a family's scale (it carries to every variant and batch
+# size of the family): a weak pseudo-count, as the elasticity's.
+GROWTH_SCALE_K = 0.01
+BOUNDS = (-1.0, 1.0)  # from flat in batch to growing twice as fast (in log) as the prior says
+GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
+
+
+class GrowthScale:
+    """Per-(kind x family) coefficients on the prior's latency growth (module docstring); owned by
+    ``PooledCorrection``, indexed by its "fam" groups."""
+
+    def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K) -> None:
+        self.n_targets = n_targets
+        self.k = k
+        self.coef = np.zeros((n_targets, 0))  # per "fam" group
+
+    def grow(self, n_groups: int) -> None:
+        """Room for ``n_groups`` family groups (new ones at 0)."""
+        if self.coef.shape[1] < n_groups:
+            self.coef = np.hstack([self.coef, np.zeros((self.n_targets, n_groups - self.coef.shape[1]))])
+
+    def of(self, fam_group: int | None) -> np.ndarray | float:
+        """One family group's coefficients (0.0 for none)."""
+        return 0.0 if fam_group is None or fam_group >= self.coef.shape[1] else self.coef[:, fam_group]
+
+    @staticmethod
+    def x(growth: np.ndarray | None) -> float:
+        """What the coefficient multiplies, from a configuration's prior growth (per target; none: 0)."""
+        return 0.0 if growth is None else float(growth[GROWTH_TARGET])
+
+    def term(self, fam_group: int | None, growth: np.ndarray | None) -> np.ndarray | float:
+        return self.of(fam_group) * self.x(growth)
+
+    def fit(self, x_cell: np.ndarray, N: np.ndarray, residual_sums: np.ndarray, fam_of_cell: np.ndarray) -> None:
+        """Ridge coefficients given everything else: ``x_cell`` (cells,) the prior's growth per configuration,
+        ``residual_sums`` (T, cells) the cells' sums minus N x the other effects."""
+        T, F = self.n_targets, self.coef.shape[1]
+        by_fam = (fam_of_cell[None, :] + F * np.arange(T)[:, None]).ravel()  # one bincount for every target
+        w = np.bincount(by_fam, (N * (x_cell * x_cell)).ravel(), T * F).reshape(T, F)
+        xy = np.bincount(by_fam, (x_cell * residual_sums).ravel(), T * F).reshape(T, F)
+        self.coef[:] = np.clip(xy / (w + self.k), *BOUNDS)
+
+    def state_dict(self) -> dict:
+        return {"coef": pack_floats(self.coef)}
+
+    def load(self, d: dict, n_groups: int) -> None:
+        """Restore after the family groups were recreated (as saved: states without it relearn it)."""
+        coef = unpack_floats(d["coef"]).reshape(self.n_targets, -1)
+        if coef.shape[1] == n_groups:
+            self.coef = coef.copy()
