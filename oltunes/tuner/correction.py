@@ -316,15 +316,20 @@ class PooledCorrection:
         after new full-batch measurements, the batch elasticity on the growth as the correction now predicts it
         (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's residuals on
         a growth the scale had already removed, and the two fought). Returns the sums less both."""
-        idx = st["idx"]
-        self.scale.fit(x_growth, N, S - N * (sides + self._cell_tilt(st)), idx["fam"])
+        idx, el = st["idx"], self.elastic
+        fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
+        x_shape = el.growth[GROWTH_TARGET, :el.n_groups]
+        # Fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k), as a
+        # group's message to its parent in ``_fit_tree``): against the fitted shape effects, which take ~97 % of
+        # what they see each round, it crept towards its fixed point over hundreds of rounds.
+        n, _, share, _ = self._fit_counts[VARIANT_TREE]["shape"]
+        unshaped = sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st)
+        self.scale.fit(x_shape, n * share, self._sum_by(st["leaf"]["shape"], S - N * unshaped, self.n_targets) * share,
+                       fam_of_shape)
         scaled = self._cell_scale(idx, x_growth)
         if refit_tilt:
             self._tilt_news = 0
-            el = self.elastic
-            fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
-            shape = (self._effects["shape"]
-                     + self.scale.coef.take(fam_of_shape, axis=1) * el.growth[GROWTH_TARGET, :el.n_groups])
+            shape = self._effects["shape"] + self.scale.coef.take(fam_of_shape, axis=1) * x_shape
             x_cell = el.centred(shape).take(idx["shape"], axis=1)
             # each configuration's residual weighted by the share of its measurements that ran full batches
             n_cells = st["n_cells"]
