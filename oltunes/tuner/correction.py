@@ -39,17 +39,22 @@ from typing import Any
 
 import numpy as np
 
-from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.correction_grid import CorrectionGrid
+from oltunes.tuner.correction_state import restored, state_of
+from oltunes.tuner.correction_trees import (
+    ACCELERATOR_TREE,
+    EFFECTS,
+    PARENTS,
+    VARIANT_TREE,
+    TreeFit,
+)
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
 
-# The effects in the order backfitting visits them (coarse first), and each one's group key.
-EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
 # Pseudo-count per effect: noise variance / the effect's variance.
 # Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
 # variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
@@ -58,22 +63,10 @@ EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "ac
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
                               "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K,
                               "growth_scale": GROWTH_SCALE_K}
-# The two nested trees of effects (coarse to fine): the accelerator side, under ``mu``, and the variant side.
-ACCELERATOR_TREE: tuple[str, ...] = ("kind", "acc", "acc_fam", "acc_var", "cfg")
-VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
 # Rounds (one pass over each tree) per fit: ROUNDS_PER_OBSERVATION per measurement since the last fit, at most
 # MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
 # cost per observation).
 ROUNDS_PER_OBSERVATION, MAX_ROUNDS, _TOL = 2, 200, 1e-4
-
-
-# Parent of each effect's groups in its tree: name -> (the effect whose groups it indexes, the parent effect, or
-# None for a tree's root, whose parent is 0). "fam_kind" sends the family effects up to the kind (``_centre_families``).
-PARENTS: dict[str, tuple[str, str | None]] = {
-    **{tree[0]: (tree[0], None) for tree in (ACCELERATOR_TREE, VARIANT_TREE)},
-    **{c: (c, p) for tree in (ACCELERATOR_TREE, VARIANT_TREE) for c, p in zip(tree[1:], tree)},
-    "fam_kind": ("fam", "kind"),
-}
 
 
 def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
@@ -91,7 +84,7 @@ def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
             f"{acc}/{v.name}", f"{acc}/{v.name}/{batch}/{conc}")
 
 
-class PooledCorrection:
+class PooledCorrection(TreeFit):
     """Crossed random effects on log residuals, per target (module docstring).
 
     Parameters
@@ -352,109 +345,6 @@ class PooledCorrection:
             self._tilt = (key, tilt)
         return self._tilt[1]
 
-    def _structure(self) -> dict[str, Any]:
-        """Views of the index arrays (per configuration, per parent) and their flattened bincount indices, renewed
-        when a configuration is added (the arrays themselves grow in place in ``_cell``)."""
-        n_cells = len(self._cells)
-        if self._struct is not None and self._struct["n_cells"] == n_cells:
-            return self._struct
-        T = self.n_targets
-        n_groups = {e: len(self._gid[e]) for e in EFFECTS}
-        idx = {e: self._idx[e][:n_cells] for e in EFFECTS}
-        parent = {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}
-        rows = np.arange(T)[:, None]
-
-        def flat(group_of: np.ndarray, n: int) -> tuple[np.ndarray, int]:  # (target, group) -> one bincount
-            return (group_of[None, :] + n * rows).ravel(), T * n
-
-        self._struct = {
-            "n_cells": n_cells, "idx": idx, "parent": parent,
-            # each configuration created its own "cfg" group, in order: group index = configuration index
-            "cell_is_cfg": n_groups["cfg"] == n_cells,
-            "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
-            "up": {c: flat(parent[c], n_groups[par]) for c, (_, par) in PARENTS.items() if par},
-        }
-        return self._struct
-
-    @staticmethod
-    def _sum_by(flat: tuple[np.ndarray, int], x: np.ndarray, T: int) -> np.ndarray:
-        return np.bincount(flat[0], x.ravel(), flat[1]).reshape(T, -1)
-
-    def _leaf_sum(self, tree: tuple[str, ...], st: dict[str, Any], x: np.ndarray) -> np.ndarray:
-        """Per-configuration values summed into the tree's leaf groups. A configuration is its own "cfg" group
-        (same index): the sum is then ``0.0 + x``, as bincount would add it, without the bincount."""
-        if st["cell_is_cfg"] and tree[-1] == "cfg":
-            return x + 0.0
-        return self._sum_by(st["leaf"][tree[-1]], x, self.n_targets)
-
-    def _tree_counts(self, tree: tuple[str, ...], st: dict[str, Any], N: np.ndarray) -> dict[str, tuple]:
-        """Per level of a tree: measurements under each group, and the share of its data it passes up."""
-        T = self.n_targets
-        out = {}
-        n = self._leaf_sum(tree, st, N)
-        for level in range(len(tree) - 1, -1, -1):
-            e = tree[level]
-            k = min(self.effect_k[e], 1e12)  # inf: left out (pinned to its parent)
-            n_plus_k = n + k
-            share = k / n_plus_k  # the group's data integrated over its own effect: weight n k / (n + k)
-            out[e] = (n, k, share, n_plus_k)
-            if level:
-                n = self._sum_by(st["up"][e], n * share, T)
-        return out
-
-    def _fit_tree(self, tree: tuple[str, ...], st: dict[str, Any], counts: dict[str, tuple],
-                  s_cell: np.ndarray, mu_den: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-        """Exact posterior means of one nested tree given partial residual sums per configuration; returns the
-        tree's sum per configuration and how far ``mu`` moved (the accelerator tree, whose root ``mu`` is shrunk
-        towards the prior: ``mu_den``, its data's weight + ``root_k``)."""
-        T = self.n_targets
-        sums = {}
-        s = self._leaf_sum(tree, st, s_cell)
-        for level in range(len(tree) - 1, -1, -1):  # up: each group's data as a message to its parent
-            e = tree[level]
-            sums[e] = s
-            if level:
-                s = self._sum_by(st["up"][e], s * counts[e][2], T)
-        change = 0.0
-        effects, parents = self._effects, st["parent"]
-        if mu_den is not None:  # the root: mu, shrunk towards the prior by its evidence
-            mu = (s * counts[tree[0]][2]).sum(axis=1) / mu_den
-            change = float(np.abs(mu - self._mu).max())
-            self._mu = mu
-            cum = mu[:, None]
-            levels = tree
-        else:  # a root under 0: its data shrunk towards 0 (sums by bincount are never -0.0: + 0 x k, - 0 are no-ops)
-            cum = effects[tree[0]] = sums[tree[0]] / counts[tree[0]][3]
-            levels = tree[1:]
-        for e in levels:  # down: a group's cumulative value = its data shrunk towards its parent's
-            _, k, _, n_plus_k = counts[e]
-            up = cum.take(parents[e], axis=1)
-            cum = (sums[e] + k * up) / n_plus_k
-            effects[e] = cum - up
-        if st["cell_is_cfg"] and tree[-1] == "cfg":
-            return cum, change
-        return cum.take(st["idx"][tree[-1]], axis=1), change
-
-    def _family_weights(self, st: dict[str, Any], counts: dict[str, tuple]) -> tuple[np.ndarray, ...]:
-        """``_centre_families``' weights, fixed over a fit: measurements per family, their sum per kind, where > 0."""
-        n_fam = counts["fam"][0]
-        n = self._sum_by(st["up"]["fam_kind"], n_fam, self.n_targets)
-        return n_fam, n, n > 0
-
-    def _centre_families(self, st: dict[str, Any], weights: tuple[np.ndarray, ...]) -> np.ndarray:
-        """Move each kind's mean family effect (weighted by measurements) into the kind's effect, the fit unchanged.
-
-        Both trees can carry a common offset per kind (all families up, the kind down); only the weak priors tell
-        them apart, so alternating between the trees would take many rounds to share it out. Centring the
-        families settles it at once. Returns the offset moved per kind (T, kinds).
-        """
-        n_fam, n, has = weights
-        s = self._sum_by(st["up"]["fam_kind"], n_fam * self._effects["fam"], self.n_targets)
-        shift = np.divide(s, n, out=np.zeros_like(s), where=has)
-        self._effects["fam"] -= shift.take(st["parent"]["fam_kind"], axis=1)
-        self._effects["kind"] += shift
-        return shift
-
     # ------------------------------------------------------------------------------------------------ predict
     def _effect(self, e: str, key: str) -> np.ndarray | float:
         g = self._gid[e].get(key)
@@ -518,47 +408,10 @@ class PooledCorrection:
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Sufficient statistics per configuration, and the fitted effects (the next fit starts from them, so a
-        restored correction predicts exactly as the saved one). The tables are packed (`pack_floats`): thousands
-        of configurations at scale, which as nested lists of decimals were the slowest part of a save."""
-        n = len(self._cells)
-        return {"root_k": self.root_k, "decay": self.decay, "effect_k": self.effect_k,
-                "cells": [[acc, self._families[name], name, b, c] for (acc, name, b, c) in self._cells],
-                "sums": pack_floats(self._sums[:, :n]), "counts": pack_floats(self._counts[:, :n]),
-                "tilt_counts": pack_floats(self._tilt_counts[:, :n]),
-                "mu": self._mu.tolist(), "effects": {e: pack_floats(self._effects[e]) for e in EFFECTS},
-                "elasticity": self.elastic.state_dict(), "tilt_news": self._tilt_news,
-                "growth_scale": self.scale.state_dict(),
-                "unfitted": self.version - max(self._fitted, 0)}  # measurements since the last fit
+        """Sufficient statistics per configuration and the fitted effects (``tuner.correction_state``)."""
+        return state_of(self)
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
-        """A state from before the crossed effects (``groups``) restores no correction: it relearns."""
-        pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]),
-                 effect_k={str(k): float(v) for k, v in d.get("effect_k", {}).items() if k in EFFECT_K})
-        cells = d.get("cells", ())
-        if cells:
-            sums, counts = unpack_floats(d["sums"]), unpack_floats(d["counts"])
-            if sums.shape != (n_targets, len(cells)) or counts.shape != sums.shape:
-                raise ValueError(f"correction: {len(cells)} cells but tables of shape {sums.shape}, {counts.shape}")
-            for (acc, family, name, b, c), s, n in zip(cells, sums.T, counts.T):
-                v = Variant(family=family, name=name, size=name, accuracy=0.0)
-                j = pc._cell(acc, v, int(b), int(c))
-                pc._sums[:, j], pc._counts[:, j] = s, n
-            if "tilt_counts" in d:  # absent in states saved before the batch elasticity: it relearns
-                pc._tilt_counts[:, : len(cells)] = unpack_floats(d["tilt_counts"])
-        if "effects" in d:
-            pc._mu = np.array(d["mu"], dtype=float)
-            for e in EFFECTS:
-                eff = unpack_floats(d["effects"][e]).reshape(n_targets, -1)
-                if eff.shape == pc._effects[e].shape:
-                    pc._effects[e] = eff
-        if "elasticity" in d:  # absent in states saved before it existed: the tilt relearns
-            pc.elastic.load(d["elasticity"])
-            pc._tilt_news = int(d.get("tilt_news", 0))
-        if "growth_scale" in d:  # absent in states saved before it existed: it relearns
-            pc.scale.load(d["growth_scale"], len(pc._gid["fam"]))
-        pc._fitted = 0
-        pc._all = None
-        pc.version = int(d.get("unfitted", len(pc._cells)))
-        return pc
+        """A correction restored from ``state_dict`` (``tuner.correction_state``): it predicts as the saved one."""
+        return restored(cls, d, n_targets)
