@@ -11,8 +11,11 @@ observation, needs hundreds of observations to learn offsets that size. This cor
                   + acc_fam(a, f) + acc_var(a, v) + cfg(a, v, b, c)     interactions, exact where measured
 
 with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family,
-plus a per-accelerator tilt on the kind's growth with batch size (``oltunes.tuner.elasticity``: an Ampere GPU's
-latency grows with batch ~0.6x as fast as a Pascal one's for compute-bound models).
+plus a per-(kind x family) scale on the prior's latency growth from batch 1 (``oltunes.tuner.growth_scale``: GPT-2
+stays flat in batch where the prior grows it as b^0.75, and what one variant's measurements say of it reaches the
+family's other variants and batch sizes), and a per-accelerator tilt on the kind's growth with batch size
+(``oltunes.tuner.elasticity``: an Ampere GPU's latency grows with batch ~0.6x as fast as a Pascal one's for
+compute-bound models).
 Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
 moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
 it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
