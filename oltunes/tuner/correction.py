@@ -366,10 +366,13 @@ class PooledCorrection(TreeFit):
         for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
         shape, scale = self._gid["shape"].get(keys[4]), self.scale.of(self._gid["fam"].get(keys[2]))
-        # an unmeasured shape's tilt scales the growth as the correction predicts it: the prior's, scaled
-        stand_in = None if growth is None else growth + scale * self.scale.x(growth)
+        if shape is None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
+            x = self.scale.x(growth)
+            stand_in = None if growth is None else growth + scale * x
+        else:
+            x, stand_in = self._shape_growth(shape), None
         out = out + self.elastic.term(self._gid["acc"].get(acc), shape, centre_key(acc, v, conc), stand_in)
-        return out + scale * (self.scale.x(growth) if shape is None else self._shape_growth(shape))
+        return out + scale * x
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one

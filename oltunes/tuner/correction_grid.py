@@ -57,7 +57,7 @@ class CorrectionGrid:
             if len(cells):
                 flat[:, cells] += self._pc._effects[e].take(axes[e]["groups"], axis=1)
         tilt, scale = axes["tilt"], axes["scale"]
-        growth = self._asked_growth((tilt["asks"], scale["asks"]), accelerators, variants, batch_sizes, growth_of)
+        growth = self._asked_growth(axes["parts"], (tilt, scale), accelerators, variants, batch_sizes, growth_of)
         theta = self._gathered_scale(base["fam"])  # T, P, V
         if growth[0] is not None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
             g = growth[0]
@@ -66,20 +66,28 @@ class CorrectionGrid:
         self._add_scale(flat, scale, theta, growth[1])
         return out
 
-    def _asked_growth(self, asks: tuple[list[tuple[int, int, int]], ...], accelerators: Sequence[str],
+    def _asked_growth(self, parts: dict[str, Any], asking: tuple[dict[str, Any], ...], accelerators: Sequence[str],
                       variants: Sequence[Variant], batch_sizes: Sequence[int],
                       growth_of: Callable[[str, Variant, int], np.ndarray] | None) -> list[np.ndarray | None]:
-        """The prior's growth (T, asks) for each list of asked (accelerator, variant, batch) indices (None: no
-        ``growth_of`` or nothing asked), asking ``growth_of`` once per (accelerator, variant, batch)."""
+        """The prior's growth (T, asks) for each part's "asks" (the (accelerator, variant, batch) indices it needs;
+        None: no ``growth_of`` or nothing asked), asking ``growth_of`` once per (accelerator, variant, batch). Kept
+        with the axes' parts (``parts``) until a part asking is rebuilt or another ``growth_of`` is given: the prior's
+        growth of an (accelerator, variant, batch) does not change (as the elasticity keeps it per shape group)."""
         if growth_of is None:
-            return [None] * len(asks)
-        at = {a: i for i, a in enumerate(dict.fromkeys(a for lst in asks for a in lst))}
-        if not at:
-            return [None] * len(asks)
-        T = self._pc.n_targets
-        table = np.array([growth_of(accelerators[p], variants[j], batch_sizes[bi]) for p, j, bi in at],
-                         dtype=float).reshape(len(at), T).T
-        return [table.take([at[a] for a in lst], axis=1) if lst else None for lst in asks]
+            return [None] * len(asking)
+        held = parts.get("growth")
+        if held is not None and held[0] == growth_of and all(a is b for a, b in zip(held[1], asking)):
+            return list(held[2])
+        lists = [part["asks"] for part in asking]
+        at = {a: i for i, a in enumerate(dict.fromkeys(a for lst in lists for a in lst))}
+        out: list[np.ndarray | None] = [None] * len(asking)
+        if at:
+            T = self._pc.n_targets
+            table = np.array([growth_of(accelerators[p], variants[j], batch_sizes[bi]) for p, j, bi in at],
+                             dtype=float).reshape(len(at), T).T
+            out = [table.take([at[a] for a in lst], axis=1) if lst else None for lst in lists]
+        parts["growth"] = (growth_of, asking, out)
+        return list(out)
 
     def _gathered_scale(self, fam: np.ndarray) -> np.ndarray:
         """The family growth scale of each (accelerator, variant) (T, P, V): 0.0 where the kind has no family group."""
@@ -166,6 +174,7 @@ class CorrectionGrid:
             if held is None or held[0] != token:
                 held = parts[part] = (token, build(held and held[1]))
             axes[part] = held[1]
+        axes["parts"] = parts  # what else is kept with these axes (``_asked_growth``)
         return axes
 
     def _base(self, accelerators: Sequence[str], variants: Sequence[Variant], *_: Sequence[int]) -> dict:
