@@ -45,13 +45,7 @@ import numpy as np
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.correction_grid import CorrectionGrid
 from oltunes.tuner.correction_state import restored, state_of
-from oltunes.tuner.correction_trees import (
-    ACCELERATOR_TREE,
-    EFFECTS,
-    PARENTS,
-    VARIANT_TREE,
-    TreeFit,
-)
+from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeFit
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.types import Candidate, Variant
