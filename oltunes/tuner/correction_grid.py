@@ -1,15 +1,14 @@
 """The pooled correction's grid over (accelerators, variants, batch sizes, concurrencies), vectorised.
 
 ``PooledCorrection.grid`` scores every candidate of a decision: per (accelerator, variant) the effects above the
-shapes, then each measured shape and configuration effect, then the batch elasticity's tilt. Done one cell at a time
-that was a Python loop per (accelerator, variant) and per measured cell, most of a decision right after an
-observation. Here each effect is gathered for every (accelerator, variant) at once through index arrays cached per
-axes (rebuilt, or extended, only when the groups they read grow), and every cell still gets the same additions in the
-same order — mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape effect, + its measured cfg effect,
-+ the tilt — a missing group adding 0.0 as ``PooledCorrection._effect`` gives: bit for bit the per-cell sums
-(``tests/tuner/test_correction_grid.py``).
+shapes, then each measured shape and configuration effect, then the batch elasticity's tilt and the family growth
+scale's term. Done one cell at a time that was a Python loop per (accelerator, variant) and per measured cell, most of
+a decision right after an observation. Here each effect is gathered for every (accelerator, variant) at once through
+index arrays cached per axes (rebuilt, or extended, only when the groups they read grow), and every cell still gets the
+same additions in the same order — mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape effect, + its
+measured cfg effect, + the tilt, + the growth scale's term — a missing group adding 0.0 as ``PooledCorrection._effect``
+gives: bit for bit the per-cell sums (``tests/tuner/test_correction_grid.py``).
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -60,8 +59,8 @@ class CorrectionGrid:
         growth = self._asked_growth(axes["parts"], (tilt, scale), accelerators, variants, batch_sizes, growth_of)
         theta = self._gathered_scale(base["fam"])  # T, P, V
         if growth[0] is not None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
-            g = growth[0]
-            growth[0] = g + theta[:, [p for p, _, _ in tilt["asks"]], [j for _, j, _ in tilt["asks"]]] * g[[GROWTH_TARGET]]
+            ps, js = ([a[i] for a in tilt["asks"]] for i in (0, 1))
+            growth[0] = growth[0] + theta[:, ps, js] * growth[0][[GROWTH_TARGET]]
         self._add_tilt(flat, tilt, growth[0])
         self._add_scale(flat, scale, theta, growth[1])
         return out
