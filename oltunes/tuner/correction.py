@@ -11,8 +11,11 @@ observation, needs hundreds of observations to learn offsets that size. This cor
                   + acc_fam(a, f) + acc_var(a, v) + cfg(a, v, b, c)     interactions, exact where measured
 
 with ``k`` the accelerator's kind (CPU or GPU: ``oltunes.profiles.ACCELERATOR_SPECS``) and ``f`` the variant's family,
-plus a per-accelerator tilt on the kind's growth with batch size (``oltunes.tuner.elasticity``: an Ampere GPU's
-latency grows with batch ~0.6x as fast as a Pascal one's for compute-bound models).
+plus a per-(kind x family) scale on the prior's latency growth from batch 1 (``oltunes.tuner.growth_scale``: GPT-2
+stays flat in batch where the prior grows it as b^0.75, and what one variant's measurements say of it reaches the
+family's other variants and batch sizes), and a per-accelerator tilt on the kind's growth with batch size
+(``oltunes.tuner.elasticity``: an Ampere GPU's latency grows with batch ~0.6x as fast as a Pascal one's for
+compute-bound models).
 Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
 moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
 it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
@@ -39,38 +42,28 @@ from typing import Any
 
 import numpy as np
 
-from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.correction_grid import CorrectionGrid
+from oltunes.tuner.correction_state import restored, state_of
+from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeFit
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
+from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
 
-# The effects in the order backfitting visits them (coarse first), and each one's group key.
-EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
 # Pseudo-count per effect: noise variance / the effect's variance.
 # Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
 # variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
-# "elasticity": the batch elasticity's coefficients (``tuner.elasticity``).
+# "elasticity": the batch elasticity's coefficients (``tuner.elasticity``); "growth_scale": the families' growth
+# scales (``tuner.growth_scale``).
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
-                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K}
-# The two nested trees of effects (coarse to fine): the accelerator side, under ``mu``, and the variant side.
-ACCELERATOR_TREE: tuple[str, ...] = ("kind", "acc", "acc_fam", "acc_var", "cfg")
-VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
+                              "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K,
+                              "growth_scale": GROWTH_SCALE_K}
 # Rounds (one pass over each tree) per fit: ROUNDS_PER_OBSERVATION per measurement since the last fit, at most
 # MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
 # cost per observation).
 ROUNDS_PER_OBSERVATION, MAX_ROUNDS, _TOL = 2, 200, 1e-4
-
-
-# Parent of each effect's groups in its tree: name -> (the effect whose groups it indexes, the parent effect, or
-# None for a tree's root, whose parent is 0). "fam_kind" sends the family effects up to the kind (``_centre_families``).
-PARENTS: dict[str, tuple[str, str | None]] = {
-    **{tree[0]: (tree[0], None) for tree in (ACCELERATOR_TREE, VARIANT_TREE)},
-    **{c: (c, p) for tree in (ACCELERATOR_TREE, VARIANT_TREE) for c, p in zip(tree[1:], tree)},
-    "fam_kind": ("fam", "kind"),
-}
 
 
 def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
@@ -88,7 +81,7 @@ def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
             f"{acc}/{v.name}", f"{acc}/{v.name}/{batch}/{conc}")
 
 
-class PooledCorrection:
+class PooledCorrection(TreeFit):
     """Crossed random effects on log residuals, per target (module docstring).
 
     Parameters
@@ -142,6 +135,7 @@ class PooledCorrection:
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         # each accelerator's own growth with batch (``tuner.elasticity``)
         self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
+        self.scale = GrowthScale(n_targets, self.effect_k["growth_scale"])  # each family's growth with batch
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
         self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
@@ -205,7 +199,12 @@ class PooledCorrection:
         rows = effects.take([g + o for g, o in zip(groups, offsets)], axis=1).tolist()
         out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
         term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
-        return np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
+        out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
+        return out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
+
+    def _shape_growth(self, shape_group: int) -> float:
+        """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
+        return float(self.elastic.growth[GROWTH_TARGET, shape_group])
 
     def _all_effects(self) -> tuple[np.ndarray, list[int]]:
         """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
@@ -233,7 +232,9 @@ class PooledCorrection:
             if g is None:
                 g = ids[key_e] = len(ids)
                 self._effects[e] = np.hstack([self._effects[e], np.zeros((self.n_targets, 1))])
-                if e == "shape":
+                if e == "fam":
+                    self.scale.grow(g + 1)
+                elif e == "shape":
                     self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
                     self.elastic.add_group(g, centre_key(acc, v, conc), growth)
                 elif e == "cfg":
@@ -270,9 +271,10 @@ class PooledCorrection:
         idx = st["idx"]
         # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
         var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
-        # The batch elasticity's tilt, as of the last fit, is held fixed over the rounds and refitted once after
-        # them (a third Gauss-Seidel block, updated once per fit: it is one coefficient per accelerator).
-        S_untilted = S - N * self._cell_tilt(st)
+        # The batch elasticity's tilt and the families' growth scales, as of the last fit, are held fixed over the
+        # rounds and refitted after them (a third Gauss-Seidel block: one coefficient per accelerator, per family).
+        x_growth = self.elastic.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
+        S_untilted = S - N * (self._cell_tilt(st) + self._cell_scale(idx, x_growth))
         # what every round of this fit shares (the counts are fixed): mu's denominator, the families' weights
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k
@@ -294,17 +296,41 @@ class PooledCorrection:
                 if change < _TOL:
                     converged = True
                     break
-            if refit_tilt:
-                self._tilt_news = 0
-                el = self.elastic
-                x_cell = el.centred(self._effects["shape"]).take(idx["shape"], axis=1)
-                # each configuration's residual weighted by the share of its measurements that ran full batches
-                share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-                el.fit(x_cell, N * share, (S - N * (acc_side + var_side)) * share, idx["acc"], st["parent"]["acc"])
-                self._tilt_fits += 1
-                S_untilted = S - N * self._cell_tilt(st)
+            S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt)
             if converged:
                 break
+
+    def _refit_slopes(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, sides: np.ndarray,
+                      x_growth: np.ndarray, refit_tilt: bool) -> np.ndarray:
+        """The third block given both trees' fit (``sides`` per configuration): the families' growth scales, then,
+        after new full-batch measurements, the batch elasticity on the growth as the correction now predicts it
+        (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's residuals on
+        a growth the scale had already removed, and the two fought). Returns the sums less both."""
+        idx, el = st["idx"], self.elastic
+        fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
+        x_shape = el.growth[GROWTH_TARGET, :el.n_groups]
+        # Fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k), as a
+        # group's message to its parent in ``_fit_tree``): against the fitted shape effects, which take ~97 % of
+        # what they see each round, it crept towards its fixed point over hundreds of rounds.
+        n, _, share, _ = self._fit_counts[VARIANT_TREE]["shape"]
+        unshaped = sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st)
+        self.scale.fit(x_shape, n * share, self._sum_by(st["leaf"]["shape"], S - N * unshaped, self.n_targets) * share,
+                       fam_of_shape)
+        scaled = self._cell_scale(idx, x_growth)
+        if refit_tilt:
+            self._tilt_news = 0
+            shape = self._effects["shape"] + self.scale.coef.take(fam_of_shape, axis=1) * x_shape
+            x_cell = el.centred(shape).take(idx["shape"], axis=1)
+            # each configuration's residual weighted by the share of its measurements that ran full batches
+            n_cells = st["n_cells"]
+            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
+            el.fit(x_cell, N * share, (S - N * (sides + scaled)) * share, idx["acc"], st["parent"]["acc"])
+            self._tilt_fits += 1
+        return S - N * (self._cell_tilt(st) + scaled)
+
+    def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
+        """The families' growth scales' term per configuration (T, cells)."""
+        return self.scale.coef.take(idx["fam"], axis=1) * x_growth
 
     def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
         """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted
@@ -315,109 +341,6 @@ class PooledCorrection:
             tilt = el.coefficients(len(self._gid["acc"])).take(idx["acc"], axis=1) * el.x.take(idx["shape"], axis=1)
             self._tilt = (key, tilt)
         return self._tilt[1]
-
-    def _structure(self) -> dict[str, Any]:
-        """Views of the index arrays (per configuration, per parent) and their flattened bincount indices, renewed
-        when a configuration is added (the arrays themselves grow in place in ``_cell``)."""
-        n_cells = len(self._cells)
-        if self._struct is not None and self._struct["n_cells"] == n_cells:
-            return self._struct
-        T = self.n_targets
-        n_groups = {e: len(self._gid[e]) for e in EFFECTS}
-        idx = {e: self._idx[e][:n_cells] for e in EFFECTS}
-        parent = {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}
-        rows = np.arange(T)[:, None]
-
-        def flat(group_of: np.ndarray, n: int) -> tuple[np.ndarray, int]:  # (target, group) -> one bincount
-            return (group_of[None, :] + n * rows).ravel(), T * n
-
-        self._struct = {
-            "n_cells": n_cells, "idx": idx, "parent": parent,
-            # each configuration created its own "cfg" group, in order: group index = configuration index
-            "cell_is_cfg": n_groups["cfg"] == n_cells,
-            "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
-            "up": {c: flat(parent[c], n_groups[par]) for c, (_, par) in PARENTS.items() if par},
-        }
-        return self._struct
-
-    @staticmethod
-    def _sum_by(flat: tuple[np.ndarray, int], x: np.ndarray, T: int) -> np.ndarray:
-        return np.bincount(flat[0], x.ravel(), flat[1]).reshape(T, -1)
-
-    def _leaf_sum(self, tree: tuple[str, ...], st: dict[str, Any], x: np.ndarray) -> np.ndarray:
-        """Per-configuration values summed into the tree's leaf groups. A configuration is its own "cfg" group
-        (same index): the sum is then ``0.0 + x``, as bincount would add it, without the bincount."""
-        if st["cell_is_cfg"] and tree[-1] == "cfg":
-            return x + 0.0
-        return self._sum_by(st["leaf"][tree[-1]], x, self.n_targets)
-
-    def _tree_counts(self, tree: tuple[str, ...], st: dict[str, Any], N: np.ndarray) -> dict[str, tuple]:
-        """Per level of a tree: measurements under each group, and the share of its data it passes up."""
-        T = self.n_targets
-        out = {}
-        n = self._leaf_sum(tree, st, N)
-        for level in range(len(tree) - 1, -1, -1):
-            e = tree[level]
-            k = min(self.effect_k[e], 1e12)  # inf: left out (pinned to its parent)
-            n_plus_k = n + k
-            share = k / n_plus_k  # the group's data integrated over its own effect: weight n k / (n + k)
-            out[e] = (n, k, share, n_plus_k)
-            if level:
-                n = self._sum_by(st["up"][e], n * share, T)
-        return out
-
-    def _fit_tree(self, tree: tuple[str, ...], st: dict[str, Any], counts: dict[str, tuple],
-                  s_cell: np.ndarray, mu_den: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-        """Exact posterior means of one nested tree given partial residual sums per configuration; returns the
-        tree's sum per configuration and how far ``mu`` moved (the accelerator tree, whose root ``mu`` is shrunk
-        towards the prior: ``mu_den``, its data's weight + ``root_k``)."""
-        T = self.n_targets
-        sums = {}
-        s = self._leaf_sum(tree, st, s_cell)
-        for level in range(len(tree) - 1, -1, -1):  # up: each group's data as a message to its parent
-            e = tree[level]
-            sums[e] = s
-            if level:
-                s = self._sum_by(st["up"][e], s * counts[e][2], T)
-        change = 0.0
-        effects, parents = self._effects, st["parent"]
-        if mu_den is not None:  # the root: mu, shrunk towards the prior by its evidence
-            mu = (s * counts[tree[0]][2]).sum(axis=1) / mu_den
-            change = float(np.abs(mu - self._mu).max())
-            self._mu = mu
-            cum = mu[:, None]
-            levels = tree
-        else:  # a root under 0: its data shrunk towards 0 (sums by bincount are never -0.0: + 0 x k, - 0 are no-ops)
-            cum = effects[tree[0]] = sums[tree[0]] / counts[tree[0]][3]
-            levels = tree[1:]
-        for e in levels:  # down: a group's cumulative value = its data shrunk towards its parent's
-            _, k, _, n_plus_k = counts[e]
-            up = cum.take(parents[e], axis=1)
-            cum = (sums[e] + k * up) / n_plus_k
-            effects[e] = cum - up
-        if st["cell_is_cfg"] and tree[-1] == "cfg":
-            return cum, change
-        return cum.take(st["idx"][tree[-1]], axis=1), change
-
-    def _family_weights(self, st: dict[str, Any], counts: dict[str, tuple]) -> tuple[np.ndarray, ...]:
-        """``_centre_families``' weights, fixed over a fit: measurements per family, their sum per kind, where > 0."""
-        n_fam = counts["fam"][0]
-        n = self._sum_by(st["up"]["fam_kind"], n_fam, self.n_targets)
-        return n_fam, n, n > 0
-
-    def _centre_families(self, st: dict[str, Any], weights: tuple[np.ndarray, ...]) -> np.ndarray:
-        """Move each kind's mean family effect (weighted by measurements) into the kind's effect, the fit unchanged.
-
-        Both trees can carry a common offset per kind (all families up, the kind down); only the weak priors tell
-        them apart, so alternating between the trees would take many rounds to share it out. Centring the
-        families settles it at once. Returns the offset moved per kind (T, kinds).
-        """
-        n_fam, n, has = weights
-        s = self._sum_by(st["up"]["fam_kind"], n_fam * self._effects["fam"], self.n_targets)
-        shift = np.divide(s, n, out=np.zeros_like(s), where=has)
-        self._effects["fam"] -= shift.take(st["parent"]["fam_kind"], axis=1)
-        self._effects["kind"] += shift
-        return shift
 
     # ------------------------------------------------------------------------------------------------ predict
     def _effect(self, e: str, key: str) -> np.ndarray | float:
@@ -436,8 +359,14 @@ class PooledCorrection:
         keys = _groups(acc, v, batch, conc)
         for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
-        return out + self.elastic.term(self._gid["acc"].get(acc), self._gid["shape"].get(keys[4]),
-                                       centre_key(acc, v, conc), growth)
+        shape, scale = self._gid["shape"].get(keys[4]), self.scale.of(self._gid["fam"].get(keys[2]))
+        if shape is None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
+            x = self.scale.x(growth)
+            stand_in = None if growth is None else growth + scale * x
+        else:
+            x, stand_in = self._shape_growth(shape), None
+        out = out + self.elastic.term(self._gid["acc"].get(acc), shape, centre_key(acc, v, conc), stand_in)
+        return out + scale * x
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
@@ -479,44 +408,10 @@ class PooledCorrection:
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Sufficient statistics per configuration, and the fitted effects (the next fit starts from them, so a
-        restored correction predicts exactly as the saved one). The tables are packed (`pack_floats`): thousands
-        of configurations at scale, which as nested lists of decimals were the slowest part of a save."""
-        n = len(self._cells)
-        return {"root_k": self.root_k, "decay": self.decay, "effect_k": self.effect_k,
-                "cells": [[acc, self._families[name], name, b, c] for (acc, name, b, c) in self._cells],
-                "sums": pack_floats(self._sums[:, :n]), "counts": pack_floats(self._counts[:, :n]),
-                "tilt_counts": pack_floats(self._tilt_counts[:, :n]),
-                "mu": self._mu.tolist(), "effects": {e: pack_floats(self._effects[e]) for e in EFFECTS},
-                "elasticity": self.elastic.state_dict(), "tilt_news": self._tilt_news,
-                "unfitted": self.version - max(self._fitted, 0)}  # measurements since the last fit
+        """Sufficient statistics per configuration and the fitted effects (``tuner.correction_state``)."""
+        return state_of(self)
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
-        """A state from before the crossed effects (``groups``) restores no correction: it relearns."""
-        pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]),
-                 effect_k={str(k): float(v) for k, v in d.get("effect_k", {}).items() if k in EFFECT_K})
-        cells = d.get("cells", ())
-        if cells:
-            sums, counts = unpack_floats(d["sums"]), unpack_floats(d["counts"])
-            if sums.shape != (n_targets, len(cells)) or counts.shape != sums.shape:
-                raise ValueError(f"correction: {len(cells)} cells but tables of shape {sums.shape}, {counts.shape}")
-            for (acc, family, name, b, c), s, n in zip(cells, sums.T, counts.T):
-                v = Variant(family=family, name=name, size=name, accuracy=0.0)
-                j = pc._cell(acc, v, int(b), int(c))
-                pc._sums[:, j], pc._counts[:, j] = s, n
-            if "tilt_counts" in d:  # absent in states saved before the batch elasticity: it relearns
-                pc._tilt_counts[:, : len(cells)] = unpack_floats(d["tilt_counts"])
-        if "effects" in d:
-            pc._mu = np.array(d["mu"], dtype=float)
-            for e in EFFECTS:
-                eff = unpack_floats(d["effects"][e]).reshape(n_targets, -1)
-                if eff.shape == pc._effects[e].shape:
-                    pc._effects[e] = eff
-        if "elasticity" in d:  # absent in states saved before it existed: the tilt relearns
-            pc.elastic.load(d["elasticity"])
-            pc._tilt_news = int(d.get("tilt_news", 0))
-        pc._fitted = 0
-        pc._all = None
-        pc.version = int(d.get("unfitted", len(pc._cells)))
-        return pc
+        """A correction restored from ``state_dict`` (``tuner.correction_state``): it predicts as the saved one."""
+        return restored(cls, d, n_targets)

@@ -1,15 +1,14 @@
 """The pooled correction's grid over (accelerators, variants, batch sizes, concurrencies), vectorised.
 
 ``PooledCorrection.grid`` scores every candidate of a decision: per (accelerator, variant) the effects above the
-shapes, then each measured shape and configuration effect, then the batch elasticity's tilt. Done one cell at a time
-that was a Python loop per (accelerator, variant) and per measured cell, most of a decision right after an
-observation. Here each effect is gathered for every (accelerator, variant) at once through index arrays cached per
-axes (rebuilt, or extended, only when the groups they read grow), and every cell still gets the same additions in the
-same order — mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape effect, + its measured cfg effect,
-+ the tilt — a missing group adding 0.0 as ``PooledCorrection._effect`` gives: bit for bit the per-cell sums
-(``tests/tuner/test_correction_grid.py``).
+shapes, then each measured shape and configuration effect, then the batch elasticity's tilt and the family growth
+scale's term. Done one cell at a time that was a Python loop per (accelerator, variant) and per measured cell, most of
+a decision right after an observation. Here each effect is gathered for every (accelerator, variant) at once through
+index arrays cached per axes (rebuilt, or extended, only when the groups they read grow), and every cell still gets the
+same additions in the same order — mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape effect, + its
+measured cfg effect, + the tilt, + the growth scale's term — a missing group adding 0.0 as ``PooledCorrection._effect``
+gives: bit for bit the per-cell sums (``tests/tuner/test_correction_grid.py``).
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ import numpy as np
 
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.elasticity import centre_key
+from oltunes.tuner.growth_scale import GROWTH_TARGET
 from oltunes.tuner.memo import put_bounded
 from oltunes.types import Variant
 
@@ -55,15 +55,67 @@ class CorrectionGrid:
             cells = axes[e]["cells"]
             if len(cells):
                 flat[:, cells] += self._pc._effects[e].take(axes[e]["groups"], axis=1)
-        self._add_tilt(flat, axes["tilt"], accelerators, variants, batch_sizes, growth_of)
+        tilt, scale = axes["tilt"], axes["scale"]
+        growth = self._asked_growth(axes["parts"], (tilt, scale), accelerators, variants, batch_sizes, growth_of)
+        theta = self._gathered_scale(base["fam"])  # T, P, V
+        if growth[0] is not None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
+            ps, js = ([a[i] for a in tilt["asks"]] for i in (0, 1))
+            growth[0] = growth[0] + theta[:, ps, js] * growth[0][[GROWTH_TARGET]]
+        self._add_tilt(flat, tilt, growth[0])
+        self._add_scale(flat, scale, theta, growth[1])
         return out
 
-    def _add_tilt(self, flat: np.ndarray, tilt: dict[str, Any], accelerators: Sequence[str],
-                  variants: Sequence[Variant], batch_sizes: Sequence[int],
-                  growth_of: Callable[[str, Variant, int], np.ndarray] | None) -> None:
+    def _asked_growth(self, parts: dict[str, Any], asking: tuple[dict[str, Any], ...], accelerators: Sequence[str],
+                      variants: Sequence[Variant], batch_sizes: Sequence[int],
+                      growth_of: Callable[[str, Variant, int], np.ndarray] | None) -> list[np.ndarray | None]:
+        """The prior's growth (T, asks) for each part's "asks" (the (accelerator, variant, batch) indices it needs;
+        None: no ``growth_of`` or nothing asked), asking ``growth_of`` once per (accelerator, variant, batch). Kept
+        with the axes' parts (``parts``) until a part asking is rebuilt or another ``growth_of`` is given: the prior's
+        growth of an (accelerator, variant, batch) does not change (as the elasticity keeps it per shape group)."""
+        if growth_of is None:
+            return [None] * len(asking)
+        held = parts.get("growth")
+        if held is not None and held[0] == growth_of and all(a is b for a, b in zip(held[1], asking)):
+            return list(held[2])
+        lists = [part["asks"] for part in asking]
+        at = {a: i for i, a in enumerate(dict.fromkeys(a for lst in lists for a in lst))}
+        out: list[np.ndarray | None] = [None] * len(asking)
+        if at:
+            T = self._pc.n_targets
+            table = np.array([growth_of(accelerators[p], variants[j], batch_sizes[bi]) for p, j, bi in at],
+                             dtype=float).reshape(len(at), T).T
+            out = [table.take([at[a] for a in lst], axis=1) if lst else None for lst in lists]
+        parts["growth"] = (growth_of, asking, out)
+        return list(out)
+
+    def _gathered_scale(self, fam: np.ndarray) -> np.ndarray:
+        """The family growth scale of each (accelerator, variant) (T, P, V): 0.0 where the kind has no family group."""
+        coef = self._pc.scale.coef
+        if not coef.shape[1]:
+            return np.zeros((self._pc.n_targets, *fam.shape))
+        return np.where(fam >= 0, coef.take(np.maximum(fam, 0), axis=1), 0.0)
+
+    def _add_scale(self, flat: np.ndarray, scale: dict[str, Any], theta: np.ndarray,
+                   growth: np.ndarray | None) -> None:
+        """Add the family growth scale's term (``PooledCorrection._current``'s last addition) to every cell: the
+        scale x the prior's growth, as a measured shape keeps it, else as ``growth`` (asked) gives it, else 0."""
+        x = np.zeros(flat.shape[1])
+        cells, shape, ask, pv = scale["cells"], scale["shape"], scale["ask"], scale["pv"]
+        if len(cells):
+            by_shape = shape >= 0
+            x[cells[by_shape]] = self._pc.elastic.growth[GROWTH_TARGET].take(shape[by_shape])
+            if growth is not None:
+                x[cells[~by_shape]] = growth[GROWTH_TARGET].take(ask[~by_shape])
+        T = self._pc.n_targets
+        term = np.zeros((T, flat.shape[1]))
+        if len(cells):
+            term[:, cells] = theta.reshape(T, -1).take(pv, axis=1) * x[cells]
+        flat += term
+
+    def _add_tilt(self, flat: np.ndarray, tilt: dict[str, Any], growth: np.ndarray | None) -> None:
         """Add the batch elasticity's tilt (``BatchElasticity.term``, vectorised) to the grid's cells (flat indices)
         that ask for one (``_tilt``): 0.0 where ``term`` gives 0.0 (no growth to tilt, or the elasticity not
-        yet fitted as far as the accelerator)."""
+        yet fitted as far as the accelerator). ``growth``: the growth standing in for each of the tilt's asks."""
         cells = tilt["cells"]
         if not len(cells):
             return
@@ -73,10 +125,8 @@ class CorrectionGrid:
         by_shape = (g >= 0) & (g < el.n_groups)
         x = el.x.take(np.where(by_shape, g, 0), axis=1) if by_shape.any() else np.zeros((T, len(cells)))
         valid = fitted & by_shape
-        if growth_of is not None and tilt["asks"]:
+        if growth is not None:
             # the prior's growth where the kind never measured the batch size, once per (accelerator, variant, batch)
-            growth = np.array([growth_of(accelerators[p], variants[j], batch_sizes[bi]) for p, j, bi in tilt["asks"]],
-                              dtype=float).reshape(len(tilt["asks"]), T).T
             by_growth = (ask >= 0) & (h < el.mean.shape[1])
             if by_growth.any():
                 x_growth = (growth.take(np.where(by_growth, ask, 0), axis=1)
@@ -114,6 +164,7 @@ class CorrectionGrid:
             "shape": (("shape",), lambda last: self._measured(self._pc._shapes, True, last, *axes_of)),
             "cfg": (("cfg",), lambda last: self._measured(self._pc._cfgs, False, last, *axes_of)),
             "tilt": (("acc", "shape", "centre"), lambda _: self._tilt(*axes_of)),
+            "scale": (("fam", "shape"), lambda _: self._scale(*axes_of)),
         }
         axes = {}
         for part, (reads, build) in built.items():
@@ -122,6 +173,7 @@ class CorrectionGrid:
             if held is None or held[0] != token:
                 held = parts[part] = (token, build(held and held[1]))
             axes[part] = held[1]
+        axes["parts"] = parts  # what else is kept with these axes (``_asked_growth``)
         return axes
 
     def _base(self, accelerators: Sequence[str], variants: Sequence[Variant], *_: Sequence[int]) -> dict:
@@ -189,6 +241,31 @@ class CorrectionGrid:
                         cols["cells"].append(((p * V + j) * B + bi) * C + ci)
                         cols["acc"].append(a)
                         cols["centre"].append(h)
+                        cols["shape"].append(-1 if g is None else g)
+                        cols["ask"].append(-1 if g is not None else asks.setdefault((p, j, bi), len(asks)))
+        out: dict[str, Any] = {col: np.array(values, dtype=np.intp) for col, values in cols.items()}
+        out["asks"] = list(asks)
+        return out
+
+    def _scale(self, accelerators: Sequence[str], variants: Sequence[Variant], batch_sizes: Sequence[int],
+               concurrencies: Sequence[int]) -> dict[str, Any]:
+        """The cells the family growth scale may reach (their kind has the variant's family group): flat index,
+        (accelerator, variant) pair ``p * V + j``, shape group (-1: none), and which of "asks" (the (accelerator,
+        variant, batch) whose prior growth stands in for a missing shape group) it needs (-1: none)."""
+        ids = self._pc._gid
+        B, C, V = len(batch_sizes), len(concurrencies), len(variants)
+        cols: dict[str, list[int]] = {"cells": [], "pv": [], "shape": [], "ask": []}
+        asks: dict[tuple[int, int, int], int] = {}
+        for p, acc in enumerate(accelerators):
+            k = accelerator_kind(acc)
+            for j, v in enumerate(variants):
+                if f"{k}/{v.family}" not in ids["fam"]:
+                    continue
+                for bi, b in enumerate(batch_sizes):
+                    for ci, c in enumerate(concurrencies):
+                        g = ids["shape"].get(f"{k}/{v.name}/{b}/{c}")
+                        cols["cells"].append(((p * V + j) * B + bi) * C + ci)
+                        cols["pv"].append(p * V + j)
                         cols["shape"].append(-1 if g is None else g)
                         cols["ask"].append(-1 if g is not None else asks.setdefault((p, j, bi), len(asks)))
         out: dict[str, Any] = {col: np.array(values, dtype=np.intp) for col, values in cols.items()}

@@ -429,3 +429,39 @@ def test_learn_many_of_one_is_learn_bit_for_bit():
         (b2,), (a2,) = many.learn_many([r])
         assert np.array_equal(b1, b2) and np.array_equal(a1, a2)
     assert json.dumps(one.state_dict()) == json.dumps(many.state_dict())
+    assert one.scale.coef.any()  # the family growth scale took part
+
+
+def _flat_family(pc: PooledCorrection) -> tuple[list[Variant], dict[str, float]]:
+    """A family flat in batch on GPUs (as GPT-2 is under ONNX Runtime) against a prior growing as b^0.75: one
+    variant measured at batch sizes 1-8 on a t4, a second only at batch 1. Returns the variants and their levels."""
+    gpt = [Variant(family="gpt", name=f"gpt-{s}", size=s, accuracy=0.5) for s in ("m", "l")]
+    level = {"gpt-m": 2.0, "gpt-l": 2.5}
+    for _ in range(3):
+        for b in (1, 2, 4, 8):
+            g = 0.75 * math.log(b)
+            pc.learn("t4", gpt[0], b, 1, np.array([level["gpt-m"] - g]), np.array([True]), np.array([g]))
+        pc.learn("t4", gpt[1], 1, 1, np.array([level["gpt-l"]]), np.array([True]), np.array([0.0]))
+    return gpt, level
+
+
+def test_growth_scale_carries_a_familys_flat_growth_to_its_other_variants_and_gpus():
+    """What one variant's measurements say of the family's batch growth reaches a variant only ever measured at
+    batch 1, on the measured GPU and on another of its kind; without the scale the other variant keeps the prior's
+    growth (here x 4.7 at batch 8). A restored state keeps the scale and predicts the same."""
+    g8 = np.array([0.75 * math.log(8)])
+    errors = {}
+    for name, kw in (("with", {}), ("without", {"effect_k": {"growth_scale": math.inf}})):
+        pc = PooledCorrection(n_targets=1, root_k=1.0, **kw)
+        gpt, level = _flat_family(pc)
+        truth = level["gpt-l"] - g8[0]  # flat: the batch-8 residual undoes the prior's growth
+        errors[name] = [abs(float(pc.predict(acc, gpt[1], 8, 1, g8)[0]) - truth - shift)
+                        for acc, shift in (("t4", 0.0), ("a100", float(pc.predict("a100", gpt[1], 1, 1)[0])
+                                                                      - level["gpt-l"]))]
+        if name == "with":
+            assert pc.scale.coef[0, pc._gid["fam"]["gpu/gpt"]] < -0.8  # nearly -1: flat
+            back = PooledCorrection.from_state_dict(json.loads(json.dumps(pc.state_dict())), n_targets=1)
+            np.testing.assert_array_equal(back.scale.coef, pc.scale.coef)
+            for acc in ("t4", "a100"):
+                assert np.array_equal(back.predict(acc, gpt[1], 8, 1, g8), pc.predict(acc, gpt[1], 8, 1, g8))
+    assert max(errors["with"]) < 0.3 and min(errors["without"]) > 1.0, errors

@@ -53,7 +53,19 @@ def _reference_grid(pc: PooledCorrection, accelerators, variants, batch_sizes, c
                 for bi, b in enumerate(batch_sizes):
                     g = pc._gid["shape"].get(f"{k}/{v.name}/{b}/{c}")
                     growth = growth_of(acc, v, b) if g is None and growth_of is not None else None
+                    if growth is not None:  # the stand-in growth as the family's growth scale predicts it
+                        growth = growth + pc.scale.of(pc._gid["fam"].get(f"{k}/{v.family}")) * pc.scale.x(growth)
                     out[:, p, j, bi, ci] += pc.elastic.term(ga, g, centre, growth)
+    for p, acc in enumerate(accelerators):  # last: the family growth scale x the prior's growth
+        k = accelerator_kind(acc)
+        for j, v in enumerate(variants):
+            scale = pc.scale.of(pc._gid["fam"].get(f"{k}/{v.family}"))
+            for bi, b in enumerate(batch_sizes):
+                for ci, c in enumerate(concurrencies):
+                    g = pc._gid["shape"].get(f"{k}/{v.name}/{b}/{c}")
+                    x = (pc._shape_growth(g) if g is not None
+                         else pc.scale.x(growth_of(acc, v, b)) if growth_of is not None else 0.0)
+                    out[:, p, j, bi, ci] += scale * x
     return out
 
 
@@ -119,8 +131,9 @@ def test_grid_asks_the_prior_growth_only_where_the_kind_never_measured_the_batch
     accs, cs, bs = ACCELERATORS + UNKNOWN_ACCELERATORS, [1, 2], [1, 2, 4, 8, 32]
     g = pc.grid(accs, VARIANTS, bs, cs, growth_of)
     assert asked and len(asked) == len(set(asked))  # once per (accelerator, variant, batch size)
-    for acc, name, b in asked:
-        assert acc in pc._gid["acc"]
+    families = {v.name: v.family for v in VARIANTS}
+    for acc, name, b in asked:  # an accelerator the correction knows (its tilt), or the family's kind (its scale)
+        assert acc in pc._gid["acc"] or f"{accelerator_kind(acc)}/{families[name]}" in pc._gid["fam"]
         assert any(f"{accelerator_kind(acc)}/{name}/{b}/{c}" not in pc._gid["shape"] for c in cs)
     assert np.array_equal(g, _reference_grid(pc, accs, VARIANTS, bs, cs, _growth_of))
 
