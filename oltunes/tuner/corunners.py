@@ -24,7 +24,8 @@ from oltunes.learner.features import (
     variant_features,
 )
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
-from oltunes.tuner.estimate import LAT, Estimator, stream_rate
+from oltunes.tuner.estimate import LAT, Estimator
+from oltunes.tuner.prior_table import stream_rate
 from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.types import Candidate, JobSpec, Variant
@@ -233,7 +234,7 @@ def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
     base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
               **variant_features(cand.variant), **batch_features(cand.batch_size),
               **concurrency_features(cand.concurrency)}
-    lat0, en0 = est.prior_base(acc, cand.variant, cand.batch_size)
-    lat1, en1 = est.prior_base(acc, cand.variant, 1)
+    lat0, en0 = est.priors.base(acc, cand.variant, cand.batch_size)
+    lat1, en1 = est.priors.base(acc, cand.variant, 1)
     return (base_x, lat0, en0, lat1, en1, stream_rate(ctx, est.partial_batches),
             float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))

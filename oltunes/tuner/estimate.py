@@ -2,7 +2,7 @@
 
 ``log metric = log prior + FM residual`` for log p99 latency per batch, log energy per item and log throughput.
 The FM is scored over a whole (placement option x variant x batch x concurrency) grid by combining per-part sums
-of its parameters (``MultiFMRegressor.raw_grid``); the prior's table is memoised per (accelerator, family).
+of its parameters (``MultiFMRegressor.raw_grid``); the prior's figures come from ``prior_table.PriorTable``.
 
 Margins: pessimistic latency = latency x exp(m), m = rolling 95th percentile of |log error| of recent predictions
 for that (accelerator type, family), shrunk towards the accelerator's, in turn shrunk towards the prior's own
@@ -46,6 +46,7 @@ from oltunes.tuner.correction import PooledCorrection
 from oltunes.tuner.jobs import JobMemory
 from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
+from oltunes.tuner.prior_table import PriorTable
 from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
 
 __all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
@@ -59,11 +60,6 @@ GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P,
 # 0.696 with whole control intervals (~28 measurements) per fit, 0.678 with 10, 0.661 with 6, 0.643 with 4, 0.639
 # one by one. 4 costs 1.5x less observe CPU than one by one (whole intervals: ~3x).
 LEARN_CHUNK = 4
-
-
-def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
-    """The request rate that shapes dynamic batching in the prior (0: full batches; always 0 for batch jobs)."""
-    return ctx.arrival_rate_rps if partial_batches and ctx.kind == "streaming" else 0.0
 
 
 @dataclass
@@ -128,7 +124,6 @@ class Estimator:
                  learner_replay: bool, pooled_correction: bool = True, implied_throughput: bool = True) -> None:
         self.catalogue = catalogue
         self.implied_throughput = implied_throughput
-        self.prior = prior
         self.batch_sizes = batch_sizes
         self.concurrencies = concurrencies
         self.novelty = novelty
@@ -146,10 +141,10 @@ class Estimator:
         self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
         self.jobs = JobMemory()  # per running job: measured load, burst backlog
-        self.accelerators: dict[str, Accelerator] = dict(CATALOG)
         self.n_learned = 0
         # Index arrays hold FM row numbers and the variant lists: rebuilt when either changes.
         self.memo = Memo(lambda: (self.model.vocabulary_version, catalogue.version))
+        self.priors = PriorTable(prior, self.memo, batch_sizes, concurrencies, partial_batches)
         # Margins, visit counts and loads change with every observation.
         self.per_observation = Memo(lambda: (self.n_learned, catalogue.version))
         # Co-runner checks (``corunners``) also depend on the parameters; few clusters recur between observations.
@@ -158,67 +153,6 @@ class Estimator:
         # Scored grids (``_grid``): every term moves with the parameters, the observation count or the catalogue.
         self.grid_memo = Memo(lambda: (self.model.parameters_version, self.n_learned, catalogue.version),
                               max_entries=GRID_MEMO_ENTRIES)
-
-    # ------------------------------------------------------------------------------------------------ prior
-    def accelerator(self, name: str) -> Accelerator:
-        acc = self.accelerators.get(name)
-        if acc is None:  # unknown type seen only in a measurement: a mid-range GPU for the prior
-            acc = Accelerator(name=name, memory_gb=16, idle_w=30, max_w=250)
-        return acc
-
-    def prior_base(self, acc: Accelerator, variant: Variant, batch: int) -> tuple[float, float]:
-        key = ("prior1", acc.name, acc.max_w, variant.name, variant.params, variant.bytes, variant.precision, batch)
-        return self.memo.get(key, lambda: self.prior.base(acc, variant, batch))
-
-    def prior_growth(self, accelerator: str, variant: Variant, batch: int) -> np.ndarray:
-        """The prior's log change (latency, energy per item, throughput) from batch 1 to ``batch``, alone: what the
-        correction's batch elasticity scales (``tuner.elasticity``)."""
-        acc = self.accelerator(accelerator)
-        (lat, en), (lat1, en1) = self.prior_base(acc, variant, batch), self.prior_base(acc, variant, 1)
-        g = math.log(lat / lat1)
-        return np.array([g, math.log(en / en1), math.log(batch) - g])
-
-    def prior_log(self, candidate: Candidate, ctx: JobContext) -> np.ndarray:
-        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters)."""
-        acc = self.accelerator(candidate.accelerator)
-        lat, en = self.prior_base(acc, candidate.variant, candidate.batch_size)
-        lat1, en1 = self.prior_base(acc, candidate.variant, 1)
-        load = sum(c.load for c in candidate.co_runners)
-        return np.array(Prior.adjust(lat, en, float(candidate.batch_size), float(candidate.concurrency), load,
-                                     lat1, en1, stream_rate(ctx, self.partial_batches)))
-
-    def _prior_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
-                    ctx: JobContext) -> np.ndarray:
-        """Log prior (3, P, V, B, C), memoised per (accelerator, co-load) of the options, family and rate."""
-        # The rate only shapes the prior's dynamic-batching estimate: two significant digits are plenty, and
-        # let jobs with similar rates share one memoised grid.
-        rate = float(f"{stream_rate(ctx, self.partial_batches):.2g}")
-        sig = tuple(o.prior_key for o in options)
-        return self.memo.get(("prior_grid", variants[0].family, sig, rate),
-                             lambda: self._build_prior_grid(options, variants, sig, rate))
-
-    def _build_prior_grid(self, options, variants, sig, rate: float) -> np.ndarray:
-        base, lat1, en1 = self.memo.get(("prior_base", variants[0].family, tuple(x[:2] for x in sig)),
-                                        lambda: self._prior_base_grid(options, variants))
-        load = np.array([x[2] for x in sig], dtype=float)[:, None, None, None]
-        b = np.array(self.batch_sizes, dtype=float)[None, None, :, None]
-        c = np.array(self.concurrencies, dtype=float)[None, None, None, :]
-        out = np.empty((3, len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)))
-        for i, a in enumerate(Prior.adjust(base[..., 0][..., None], base[..., 1][..., None], b, c, load, lat1, en1,
-                                           rate)):
-            out[i] = a  # broadcast into the grid
-        return out
-
-    def _prior_base_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]):
-        """Base (latency, energy) table (P, V, B, 2), and the batch-1 latency and energy (P, V, 1, 1)."""
-        bases = []
-        for o in options:
-            acc = o.pool.accelerator
-            self.accelerators[acc.name] = acc  # the pool's own figures win (a measurement names only the type)
-            bases.append(self.memo.get(("prior", acc.name, acc.max_w, variants[0].family), lambda acc=acc: np.array(
-                [[self.prior.base(acc, v, b) for b in (1, *self.batch_sizes)] for v in variants])))  # V, 1+B, 2
-        base = np.stack(bases)
-        return base[:, :, 1:, :], base[:, :, 0, 0][..., None, None], base[:, :, 0, 1][..., None, None]
 
     # ------------------------------------------------------------------------------------------------ margins
     def margins(self, accelerator: str, family: str) -> np.ndarray:
@@ -245,8 +179,8 @@ class Estimator:
     def _family_prior_margin(self, family: str) -> float:
         variants = self.catalogue.family(family)
         if not variants:
-            return self.prior.margin
-        return self.memo.get(("prior_margin", family), lambda: max(self.prior.margin_of(v) for v in variants))
+            return self.priors.prior.margin
+        return self.memo.get(("prior_margin", family), lambda: max(self.priors.prior.margin_of(v) for v in variants))
 
     def region_count(self, accelerator: str, family: str) -> int:
         """Latency residuals recorded for (accelerator, family): how much the model has seen there."""
@@ -268,7 +202,7 @@ class Estimator:
         xs = [encode(c, cand) for c, cand in zip(ctxs, candidates)]
         rows, vals = self.model.index(xs)
         raw = self.model.predict_many(rows, vals)
-        out = raw + np.array([self.prior_log(c, x) + self.correction_of(c) for x, c in zip(ctxs, candidates)])
+        out = raw + np.array([self.priors.log(c, x) + self.correction_of(c) for x, c in zip(ctxs, candidates)])
         if self.implied_throughput:
             out[:, THR] = np.log([1000.0 * c.batch_size * c.concurrency for c in candidates]) - out[:, LAT]
         return out
@@ -276,7 +210,7 @@ class Estimator:
     def correction_of(self, c: Candidate) -> np.ndarray | float:
         """The pooled correction (log, per target) of one candidate (0 without one)."""
         return 0.0 if self.correction is None else self.correction.predict_candidate(
-            c, self.prior_growth(c.accelerator, c.variant, c.batch_size))
+            c, self.priors.growth(c.accelerator, c.variant, c.batch_size))
 
     def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
         if self.correction is None:
@@ -288,7 +222,7 @@ class Estimator:
         """The correction depends on an option's accelerator type only, and many options share one (40 pools,
         8 types): each type's rows are computed once and copied to its options (the same numbers)."""
         unique = list(dict.fromkeys(regions))
-        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies, self.prior_growth)
+        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies, self.priors.growth)
         if len(unique) == len(regions):
             return grid
         at = {r: i for i, r in enumerate(unique)}
@@ -337,7 +271,7 @@ class Estimator:
         static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
         raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
         regions = [o.pool.accelerator.name for o in options]
-        logp = raw + self._prior_grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
+        logp = raw + self.priors.grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
         marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
@@ -399,7 +333,7 @@ class Estimator:
             before, after = self.correction.learn_many([
                 (c.accelerator, c.variant, c.batch_size, c.concurrency, np.array([y[t] or 0.0 for t in TARGETS]),
                  np.array([y[t] is not None for t in TARGETS]),
-                 self.prior_growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
+                 self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
                 for m, c, _, y in rows])
         for (m, c, x, y), corr_before, corr_after in zip(rows, before, after):
             fm_before = self.model.learn_predict_one(x, {t: None if y[t] is None else y[t] - corr_after[i]
@@ -419,7 +353,7 @@ class Estimator:
         c = m.candidate
         ctx = job_context(m)
         x = encode(ctx, c)
-        prior = self.prior_log(c, ctx)
+        prior = self.priors.log(c, ctx)
         capacity = m.throughput_items_per_s > 0 and (
             m.kind != "streaming" or (m.gpu_util is not None and m.gpu_util >= self.saturated_util))
         y: dict[str, float | None] = {
@@ -455,7 +389,7 @@ class Estimator:
             c = p.candidate
             load = p.arrival_rate_rps / self.memo.get(
                 ("thr_alone", c.accelerator, c.variant.name, c.batch_size, c.concurrency, p.arrival_rate_rps),
-                lambda: math.exp(self.prior_log(c.model_copy(update={"co_runners": ()}), job_context(p))[THR]))
+                lambda: math.exp(self.priors.log(c.model_copy(update={"co_runners": ()}), job_context(p))[THR]))
         load = min(1.0, max(0.05, round(load * 20.0) / 20.0))
         put_bounded(memo, p.job_id, (p, seen, load), LOADS_KEPT)  # holds p and seen: their ids stay unique meanwhile
         return load
@@ -463,7 +397,7 @@ class Estimator:
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         return {
-            "accelerators": [a.model_dump() for n, a in self.accelerators.items() if CATALOG.get(n) != a],
+            "accelerators": [a.model_dump() for n, a in self.priors.accelerators.items() if CATALOG.get(n) != a],
             "model": self.model.state_dict(),
             "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
             "visits": dict(self.visits),
@@ -480,4 +414,4 @@ class Estimator:
             self.correction = PooledCorrection.from_state_dict(d["correction"], len(TARGETS))
         for a in d.get("accelerators", []):
             acc = Accelerator.model_validate(a)
-            self.accelerators[acc.name] = acc
+            self.priors.accelerators[acc.name] = acc

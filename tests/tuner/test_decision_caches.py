@@ -118,7 +118,7 @@ def test_the_correction_and_visit_grids_scored_per_accelerator_type_equal_the_pe
     est = tuner.estimator
     regions = [p.accelerator.name for p in cluster.pools] * 3  # each type several times, interleaved
     fam = [v for v in variants if v.family == "cnn"]
-    full = est.correction.grid(regions, fam, est.batch_sizes, est.concurrencies, est.prior_growth)
+    full = est.correction.grid(regions, fam, est.batch_sizes, est.concurrencies, est.priors.growth)
     assert np.array_equal(est._build_correction_grid(regions, fam), full)
     assert not np.array_equal(full[:, 0], full[:, 1])  # the types really differ (the test can fail)
     visits = est._visit_grid(regions, fam)

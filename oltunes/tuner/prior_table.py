@@ -1,0 +1,101 @@
+"""The heuristic prior's figures as the estimator reads them: per candidate and per scored grid, memoised.
+
+Log (latency, energy per item, throughput) of a candidate or of a whole (placement option x variant x batch x
+concurrency) grid, from ``Prior.base`` per (accelerator, variant, batch) and ``Prior.adjust`` for concurrency,
+co-runners' load and a stream's partial batches; and the prior's growth from batch 1, which the pooled correction's
+batch elasticity and family growth scale multiply. Entries live in the estimator's memo (they depend on the
+catalogue and the FM's vocabulary only through that memo's key).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from oltunes.inventory import CATALOG
+from oltunes.learner.features import JobContext
+from oltunes.tuner.candidates import PlacementOption
+from oltunes.tuner.memo import Memo
+from oltunes.tuner.prior import Prior
+from oltunes.types import Accelerator, Candidate, Variant
+
+__all__ = ["PriorTable", "stream_rate"]
+
+
+def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
+    """The request rate that shapes dynamic batching in the prior (0: full batches; always 0 for batch jobs)."""
+    return ctx.arrival_rate_rps if partial_batches and ctx.kind == "streaming" else 0.0
+
+
+class PriorTable:
+    """``log(candidate, ctx)``, ``grid(options, variants, ctx)`` (3, P, V, B, C) and ``growth``: the prior's figures,
+    memoised in ``memo``. ``accelerators``: every accelerator type's figures seen so far (a pool's own win)."""
+
+    def __init__(self, prior: Prior, memo: Memo, batch_sizes: tuple[int, ...], concurrencies: tuple[int, ...],
+                 partial_batches: bool) -> None:
+        self.prior, self.memo = prior, memo
+        self.batch_sizes, self.concurrencies = batch_sizes, concurrencies
+        self.partial_batches = partial_batches
+        self.accelerators: dict[str, Accelerator] = dict(CATALOG)
+
+    def accelerator(self, name: str) -> Accelerator:
+        acc = self.accelerators.get(name)
+        if acc is None:  # unknown type seen only in a measurement: a mid-range GPU for the prior
+            acc = Accelerator(name=name, memory_gb=16, idle_w=30, max_w=250)
+        return acc
+
+    def base(self, acc: Accelerator, variant: Variant, batch: int) -> tuple[float, float]:
+        key = ("prior1", acc.name, acc.max_w, variant.name, variant.params, variant.bytes, variant.precision, batch)
+        return self.memo.get(key, lambda: self.prior.base(acc, variant, batch))
+
+    def growth(self, accelerator: str, variant: Variant, batch: int) -> np.ndarray:
+        """The prior's log change (latency, energy per item, throughput) from batch 1 to ``batch``, alone: what the
+        correction's batch elasticity scales (``tuner.elasticity``)."""
+        acc = self.accelerator(accelerator)
+        (lat, en), (lat1, en1) = self.base(acc, variant, batch), self.base(acc, variant, 1)
+        g = math.log(lat / lat1)
+        return np.array([g, math.log(en / en1), math.log(batch) - g])
+
+    def log(self, candidate: Candidate, ctx: JobContext) -> np.ndarray:
+        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters)."""
+        acc = self.accelerator(candidate.accelerator)
+        lat, en = self.base(acc, candidate.variant, candidate.batch_size)
+        lat1, en1 = self.base(acc, candidate.variant, 1)
+        load = sum(c.load for c in candidate.co_runners)
+        return np.array(Prior.adjust(lat, en, float(candidate.batch_size), float(candidate.concurrency), load,
+                                     lat1, en1, stream_rate(ctx, self.partial_batches)))
+
+    def grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
+                    ctx: JobContext) -> np.ndarray:
+        """Log prior (3, P, V, B, C), memoised per (accelerator, co-load) of the options, family and rate."""
+        # The rate only shapes the prior's dynamic-batching estimate: two significant digits are plenty, and
+        # let jobs with similar rates share one memoised grid.
+        rate = float(f"{stream_rate(ctx, self.partial_batches):.2g}")
+        sig = tuple(o.prior_key for o in options)
+        return self.memo.get(("prior_grid", variants[0].family, sig, rate),
+                             lambda: self._build_grid(options, variants, sig, rate))
+
+    def _build_grid(self, options, variants, sig, rate: float) -> np.ndarray:
+        base, lat1, en1 = self.memo.get(("prior_base", variants[0].family, tuple(x[:2] for x in sig)),
+                                        lambda: self._base_grid(options, variants))
+        load = np.array([x[2] for x in sig], dtype=float)[:, None, None, None]
+        b = np.array(self.batch_sizes, dtype=float)[None, None, :, None]
+        c = np.array(self.concurrencies, dtype=float)[None, None, None, :]
+        out = np.empty((3, len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)))
+        for i, a in enumerate(Prior.adjust(base[..., 0][..., None], base[..., 1][..., None], b, c, load, lat1, en1,
+                                           rate)):
+            out[i] = a  # broadcast into the grid
+        return out
+
+    def _base_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]):
+        """Base (latency, energy) table (P, V, B, 2), and the batch-1 latency and energy (P, V, 1, 1)."""
+        bases = []
+        for o in options:
+            acc = o.pool.accelerator
+            self.accelerators[acc.name] = acc  # the pool's own figures win (a measurement names only the type)
+            bases.append(self.memo.get(("prior", acc.name, acc.max_w, variants[0].family), lambda acc=acc: np.array(
+                [[self.prior.base(acc, v, b) for b in (1, *self.batch_sizes)] for v in variants])))  # V, 1+B, 2
+        base = np.stack(bases)
+        return base[:, :, 1:, :], base[:, :, 0, 0][..., None, None], base[:, :, 0, 1][..., None, None]
