@@ -103,6 +103,30 @@ class FTML(optim.base.Optimizer):
         z = b1 * z + (1.0 - b1) * g - sigma * theta
         return -z / d, v, d, z
 
+    def _update_arrays(self, theta, g, t, v, d_prev, z, lr):
+        """``_update`` on arrays the caller gathered for this call (all but ``g`` are overwritten): the same
+        operations in the same order, into those arrays in place (most of a small update's cost is allocating
+        its intermediates)."""
+        b1, b2 = self.beta_1, self.beta_2
+        v *= b2
+        gg = (1.0 - b2) * g
+        gg *= g
+        v += gg
+        d = np.divide(v, 1.0 - b2**t)
+        np.sqrt(d, out=d)
+        d += self.eps
+        d *= (1.0 - b1**t) / lr
+        d_prev *= b1
+        np.subtract(d, d_prev, out=d_prev)  # sigma
+        z *= b1
+        np.multiply(1.0 - b1, g, out=gg)
+        z += gg
+        d_prev *= theta
+        z -= d_prev
+        np.negative(z, out=theta)
+        theta /= d
+        return theta, v, d, z
+
     def _step_with_dict(self, w: DictLike, g: DictLike) -> DictLike:
         if self._keyed is None:
             self._keyed = {}  # a plain dict (a defaultdict of a lambda would not pickle)
@@ -135,12 +159,14 @@ class FTML(optim.base.Optimizer):
         st = (self._rows or {}).get(key)
         if st is None or st["v"].shape[0] < table.shape[0] or st["v"].shape[1:] != table.shape[1:]:
             st = self._grow(key, table.shape)  # refuses a row shape that is not the key's
-        t = st["t"][rows] + 1
-        st["t"][rows] = t
+        ts = st["t"]
+        t = ts[rows] + 1
+        ts[rows] = t
         if table.ndim > 1:
             t = t.reshape((-1,) + (1,) * (table.ndim - 1))
-        new, st["v"][rows], st["d"][rows], st["z"][rows] = self._update(
-            table[rows], g, t, st["v"][rows], st["d"][rows], st["z"][rows], self.learning_rate
+        v, d_prev, z = st["v"], st["d"], st["z"]
+        new, v[rows], d_prev[rows], z[rows] = self._update_arrays(
+            table[rows], g, t, v[rows], d_prev[rows], z[rows], self.learning_rate
         )
         table[rows] = new
         self.n_iterations += 1
