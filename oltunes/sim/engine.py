@@ -494,28 +494,26 @@ class Simulator:
             shed = self.drop_after * r.job.spec.slo_ms
             req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
             wait = mean(r.interval_wait_ms)
-        # Built without validation (a fifth of this method's cost): every value is of its field's type here, and
-        # in its range by construction (tests/sim/test_sim_engine.py checks both against validation).
-        return Measurement.model_construct(
+        return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,
             kind=r.job.spec.kind,
             arrival_rate_rps=r.interval_items / span if r.streaming else 0.0,
             candidate=cand,
-            items=int(r.interval_items),
-            wall_s=float(span),
+            items=r.interval_items,
+            wall_s=span,
             latency_p50_ms=float(p50),
             latency_p95_ms=float(p95),
             latency_p99_ms=float(p99),
             throughput_items_per_s=r.interval_items / busy if busy > 0 else 0.0,
-            energy_j_per_item=float(r.energy_j / r.interval_items),
+            energy_j_per_item=r.energy_j / r.interval_items,
             energy_source="simulated",
-            accuracy=float(r.accuracy),
-            gpu_util=float(min(1.0, r.busy_iso / span)),
-            request_latency_p99_ms=None if req_p99 is None else float(req_p99),
+            accuracy=r.accuracy,
+            gpu_util=min(1.0, r.busy_iso / span),
+            request_latency_p99_ms=req_p99,
             queueing_delay_ms=wait,
             simulated=True,
-            timestamp=float(now),
+            timestamp=now,
         )
 
 

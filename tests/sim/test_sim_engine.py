@@ -176,25 +176,3 @@ def test_a_measurement_reports_the_decided_candidate_with_the_co_runners_seen(sh
     pol = _Checking(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)), sim)
     sim.run(pol)
     assert pol.reused > 50 and pol.with_co_runners > 50 and pol.checked > 300
-
-
-def test_measurements_built_without_validation_are_what_validation_gives(tiny):
-    """The engine builds its measurements with ``model_construct``: each must pass validation unchanged, every
-    field of the very type validation gives (a numpy float where a float belongs would change what learns)."""
-    from oltunes.policies import PolicyContext
-    from oltunes.types import Measurement
-
-    sc = tiny.scenario
-    ctx = PolicyContext(profile=tiny.model, variants=tuple(tiny.model.variants()), batch_sizes=tuple(sc.batch_sizes),
-                        concurrencies=tuple(sc.concurrencies), seed=sc.seed)
-    policy = Policy.make("oltunes", ctx=ctx)
-    seen = []
-    learn = policy.observe_many
-    policy.observe_many = lambda ms: (seen.extend(ms), learn(ms))
-    run_policy(tiny, policy)
-    assert {m.kind for m in seen} == {"streaming", "batch"}
-    for m in seen:
-        valid = Measurement.model_validate({k: getattr(m, k) for k in m.model_fields_set})
-        assert valid.model_fields_set == m.model_fields_set and "measurement_id" not in m.model_fields_set
-        for k in Measurement.model_fields.keys() - {"measurement_id"}:  # a fresh id each: the only difference
-            assert getattr(valid, k) == getattr(m, k) and type(getattr(valid, k)) is type(getattr(m, k)), k
