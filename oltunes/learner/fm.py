@@ -335,8 +335,8 @@ class _FMBase(base.Base):
     def _sgd_step(self, rows: np.ndarray, vals: np.ndarray, y: np.ndarray, mask: np.ndarray, w: float,
                   fresh: bool) -> np.ndarray:
         W, V = self._W, self._V
-        Wr = W[rows]
-        Vr = V[rows]  # m, T, k
+        Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
+        Vr = V.take(rows, axis=0)  # m, T, k
         xv = Vr * vals[:, None, None]
         s = xv.sum(axis=0)  # T, k
         yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
