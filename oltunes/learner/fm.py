@@ -273,18 +273,12 @@ class _FMBase(base.Base):
         """
         return self.raw_sums_planned(self.sums_plan(xa, xd))
 
-    def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> tuple:
-        """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes)."""
+    def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]],
+                  newcomer: tuple | None = None) -> tuple:
+        """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes).
+        ``newcomer``: ``newcomer_plan(xd)``, if the caller kept it (valid as long as the vocabulary)."""
         rows_a, vals_a = self.index(xa)
-        rows_d, vals_d = self.index(xd)
-        idx = self._index
-        # where each of d's keys sits in rows_d (the same order as index()): few distinct keys, many positions
-        at: dict[str, tuple[list[int], list[int]]] = {}
-        for j, x in enumerate(xd):
-            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
-                js, ms = at.setdefault(k, ([], []))
-                js.append(j)
-                ms.append(m)
+        rows_d, vals_d, at = newcomer if newcomer is not None else self.newcomer_plan(xd)
         a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
         for i, x in enumerate(xa):
             for k, (js, ms) in at.items():
@@ -292,6 +286,20 @@ class _FMBase(base.Base):
                 if v is not None:
                     a_at[i, js, ms] = v
         return rows_a, vals_a, rows_d, vals_d, (a_at if a_at.any() else None)
+
+    def newcomer_plan(self, xd: Sequence[Mapping[str, float]]) -> tuple:
+        """``index(xd)`` and where each of xd's keys sits in it (``sums_plan``'s part that depends on ``xd``
+        alone): few distinct keys, many positions."""
+        rows_d, vals_d = self.index(xd)
+        idx = self._index
+        at: dict[str, tuple[list[int], list[int]]] = {}
+        for j, x in enumerate(xd):
+            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
+                js, ms = at.setdefault(k, ([], []))
+                js.append(j)
+                ms.append(m)
+        return rows_d, vals_d, {k: (np.array(js, dtype=np.intp), np.array(ms, dtype=np.intp))
+                                for k, (js, ms) in at.items()}
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
         rows_a, vals_a, rows_d, vals_d, a_at = plan

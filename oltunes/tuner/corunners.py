@@ -143,7 +143,7 @@ def _plan(est: Estimator, members, rows: Sequence[_MemberRow], family: str, size
     _index_new_rows(est, rows, xd_key)
     pieces = [r.plans[xd_key] for r in rows]
     rows_a, vals_a = _stack([(p[0], p[1]) for p in pieces])
-    rows_d, vals_d = est.memo.get(("newcomer_index", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
+    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
     a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
     if any(p[2] is not None for p in pieces):
         a_at = np.zeros((len(rows), *rows_d.shape))
@@ -164,13 +164,19 @@ def _newcomer(est: Estimator, xd_key: tuple) -> list[dict[str, float]]:
                                                        for s in sizes for level in LOAD_LEVELS])
 
 
+def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
+    """The FM's ``newcomer_plan`` of the newcomer's features (kept while the vocabulary is)."""
+    return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.newcomer_plan(_newcomer(est, xd_key)))
+
+
 def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:
     """Index the rows not indexed yet for this newcomer, in one ``sums_plan`` and one ``index`` call, and keep
     each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
     new = list({id(r): r for r in rows if xd_key not in r.plans}.values())
     if not new:
         return
-    rows_a, vals_a, _, _, a_at = est.model.sums_plan([r.x_with for r in new], _newcomer(est, xd_key))
+    rows_a, vals_a, _, _, a_at = est.model.sums_plan([r.x_with for r in new], _newcomer(est, xd_key),
+                                                     _newcomer_plan(est, xd_key))
     alone_rows, alone_vals = est.model.index([r.x_alone for r in new])
     for i, r in enumerate(new):
         w = len(r.x_with) or 1
