@@ -362,8 +362,10 @@ class _FMBase(base.Base):
         c = self.clip_gradient
         g = np.array([min(max(w * e, -c), c) if m else 0.0 for e, m in zip(err, ms)])
         # Linear weights (bias row 0 included, not regularised).
-        wrows = np.concatenate(([0], rows))
-        gW = np.outer(np.concatenate(([1.0], vals)), g)
+        m = len(rows)
+        wrows, x1 = np.zeros(m + 1, dtype=np.intp), np.ones(m + 1)  # the bias row (0, value 1) and the active rows
+        wrows[1:], x1[1:] = rows, vals
+        gW = x1[:, None] * g[None, :]  # np.outer's own arithmetic, without its wrapper
         gW[1:] += self.l2_weight * Wr
         self._step(self._wopt, self._W, wrows, gW)
         # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
