@@ -180,16 +180,16 @@ class _FMBase(base.Base):
     def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """Raw outputs (n, n_targets) for padded index arrays."""
         W, V = self._W, self._V
-        lin = (W[rows] * vals[:, :, None]).sum(axis=1)
-        xv = V[rows] * vals[:, :, None, None]  # n, m, T, k
+        lin = (W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
         s = xv.sum(axis=1)
         inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
         return self._unscale(W[0] + lin + inter)
 
     def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
-        lin = (self._W[rows] * vals[:, :, None]).sum(axis=1)
-        xv = self._V[rows] * vals[:, :, None, None]
+        lin = (self._W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = self._V.take(rows, axis=0) * vals[:, :, None, None]
         return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
 
     def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
