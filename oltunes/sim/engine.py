@@ -18,10 +18,12 @@ type slows (the truth model changes, running jobs feel it at once), outside tena
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -241,8 +243,13 @@ class Simulator:
     def run(self, policy: Policy, progress: Callable[[float], None] | None = None) -> RunResult:
         """Simulate the whole workload under ``policy``; deterministic for (seed, jobs, policy)."""
         wall0 = time.perf_counter()
-        model, cl = self.model, self.cluster
         runs = [JobRun(j, seed=self.seed * 1_000_003 + k) for k, j in enumerate(self.jobs)]
+        with _frozen_while_running():
+            return self._run(policy, progress, runs, wall0)
+
+    def _run(self, policy: Policy, progress: Callable[[float], None] | None, runs: list[JobRun],
+             wall0: float) -> RunResult:
+        model, cl = self.model, self.cluster
         res = RunResult(
             policy=policy.name,
             duration_s=self.duration_s,
@@ -515,6 +522,22 @@ class Simulator:
             simulated=True,
             timestamp=now,
         )
+
+
+@contextmanager
+def _frozen_while_running():
+    """Keep what is alive when a run starts (the workload, the job runs with their request lists: millions of
+    items at scale) out of the garbage collector's passes while the run lasts: every full collection walked all
+    of it again (half the collector's time at 1,000 devices). Nothing changes but when memory is scanned; a
+    caller's own freeze is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass
