@@ -14,7 +14,7 @@ snapshot synced last: those changes are applied and the list is not walked at al
 every time (the HTTP service) regroups everything in one pass, as every decision did before.
 
 Members of a device are returned in the order of the cluster's list, so options (and the decisions built on them)
-are exactly what a fresh grouping gives.
+are exactly what a fresh grouping gives. One pool's part of the index is :mod:`oltunes.tuner.pool_occupancy`.
 """
 
 from __future__ import annotations
