@@ -162,28 +162,34 @@ class _FMBase(base.Base):
         return out * self._sd.reshape(shape) + self._mu.reshape(shape)
 
     def _update_target_stats(self, y: np.ndarray, mask: np.ndarray) -> None:
-        n = self._y_n = self._y_n + mask
-        d = np.where(mask, y - self._y_mean, 0.0)
-        self._y_mean = self._y_mean + d / np.maximum(n, 1)
-        self._y_m2 = self._y_m2 + d * np.where(mask, y - self._y_mean, 0.0)
-        self._mu = self._y_mean.copy()
-        var = np.where(n > 1, self._y_m2 / np.maximum(n, 1), 0.0)
-        self._sd = np.where(var > 1e-12, np.sqrt(var), 1.0)
+        # Welford's update per target, in Python floats (a handful of targets: numpy calls would cost more)
+        ns, means, m2s = self._y_n.tolist(), self._y_mean.tolist(), self._y_m2.tolist()
+        sds = []
+        for t, (yt, m) in enumerate(zip(y.tolist(), mask.tolist())):
+            n = ns[t] = ns[t] + m
+            if m:
+                d = yt - means[t]
+                means[t] = means[t] + d / max(n, 1)
+                m2s[t] = m2s[t] + d * (yt - means[t])
+            var = m2s[t] / max(n, 1) if n > 1 else 0.0
+            sds.append(math.sqrt(var) if var > 1e-12 else 1.0)
+        self._y_n, self._y_mean, self._y_m2 = np.array(ns, dtype=np.int64), np.array(means), np.array(m2s)
+        self._mu, self._sd = self._y_mean.copy(), np.array(sds)
 
     # -- prediction ----------------------------------------------------------------------------------------
     def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """Raw outputs (n, n_targets) for padded index arrays."""
         W, V = self._W, self._V
-        lin = (W[rows] * vals[:, :, None]).sum(axis=1)
-        xv = V[rows] * vals[:, :, None, None]  # n, m, T, k
+        lin = (W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
         s = xv.sum(axis=1)
         inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
         return self._unscale(W[0] + lin + inter)
 
     def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
-        lin = (self._W[rows] * vals[:, :, None]).sum(axis=1)
-        xv = self._V[rows] * vals[:, :, None, None]
+        lin = (self._W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = self._V.take(rows, axis=0) * vals[:, :, None, None]
         return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
 
     def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
@@ -267,18 +273,12 @@ class _FMBase(base.Base):
         """
         return self.raw_sums_planned(self.sums_plan(xa, xd))
 
-    def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> tuple:
-        """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes)."""
+    def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]],
+                  newcomer: tuple | None = None) -> tuple:
+        """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes).
+        ``newcomer``: ``newcomer_plan(xd)``, if the caller kept it (valid as long as the vocabulary)."""
         rows_a, vals_a = self.index(xa)
-        rows_d, vals_d = self.index(xd)
-        idx = self._index
-        # where each of d's keys sits in rows_d (the same order as index()): few distinct keys, many positions
-        at: dict[str, tuple[list[int], list[int]]] = {}
-        for j, x in enumerate(xd):
-            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
-                js, ms = at.setdefault(k, ([], []))
-                js.append(j)
-                ms.append(m)
+        rows_d, vals_d, at = newcomer if newcomer is not None else self.newcomer_plan(xd)
         a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
         for i, x in enumerate(xa):
             for k, (js, ms) in at.items():
@@ -286,6 +286,20 @@ class _FMBase(base.Base):
                 if v is not None:
                     a_at[i, js, ms] = v
         return rows_a, vals_a, rows_d, vals_d, (a_at if a_at.any() else None)
+
+    def newcomer_plan(self, xd: Sequence[Mapping[str, float]]) -> tuple:
+        """``index(xd)`` and where each of xd's keys sits in it (``sums_plan``'s part that depends on ``xd``
+        alone): few distinct keys, many positions."""
+        rows_d, vals_d = self.index(xd)
+        idx = self._index
+        at: dict[str, tuple[list[int], list[int]]] = {}
+        for j, x in enumerate(xd):
+            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
+                js, ms = at.setdefault(k, ([], []))
+                js.append(j)
+                ms.append(m)
+        return rows_d, vals_d, {k: (np.array(js, dtype=np.intp), np.array(ms, dtype=np.intp))
+                                for k, (js, ms) in at.items()}
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
         rows_a, vals_a, rows_d, vals_d, a_at = plan
@@ -305,9 +319,13 @@ class _FMBase(base.Base):
         on observations drawn from the recent-observation buffer. Returns the pre-update prediction."""
         if self._index is None:
             self._init_state()
-        names = [k for k, v in x.items() if v != 0.0]
-        rows = np.fromiter((self._row(k) for k in names), dtype=np.intp, count=len(names))
-        vals = np.fromiter((x[k] for k in names), dtype=float, count=len(names))
+        items = [(k, v) for k, v in x.items() if v != 0.0]
+        idx = self._index
+        known = [idx.get(k) for k, _ in items]
+        if None in known:  # new features get rows (and latent draws) in the order they appear
+            known = [self._row(k) for k, _ in items]
+        rows = np.array(known, dtype=np.intp)
+        vals = np.array([v for _, v in items], dtype=float)
         if self.standardize:
             self._update_target_stats(y, mask)
         yhat = self._sgd_step(rows, vals, y, mask, w, fresh=True)
@@ -325,22 +343,29 @@ class _FMBase(base.Base):
     def _sgd_step(self, rows: np.ndarray, vals: np.ndarray, y: np.ndarray, mask: np.ndarray, w: float,
                   fresh: bool) -> np.ndarray:
         W, V = self._W, self._V
-        Wr = W[rows]
-        Vr = V[rows]  # m, T, k
+        Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
+        Vr = V.take(rows, axis=0)  # m, T, k
         xv = Vr * vals[:, None, None]
         s = xv.sum(axis=0)  # T, k
         yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+        # The per-target arithmetic (a handful of targets) in Python floats: the same IEEE operations, in the
+        # same order, as numpy's element-wise ones, without a numpy call's overhead per operation.
+        yh, ys, ms = yhat.tolist(), y.tolist(), mask.tolist()
         if self.standardize:  # the buffer holds raw targets: scaled with today's statistics, all alike
-            err = yhat - (y - self._mu) / self._sd
-            yhat = yhat * self._sd + self._mu
+            mu, sd = self._mu.tolist(), self._sd.tolist()
+            err = [a - (b - m) / d for a, b, m, d in zip(yh, ys, mu, sd)]
+            yhat = np.array([a * d + m for a, m, d in zip(yh, mu, sd)])
         else:
-            err = yhat - y
+            err = [a - b for a, b in zip(yh, ys)]
         if self.robust is not None:
-            err = err * self._robust_weight(err, mask, update=fresh)
-        g = np.where(mask, np.clip(w * err, -self.clip_gradient, self.clip_gradient), 0.0)
+            err = [e * r for e, r in zip(err, self._robust_weight(err, ms, update=fresh))]
+        c = self.clip_gradient
+        g = np.array([min(max(w * e, -c), c) if m else 0.0 for e, m in zip(err, ms)])
         # Linear weights (bias row 0 included, not regularised).
-        wrows = np.concatenate(([0], rows))
-        gW = np.outer(np.concatenate(([1.0], vals)), g)
+        m = len(rows)
+        wrows, x1 = np.zeros(m + 1, dtype=np.intp), np.ones(m + 1)  # the bias row (0, value 1) and the active rows
+        wrows[1:], x1[1:] = rows, vals
+        gW = x1[:, None] * g[None, :]  # np.outer's own arithmetic, without its wrapper
         gW[1:] += self.l2_weight * Wr
         self._step(self._wopt, self._W, wrows, gW)
         # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
@@ -359,7 +384,7 @@ class _FMBase(base.Base):
         r = self.replay * (self.replay_horizon / n) ** 2
         return int(r) + int(self._replay_rng.random() < r - int(r))
 
-    def _robust_weight(self, err: np.ndarray, mask: np.ndarray, update: bool) -> np.ndarray:
+    def _robust_weight(self, err: list[float], mask: list[bool], update: bool) -> list[float]:
         """Down-weight residuals beyond ``robust`` x the running mean |residual| (per target).
 
         Adaptive optimizers (FTML, Adam) normalise the gradient's size away, so clipping it (Huber) does not
@@ -370,15 +395,27 @@ class _FMBase(base.Base):
         cold model is wrong everywhere), then an exponential average of ``min(|r|, 4 s)``, so that a real
         level shift raises ``s`` within tens of observations and is learned, not rejected.
         """
-        a = np.abs(err)
-        ready = self._n_scale >= _ROBUST_WARMUP
-        lim = self.robust * self._scale
-        wt = np.where(ready & (a > lim), (lim / np.maximum(a, 1e-12)) ** 2, 1.0)
+        scale, n_scale = self._scale.tolist(), self._n_scale.tolist()
+        c = self.robust
+        wt = []
+        for e, s, n in zip(err, scale, n_scale):
+            a, lim = abs(e), c * s
+            if n >= _ROBUST_WARMUP and a > lim:
+                r = lim / max(a, 1e-12)
+                wt.append(r * r)
+            else:
+                wt.append(1.0)
         if update:
-            n = self._n_scale = self._n_scale + mask
-            rate = np.where(ready, _ROBUST_RATE, 1.0 / np.maximum(n, 1))
-            capped = np.where(ready, np.minimum(a, 4.0 * self._scale), a)
-            self._scale = np.where(mask, self._scale + rate * (capped - self._scale), self._scale)
+            for t, (e, s, n, m) in enumerate(zip(err, scale, n_scale, mask)):
+                ready, n = n >= _ROBUST_WARMUP, n + m
+                n_scale[t] = n
+                if m:
+                    a = abs(e)
+                    rate = _ROBUST_RATE if ready else 1.0 / max(n, 1)
+                    capped = min(a, 4.0 * s) if ready else a
+                    scale[t] = s + rate * (capped - s)
+            self._scale = np.array(scale)
+            self._n_scale = np.array(n_scale, dtype=np.int64)
         return wt
 
     @staticmethod

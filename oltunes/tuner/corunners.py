@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -77,22 +78,35 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
     if not members:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})
     sizes = tuple(sorted({v.size for v in variants}))
-    key = ("members", job.family, sizes, tuple(
-        (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
-         mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
-        for _, o, mem in members))
+    parts = [_option_members(est, o) for o in options if o.members]
+    key = ("members", job.family, sizes, tuple(chain.from_iterable(part[1] for part in parts)))
     # The outcome depends on these members, the newcomer's family and the model's state (``member_memo``'s
     # version): a burst of recommendations between two observations computes it once.
     hit = est.member_memo.get((key, tuple((o.pool.name, o.device) for o in options)),
-                         lambda: _compute(est, key, members, options, variants, job, sizes))
+                              lambda: _compute(est, key, members, parts, options, variants, job, sizes))
     return MemberChecks(hit.ok.copy(), hit.by_option, hit.slow, hit.sizes)
 
 
-def _compute(est: Estimator, key, members, options, variants, job, sizes) -> MemberChecks:
+def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[_MemberRow]]:
+    """One option's part of the checks' key (per member: what its checks read) and its members' rows, kept per
+    option object: a pool that did not change hands the tuner's next decision the same options (a move changes
+    two pools; the others' options are the same objects), so their members are keyed and planned once."""
+    table = est.memo.table("option_members")  # rows live as long as the vocabulary (``est.memo``'s version)
+    hit = table.get(id(o))
+    if hit is None or hit[0] is not o:
+        rows = est.memo.table("member_rows")
+        hit = put_bounded(table, id(o), (o, tuple(
+            (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
+             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
+            for mem in o.members), [_member_row(est, rows, o, mem) for mem in o.members]))
+    return hit
+
+
+def _compute(est: Estimator, key, members, parts, options, variants, job, sizes) -> MemberChecks:
     L = len(LOAD_LEVELS)
     ok = np.ones((len(options), len(variants), L), dtype=bool)
     plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
-        key, lambda: _plan(est, members, job.family, sizes))
+        key, lambda: _plan(est, members, [r for part in parts for r in part[2]], job.family, sizes))
     terms = est.per_observation.table("member_terms")
     margins, corr = (np.array(col) for col in zip(*(_member_terms(est, terms, c) for c in cands)))
     M = len(members)
@@ -121,17 +135,16 @@ def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, floa
     return hit
 
 
-def _plan(est: Estimator, members, family: str, sizes: Sequence[str]):
-    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes). Each member's
-    index arrays are kept with its row (``_MemberRow``), so a cluster that changed elsewhere indexes only its new
-    rows and stacks the rest: the arrays are exactly those ``sums_plan`` and ``index`` give for the whole list."""
-    table = est.memo.table("member_rows")  # its own table: a large cluster's rows do not evict the other memos
-    rows = [_member_row(est, table, o, mem) for _, o, mem in members]
+def _plan(est: Estimator, members, rows: Sequence[_MemberRow], family: str, sizes: Sequence[str]):
+    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes) from the
+    members' rows (``_option_members``). Each member's index arrays are kept with its row (``_MemberRow``), so
+    a cluster that changed elsewhere indexes only its new rows and stacks the rest: the arrays are exactly those
+    ``sums_plan`` and ``index`` give for the whole list."""
     xd_key = (family, tuple(sizes))
     _index_new_rows(est, rows, xd_key)
     pieces = [r.plans[xd_key] for r in rows]
     rows_a, vals_a = _stack([(p[0], p[1]) for p in pieces])
-    rows_d, vals_d = est.memo.get(("newcomer_index", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
+    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
     a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
     if any(p[2] is not None for p in pieces):
         a_at = np.zeros((len(rows), *rows_d.shape))
@@ -152,13 +165,19 @@ def _newcomer(est: Estimator, xd_key: tuple) -> list[dict[str, float]]:
                                                        for s in sizes for level in LOAD_LEVELS])
 
 
+def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
+    """The FM's ``newcomer_plan`` of the newcomer's features (kept while the vocabulary is)."""
+    return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.newcomer_plan(_newcomer(est, xd_key)))
+
+
 def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:
     """Index the rows not indexed yet for this newcomer, in one ``sums_plan`` and one ``index`` call, and keep
     each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
     new = list({id(r): r for r in rows if xd_key not in r.plans}.values())
     if not new:
         return
-    rows_a, vals_a, _, _, a_at = est.model.sums_plan([r.x_with for r in new], _newcomer(est, xd_key))
+    rows_a, vals_a, _, _, a_at = est.model.sums_plan([r.x_with for r in new], _newcomer(est, xd_key),
+                                                     _newcomer_plan(est, xd_key))
     alone_rows, alone_vals = est.model.index([r.x_alone for r in new])
     for i, r in enumerate(new):
         w = len(r.x_with) or 1

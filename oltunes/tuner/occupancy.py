@@ -14,113 +14,26 @@ snapshot synced last: those changes are applied and the list is not walked at al
 every time (the HTTP service) regroups everything in one pass, as every decision did before.
 
 Members of a device are returned in the order of the cluster's list, so options (and the decisions built on them)
-are exactly what a fresh grouping gives.
+are exactly what a fresh grouping gives. One pool's part of the index is :mod:`oltunes.tuner.pool_occupancy`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from heapq import heapify, heappop, heappush
 from itertools import compress, islice
 from itertools import count as _count
 from operator import attrgetter, is_, is_not
 from typing import Any
 
 from oltunes.placement_log import PlacementLog, Snapshot
+from oltunes.tuner.pool_occupancy import PoolOccupancy, new_version
 from oltunes.types import Placement
 
 __all__ = ["Occupancy"]
 
-_VERSIONS = _count(1)  # pool versions are unique across pools and re-creations: 0 means "nothing placed"
 MAX_MEMO = 4096
 _MAX_FAST_REMOVALS = 8  # more removals between two syncs than this: the general path (id sets) is as cheap
 _POOL_DEVICE = attrgetter("pool", "device")
-
-
-class _Pool:
-    """One pool's occupied devices: device -> {key: None} (keys only: containers of plain ints are not tracked by
-    the garbage collector, so a large index kept between decisions adds no collection work), and devices bucketed by
-    how many jobs they hold. What the queries need is kept so that none walks the pool's devices per decision: the
-    lowest device of each level (a heap, built on first need, stale entries dropped as they surface), bounds on the
-    device indices and a device below which every one is occupied."""
-
-    __slots__ = ("devices", "gap", "heaps", "hi", "levels", "lo", "total", "version")
-
-    def __init__(self, devices: dict[int, dict[Hashable, None]] | None = None) -> None:
-        self.devices: dict[int, dict[Hashable, None]] = devices or {}
-        self.levels: dict[int, set[int]] = {}  # member count -> devices holding that many
-        self.heaps: dict[int, list[int]] = {}  # member count -> a heap of (at least) that level's devices
-        sizes = list(map(len, self.devices.values()))
-        self.total = sum(sizes)
-        if sizes and min(sizes) == max(sizes):  # one level (e.g. one job per occupied device): no loop in Python
-            self.levels[sizes[0]] = set(self.devices)
-        else:
-            for d, n in zip(self.devices, sizes):
-                level = self.levels.get(n)
-                if level is None:
-                    self.levels[n] = {d}
-                else:
-                    level.add(d)
-        self.lo, self.hi = (min(self.devices), max(self.devices)) if self.devices else (0, -1)  # lo <= d <= hi
-        self.gap = 0  # every device in [0, gap) is occupied
-        self.version = next(_VERSIONS)
-
-    def _enter(self, n: int, d: int) -> None:
-        level = self.levels.get(n)
-        if level is None:
-            level = self.levels[n] = set()
-        level.add(d)
-        heap = self.heaps.get(n)
-        if heap is not None:
-            heappush(heap, d)
-            if len(heap) > 2 * len(level) + 32:  # mostly stale: rebuild
-                self.heaps[n] = list(level)
-                heapify(self.heaps[n])
-
-    def add(self, key: Hashable, p: Placement) -> None:
-        d = p.device
-        ms = self.devices.setdefault(d, {})
-        n = len(ms)
-        if n:
-            self.levels[n].discard(d)
-        ms[key] = None
-        self._enter(n + 1, d)
-        self.total += 1
-        if d < self.lo or self.hi < self.lo:
-            self.lo = d
-        self.hi = max(self.hi, d)
-
-    def remove(self, key: Hashable, p: Placement) -> None:
-        d = p.device
-        ms = self.devices[d]
-        n = len(ms)
-        self.levels[n].discard(d)
-        del ms[key]
-        if ms:
-            self._enter(n - 1, d)
-        else:
-            del self.devices[d]
-            if 0 <= d < self.gap:
-                self.gap = d
-        self.total -= 1
-
-    def lowest(self, n: int) -> int:
-        """The lowest device holding ``n`` jobs (there is one)."""
-        ds, heap = self.levels[n], self.heaps.get(n)
-        if heap is None:
-            heap = self.heaps[n] = list(ds)
-            heapify(heap)
-        while heap[0] not in ds:
-            heappop(heap)
-        return heap[0]
-
-    def within(self, count: int) -> bool:
-        """Whether every occupied device is one of 0..count-1 (the bounds are tightened when they say no)."""
-        if self.lo >= 0 and self.hi < count:
-            return True
-        if self.devices:
-            self.lo, self.hi = min(self.devices), max(self.devices)
-        return self.lo >= 0 and self.hi < count
 
 
 class Occupancy:
@@ -135,7 +48,7 @@ class Occupancy:
     """
 
     def __init__(self) -> None:
-        self._pools: dict[str, _Pool] = {}
+        self._pools: dict[str, PoolOccupancy] = {}
         self._placed: dict[Hashable, Placement] = {}  # key -> placement; holds them, so an id is never reused
         self._by_job: dict[str, set[Hashable]] | None = None  # built on the first exclusion, then kept
         # object id -> position in the synced list (when needed); positions only need to keep the list's relative
@@ -197,7 +110,7 @@ class Occupancy:
                 touched.add(self._remove(key))
         for name in touched:  # a pool that changed gets a new version (its derived values are rebuilt)
             if name in self._pools:
-                self._pools[name].version = next(_VERSIONS)
+                self._pools[name].version = new_version()
         if order is not self._order:
             self._next_pos = len(placements)
         # a snapshot is never changed once handed out; any other list is copied (lists are mutable)
@@ -313,7 +226,7 @@ class Occupancy:
                 devices[device] = {key: None}
             else:
                 ms[key] = None
-        self._pools = {name: _Pool(devices) for name, devices in grouped.items()}
+        self._pools = {name: PoolOccupancy(devices) for name, devices in grouped.items()}
         self._by_job, self.memo, self._excluded = None, {}, {}
 
     def _add(self, key: Hashable, p: Placement) -> str:
@@ -322,7 +235,7 @@ class Occupancy:
             self._by_job.setdefault(p.job_id, set()).add(key)
         pool = self._pools.get(p.pool)
         if pool is None:
-            pool = self._pools[p.pool] = _Pool()
+            pool = self._pools[p.pool] = PoolOccupancy()
         pool.add(key, p)
         return p.pool
 

@@ -108,14 +108,11 @@ class TunerService:
 
     def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
         """Learn the new measurements and journal them (not yet fsynced: call `sync` before answering)."""
-        accepted: list[str] = []
         with self.lock:
             new = [m for m in measurements if not self.tuner.has_seen(m.measurement_id)]
             if self.journal is not None:
                 self.journal.append(new)  # a full disk fails here, before anything is learnt
-            for m in new:
-                if self.tuner.observe(m):
-                    accepted.append(m.measurement_id)
+            accepted: list[str] = [m.measurement_id for m, ok in zip(new, self._observe_all(new)) if ok]
             self.n_observed += len(accepted)
             self._dirty = self._dirty or bool(accepted)
         return ObserveResponse(accepted=len(accepted), duplicates=len(measurements) - len(accepted),
@@ -125,6 +122,15 @@ class TunerService:
         """Make every observation answered so far durable (fsync of the journal)."""
         if self.journal is not None:
             self.journal.sync()
+
+    def _observe_all(self, ms: Sequence[Measurement]) -> list[bool]:
+        """Learn ``ms`` in one ``observe_many`` when the tuner has it (the pooled correction is then fitted per
+        chunk, as in-process batches are; a measurement with a non-finite value refuses them all), else one by
+        one."""
+        many = getattr(self.tuner, "observe_many", None)  # optional in `ServedTuner`, like `expect`
+        if many is None or not ms:
+            return [self.tuner.observe(m) for m in ms]
+        return many(ms)
 
     def _learn(self, m: Measurement) -> bool:
         try:

@@ -50,3 +50,36 @@ def test_co_runners_follow_loads_and_placements_though_built_once_per_load():
     assert [c.job_id for c in cl.co_runners("t4", 0, exclude="j0")] == ["j1"]
     assert cl.co_runners("t4", 1, exclude="j2") == ()
     assert cl.co_runners("t4", 1)[0].load == 0.0  # its load was forgotten on removal
+
+
+def test_state_lists_the_placements_in_their_order_after_any_moves():
+    """``state()`` copies a list kept in step with the placements (not the dict): after any sequence of places,
+    removals, moves, tenants and lost devices it lists exactly ``placements.values()``, in order, and a snapshot
+    handed out never changes afterwards."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    cl = SimCluster([Pool(name="t4", accelerator=CATALOG["t4"], count=40)])
+    held = []  # (snapshot, what it listed when handed out)
+    for step in range(400):
+        placed = list(cl.placements)
+        r = rng.random()
+        if placed and r < 0.4:
+            cl.remove(placed[int(rng.integers(len(placed)))])
+        elif placed and r < 0.7:  # a re-tune: out of the list, back in at its end (maybe elsewhere)
+            jid = placed[int(rng.integers(len(placed)))]
+            old = cl.remove(jid, keep_load=True)
+            dev = next((d for d in rng.permutation(cl.pool("t4").count) if cl.has_slot("t4", int(d))), None)
+            if dev is not None:
+                cl.place(old.model_copy(update={"device": int(dev)}))
+        elif r < 0.72 and cl.pool("t4").count > 30:
+            cl.lose_devices("t4", 1)
+        else:
+            dev = next((d for d in range(cl.pool("t4").count) if cl.has_slot("t4", d)), None)
+            if dev is not None:
+                _place(cl, f"j{step}", VARIANTS[step % 3], 1, dev)
+        s = cl.state().placements
+        assert len(s) == len(cl.placements) and all(a is b for a, b in zip(s, cl.placements.values()))
+        assert cl.state().placements is s  # nothing changed: the same snapshot again
+        held.append((s, list(s)))
+    assert all(len(s) == len(was) and all(a is b for a, b in zip(s, was)) for s, was in held)

@@ -176,3 +176,29 @@ def test_a_measurement_reports_the_decided_candidate_with_the_co_runners_seen(sh
     pol = _Checking(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)), sim)
     sim.run(pol)
     assert pol.reused > 50 and pol.with_co_runners > 50 and pol.checked > 300
+
+
+def test_a_run_keeps_what_was_alive_out_of_collections_and_restores_the_collector(tiny):
+    """While a run lasts, what was alive at its start (the workload, the job runs) is frozen out of the garbage
+    collector's passes; afterwards nothing is left frozen, and a caller's own freeze is left as it was."""
+    import gc
+
+    seen = []
+
+    class Probe:  # a policy that looks at the collector mid-run
+        name, adaptive, learns, retunes_early = "probe", False, False, False
+
+        def decide(self, job, state, current=None):
+            seen.append(gc.get_freeze_count())
+            return None
+
+    assert gc.get_freeze_count() == 0
+    simulator(tiny).run(Probe())
+    assert seen and min(seen) > 0 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        simulator(tiny).run(Probe())
+        assert 0 < gc.get_freeze_count() <= before  # still frozen, nothing added (a frozen object may be freed)
+    finally:
+        gc.unfreeze()

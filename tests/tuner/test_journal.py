@@ -50,3 +50,15 @@ def test_a_corrupt_line_inside_a_segment_stops_the_start_with_the_file_named(tmp
     seg.write_bytes(b"garbage\n" + seg.read_bytes())
     with pytest.raises(DataError, match=f"{seg.name} line 1"):
         service(tmp_path)
+
+
+def test_a_request_of_several_measurements_is_learnt_as_one_batch_like_in_process(tmp_path):
+    ms = [make_measurement(make_cluster_candidate(), i, latency_ms=5.0 + i) for i in range(6)]
+    svc = service(tmp_path)
+    twin, one_by_one = Tuner(make_variants(), seed=0), Tuner(make_variants(), seed=0)
+    twin.observe_many(ms[:5])
+    for m in ms[:5]:
+        one_by_one.observe(m)
+    resp = svc.observe([*ms[:5], ms[0]])  # a repeat within the request is a duplicate
+    assert (resp.accepted, resp.duplicates) == (5, 1)
+    assert svc.tuner.state_dict() == twin.state_dict() != one_by_one.state_dict()

@@ -16,9 +16,15 @@ from tests.tuner.test_placement_scale import random_cluster
 from tests.tuner.variants import make_variants
 
 
-def _checks(tuner: Tuner, cluster: ClusterState, job: JobSpec):
+def _checks(tuner: Tuner, cluster: ClusterState, job: JobSpec, occ: Occupancy | None = None):
+    """The checks for ``job``; ``occ``: an index kept in sync across calls (as the tuner keeps one), so pools
+    that did not change hand back the same option objects (and the members kept with them)."""
     est = tuner.estimator
-    options = placement_options(cluster.pools, Occupancy.of(cluster.placements), load_of=est.load_of)
+    if occ is None:
+        occ = Occupancy.of(cluster.placements)
+    else:
+        occ.sync(cluster.placements)
+    options = placement_options(cluster.pools, occ, load_of=est.load_of)
     return member_checks(est, options, tuner.catalogue.family(job.family), job)
 
 
@@ -50,14 +56,14 @@ def test_member_checks_after_changes_equal_a_cold_start(seed):
     variants = make_variants()
     cluster = random_cluster(rng, variants, max_count=4)  # small pools: devices shared by several jobs
     job = JobSpec(family="cnn", kind="streaming", slo_ms=150.0, arrival_rate_rps=60.0)
-    warm = Tuner(variants, seed=seed)
+    warm, occ = Tuner(variants, seed=seed), Occupancy()
     seen: list[Measurement] = []
     for step in range(25):
         cluster = _moved(rng, cluster)
         if step % 4 == 3 and cluster.placements:  # observations between decisions
             seen.append(_measured(rng, cluster, step))
             warm.observe(seen[-1])
-        got = _checks(warm, cluster, job)
+        got = _checks(warm, cluster, job, occ)
         cold = Tuner(variants, seed=seed)
         cold.replay(seen)
         want = _checks(cold, cluster, job)
@@ -74,6 +80,9 @@ def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
     ``index`` give for the whole member list (so the checks score the very same numbers)."""
     from oltunes.tuner.corunners import _member_row, _newcomer, _plan
 
+    def rows_of(members):
+        return [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
+
     rng = np.random.default_rng(seed)
     variants = make_variants()
     tuner = Tuner(variants, seed=seed)
@@ -89,9 +98,9 @@ def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
     members = [(p, o, m) for p, o in enumerate(options) for m in o.members]
     assert members
     sizes = tuple(sorted({v.size for v in variants if v.family == "cnn"}))
-    _plan(est, members[::2], "cnn", sizes)  # some rows indexed by an earlier plan, the others by this one
-    plan, alone, *_ = _plan(est, members, "cnn", sizes)
-    rows = [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
+    _plan(est, members[::2], rows_of(members[::2]), "cnn", sizes)  # some rows indexed by an earlier plan
+    rows = rows_of(members)
+    plan, alone, *_ = _plan(est, members, rows, "cnn", sizes)
     want = est.model.sums_plan([r.x_with for r in rows], _newcomer(est, ("cnn", sizes)))
     for got_a, want_a in zip(plan, want):
         assert (got_a is None) == (want_a is None)
