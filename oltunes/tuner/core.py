@@ -43,7 +43,7 @@ import numpy as np
 from oltunes.errors import ConfigError, DataError
 from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.features import JobContext, job_context
-from oltunes.learner.fm import DEFAULT_LR
+from oltunes.learner.fm_state import DEFAULT_LR
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.constraints import build_constraints
 from oltunes.tuner.decision import DecisionBuilder

@@ -6,12 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oltunes.learner.fm import (
-    _ROBUST_RATE,
-    _ROBUST_WARMUP,
-    ONLINE_SETTINGS,
-    MultiFMRegressor,
-)
+from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
+from oltunes.learner.fm_learning import _ROBUST_RATE, _ROBUST_WARMUP
 from oltunes.learner.ftml import FTML
 
 

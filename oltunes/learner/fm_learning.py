@@ -1,0 +1,140 @@
+"""The dense factorization machine's learning step: one observation's gradient step (Huber-clipped, robustly
+weighted, on standardised targets if asked), replay of recent observations, and the optimizer hand-off (FTML's
+row path, or any river optimizer's keyed dict path). A mixin over :class:`~oltunes.learner.fm_state.FMState`'s
+tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from river import optim
+
+_ROBUST_WARMUP = 20  # observations per target before robust down-weighting starts
+_ROBUST_RATE = 0.05  # decay of the running |residual| scale afterwards
+
+
+class FMLearning:
+    """Learning methods of the dense FMs (needs :class:`~oltunes.learner.fm_state.FMState`)."""
+
+    def _learn(self, x: Mapping[str, float], y: np.ndarray, mask: np.ndarray, w: float = 1.0) -> np.ndarray:
+        """One observation: a step on targets ``y`` (n_targets,) where ``mask`` is True, then ``replay`` steps
+        on observations drawn from the recent-observation buffer. Returns the pre-update prediction."""
+        if self._index is None:
+            self._init_state()
+        items = [(k, v) for k, v in x.items() if v != 0.0]
+        idx = self._index
+        known = [idx.get(k) for k, _ in items]
+        if None in known:  # new features get rows (and latent draws) in the order they appear
+            known = [self._row(k) for k, _ in items]
+        rows = np.array(known, dtype=np.intp)
+        vals = np.array([v for _, v in items], dtype=float)
+        if self.standardize:
+            self._update_target_stats(y, mask)
+        yhat = self._sgd_step(rows, vals, y, mask, w, fresh=True)
+        if self.replay > 0:
+            # Row numbers are stable (the vocabulary only grows), so the buffer keeps index arrays, not dicts.
+            buf = self._buffer
+            buf.append((rows, vals, y.copy(), mask.copy(), w))
+            picks = self._replay_rng.integers(len(buf), size=self._n_replays())
+            for i in picks:
+                self._sgd_step(*buf[i], fresh=False)
+        self.n_learned += 1
+        self._new_version()
+        return yhat
+
+    def _sgd_step(self, rows: np.ndarray, vals: np.ndarray, y: np.ndarray, mask: np.ndarray, w: float,
+                  fresh: bool) -> np.ndarray:
+        W, V = self._W, self._V
+        Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
+        Vr = V.take(rows, axis=0)  # m, T, k
+        xv = Vr * vals[:, None, None]
+        s = xv.sum(axis=0)  # T, k
+        yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+        # The per-target arithmetic (a handful of targets) in Python floats: the same IEEE operations, in the
+        # same order, as numpy's element-wise ones, without a numpy call's overhead per operation.
+        yh, ys, ms = yhat.tolist(), y.tolist(), mask.tolist()
+        if self.standardize:  # the buffer holds raw targets: scaled with today's statistics, all alike
+            mu, sd = self._mu.tolist(), self._sd.tolist()
+            err = [a - (b - m) / d for a, b, m, d in zip(yh, ys, mu, sd)]
+            yhat = np.array([a * d + m for a, m, d in zip(yh, mu, sd)])
+        else:
+            err = [a - b for a, b in zip(yh, ys)]
+        if self.robust is not None:
+            err = [e * r for e, r in zip(err, self._robust_weight(err, ms, update=fresh))]
+        c = self.clip_gradient
+        g = np.array([min(max(w * e, -c), c) if m else 0.0 for e, m in zip(err, ms)])
+        # Linear weights (bias row 0 included, not regularised).
+        m = len(rows)
+        wrows, x1 = np.zeros(m + 1, dtype=np.intp), np.ones(m + 1)  # the bias row (0, value 1) and the active rows
+        wrows[1:], x1[1:] = rows, vals
+        gW = x1[:, None] * g[None, :]  # np.outer's own arithmetic, without its wrapper
+        gW[1:] += self.l2_weight * Wr
+        self._step(self._wopt, self._W, wrows, gW)
+        # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
+        gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
+        self._step(self._vopt, self._V, rows, gV)
+        return yhat
+
+    def _n_replays(self) -> int:
+        """Replay steps for this observation: ``replay`` for the first ``replay_horizon`` (H) observations, then
+        ``replay x (H / n)^2`` (stochastically rounded). Replay buys sample efficiency while the stream is
+        short; the squared taper bounds the total replay work after H to about ``replay x H`` steps, so a
+        long-running tuner soon pays for single steps only, and FTML alone tracks drift."""
+        n = self.n_learned + 1
+        if self.replay_horizon is None or n <= self.replay_horizon:
+            return int(self.replay)
+        r = self.replay * (self.replay_horizon / n) ** 2
+        return int(r) + int(self._replay_rng.random() < r - int(r))
+
+    def _robust_weight(self, err: list[float], mask: list[bool], update: bool) -> list[float]:
+        """Down-weight residuals beyond ``robust`` x the running mean |residual| (per target).
+
+        Adaptive optimizers (FTML, Adam) normalise the gradient's size away, so clipping it (Huber) does not
+        stop one failed measurement (e.g. a run that swapped: 400x its neighbours) from pulling the model as
+        hard as a good one — and a replay buffer would pull again and again. Weight ``(c s / |r|)^2`` beyond
+        ``c s`` makes such a point's pull fade like a redescending M-estimator. The scale ``s`` follows the
+        fresh (pre-update) residuals: a plain mean over the first ``_ROBUST_WARMUP`` (no weighting yet: a
+        cold model is wrong everywhere), then an exponential average of ``min(|r|, 4 s)``, so that a real
+        level shift raises ``s`` within tens of observations and is learned, not rejected.
+        """
+        scale, n_scale = self._scale.tolist(), self._n_scale.tolist()
+        c = self.robust
+        wt = []
+        for e, s, n in zip(err, scale, n_scale):
+            a, lim = abs(e), c * s
+            if n >= _ROBUST_WARMUP and a > lim:
+                r = lim / max(a, 1e-12)
+                wt.append(r * r)
+            else:
+                wt.append(1.0)
+        if update:
+            for t, (e, s, n, m) in enumerate(zip(err, scale, n_scale, mask)):
+                ready, n = n >= _ROBUST_WARMUP, n + m
+                n_scale[t] = n
+                if m:
+                    a = abs(e)
+                    rate = _ROBUST_RATE if ready else 1.0 / max(n, 1)
+                    capped = min(a, 4.0 * s) if ready else a
+                    scale[t] = s + rate * (capped - s)
+            self._scale = np.array(scale)
+            self._n_scale = np.array(n_scale, dtype=np.int64)
+        return wt
+
+    @staticmethod
+    def _step(opt: optim.base.Optimizer, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> None:
+        if hasattr(opt, "step_rows"):
+            opt.step_rows(table, rows, g)
+            return
+        # Generic river optimizer: keyed dict path, one scalar key per parameter (feature, target[, factor]).
+        w = {}
+        gd = {}
+        for i, r in enumerate(rows):
+            for pos in np.ndindex(table.shape[1:]):
+                key = (int(r), *pos)
+                w[key] = float(table[(r, *pos)])
+                gd[key] = float(g[(i, *pos)])
+        w = opt.step(w, gd)
+        for key, val in w.items():
+            table[key] = val

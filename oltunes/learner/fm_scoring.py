@@ -1,0 +1,158 @@
+"""Scoring with the dense factorization machine: many encoded rows at once, the outer product of disjoint
+feature parts (the tuner's candidate grid), and feature-wise sums (a co-runner added to many placed jobs).
+
+All of them avoid a per-candidate gather by combining per-part sums with the O(nk) identity
+:math:`\\sum_{i<j}\\langle v_i,v_j\\rangle x_i x_j = \\tfrac12(\\lVert\\sum_i v_i x_i\\rVert^2 - \\sum_i\\lVert v_i x_i\\rVert^2)`.
+A mixin over :class:`~oltunes.learner.fm_state.FMState`'s tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise dot products of latent sums: (i, T, k) x (j, T, k) -> (T, i, j) (matmul: cheaper than einsum)."""
+    return np.matmul(a.transpose(1, 0, 2), b.transpose(1, 2, 0))
+
+
+class FMScoring:
+    """Prediction methods of the dense FMs (needs :class:`~oltunes.learner.fm_state.FMState`)."""
+
+    def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """Raw outputs (n, n_targets) for padded index arrays."""
+        W, V = self._W, self._V
+        lin = (W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
+        s = xv.sum(axis=1)
+        inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
+        return self._unscale(W[0] + lin + inter)
+
+    def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
+        lin = (self._W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = self._V.take(rows, axis=0) * vals[:, :, None, None]
+        return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
+
+    def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
+        """Part terms, with neighbouring parts merged while their product is small (e.g. the single job row
+        into the placements, batch x concurrency): fewer, larger broadcasts are cheaper than many small ones."""
+        T = self._n_targets
+        merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        parts = list(parts)
+        if len(parts) > 1 and parts[0][0].shape[0] == 1:  # a single-row part (the job): append its features
+            (r0, v0), (r1, v1) = parts[0], parts[1]
+            n = r1.shape[0]
+            parts[:2] = [(np.hstack([np.repeat(r0, n, 0), r1]), np.hstack([np.repeat(v0, n, 0), v1]))]
+        for rows, vals in parts:
+            lin, s, q = self.part_terms(rows, vals)
+            if merged and merged[-1][0].shape[0] * rows.shape[0] <= 64:
+                lin0, s0, q0 = merged[-1]
+                merged[-1] = ((lin0[:, None] + lin[None]).reshape(-1, T),
+                              (s0[:, None] + s[None]).reshape(-1, *s.shape[1:]),
+                              (q0[:, None] + q[None]).reshape(-1, T))
+            else:
+                merged.append((lin, s, q))
+        return merged
+
+    @staticmethod
+    def _accumulate(out: np.ndarray, groups: Sequence[tuple], offset: int, p: int) -> None:
+        """Add unary terms of ``groups`` (axes offset..) and their mutual cross terms into ``out``."""
+        T = out.shape[0]
+        for j, (lin, s, q) in enumerate(groups):
+            shape = [1] * p
+            shape[offset + j] = lin.shape[0]
+            out += (lin + 0.5 * ((s * s).sum(-1) - q)).T.reshape(T, *shape)
+        for j in range(len(groups)):
+            for m in range(j + 1, len(groups)):
+                shape = [1] * p
+                shape[offset + j], shape[offset + m] = groups[j][0].shape[0], groups[m][0].shape[0]
+                out += _cross(groups[j][1], groups[m][1]).reshape(T, *shape)
+
+    def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], n_static: int = 0,
+                 cache: dict | None = None) -> np.ndarray:
+        """Raw outputs over the outer product of disjoint parts: shape (n_targets, n_0, ..., n_{p-1}).
+
+        Equal (to rounding) to ``predict_many`` on the concatenated features of every combination: with
+        S = Σ_parts s_j (s_j = Σ_{i in part j} v_i x_i), ½(‖S‖² − Σ q_j) splits into per-part terms
+        ½(‖s_j‖² − q_j) plus pairwise dot products ⟨s_j, s_l⟩ — small (n_j x n_l) matrices — so the full grid
+        is only a sum of broadcasts, never an (n_candidates x n_features x k) gather.
+
+        The last ``n_static`` parts (e.g. variants x batch sizes x concurrencies, the same for every request)
+        have their terms and mutual block memoised in ``cache`` until the parameters change.
+        """
+        if self._index is None:
+            self._init_state()
+        T = self._n_targets
+        sizes = [rows.shape[0] for rows, _ in parts]
+        n_dyn = len(parts) - n_static
+        dyn = self._merged_terms(parts[:n_dyn])
+        if cache is not None and cache.get("version") == self._version and n_static:
+            sta, block = cache["terms"], cache["block"]
+        else:
+            sta = self._merged_terms(parts[n_dyn:]) if n_static else []
+            block = np.zeros((T, *(g[0].shape[0] for g in sta)))
+            self._accumulate(block, sta, 0, len(sta))
+            if cache is not None and n_static:
+                cache.update(version=self._version, terms=sta, block=block)
+        p = len(dyn) + len(sta)
+        out = np.empty((T, *(g[0].shape[0] for g in dyn), *(g[0].shape[0] for g in sta)))
+        out[...] = block.reshape(T, *([1] * len(dyn)), *block.shape[1:])
+        out += self._W[0].reshape(T, *([1] * p))
+        self._accumulate(out, dyn, 0, p)
+        for j, gd in enumerate(dyn):
+            for m, gs in enumerate(sta):
+                shape = [1] * p
+                shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
+                out += _cross(gd[1], gs[1]).reshape(T, *shape)
+        return self._unscale(out.reshape(T, *sizes), axis=0)
+
+    def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """Raw outputs (n_a, n_d, n_targets) for every feature-wise sum ``xa[i] + xd[j]`` (keys may overlap).
+
+        Used to add a co-runner to many placed jobs at once: with a = xa[i], d = xd[j],
+        y(a + d) = y(a) + w·d + ⟨Vᵀa, Vᵀd⟩ + ½(‖Vᵀd‖² − Σ‖v_f‖² d_f²) − Σ_f ‖v_f‖² a_f d_f.
+        """
+        return self.raw_sums_planned(self.sums_plan(xa, xd))
+
+    def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]],
+                  newcomer: tuple | None = None) -> tuple:
+        """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes).
+        ``newcomer``: ``newcomer_plan(xd)``, if the caller kept it (valid as long as the vocabulary)."""
+        rows_a, vals_a = self.index(xa)
+        rows_d, vals_d, at = newcomer if newcomer is not None else self.newcomer_plan(xd)
+        a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
+        for i, x in enumerate(xa):
+            for k, (js, ms) in at.items():
+                v = x.get(k)
+                if v is not None:
+                    a_at[i, js, ms] = v
+        return rows_a, vals_a, rows_d, vals_d, (a_at if a_at.any() else None)
+
+    def newcomer_plan(self, xd: Sequence[Mapping[str, float]]) -> tuple:
+        """``index(xd)`` and where each of xd's keys sits in it (``sums_plan``'s part that depends on ``xd``
+        alone): few distinct keys, many positions."""
+        rows_d, vals_d = self.index(xd)
+        idx = self._index
+        at: dict[str, tuple[list[int], list[int]]] = {}
+        for j, x in enumerate(xd):
+            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
+                js, ms = at.setdefault(k, ([], []))
+                js.append(j)
+                ms.append(m)
+        return rows_d, vals_d, {k: (np.array(js, dtype=np.intp), np.array(ms, dtype=np.intp))
+                                for k, (js, ms) in at.items()}
+
+    def raw_sums_planned(self, plan: tuple) -> np.ndarray:
+        rows_a, vals_a, rows_d, vals_d, a_at = plan
+        lin_a, s_a, q_a = self.part_terms(rows_a, vals_a)
+        lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
+        y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
+        y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
+        out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
+        if a_at is not None:  # overlap correction for keys present in both a and d
+            norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T
+            out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
+        return self._unscale(out)
