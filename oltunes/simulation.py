@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from oltunes.config import Settings, get_settings
 from oltunes.policies import Policy, PolicyContext
 from oltunes.sim.cluster import SimCluster
-from oltunes.sim.engine import RunResult, Simulator
+from oltunes.sim.engine import Simulator
 from oltunes.sim.metrics import compute
 from oltunes.sim.perfmodel import PerformanceModel, load_performance_model
+from oltunes.sim.result import RunResult
 from oltunes.sim.scenario import Scenario
 from oltunes.sim.workload import SimJob, build_workload
 

@@ -6,8 +6,9 @@ in one tight loop over *batches* (never a heap event per request): the earliest-
 that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and the per-request
 results are filled in vectorised (``np.repeat``) afterwards (:mod:`oltunes.sim.jobrun`). What couples instances on one device (interference by
 pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed per interval
-from the loads each job kept in the previous interval. Requests that wait longer than ``drop_after_slo x SLO`` are
-shed (counted as dropped, which is a violation); requests still queued when the run ends after a drain are dropped.
+from the loads each job kept in the previous interval (:mod:`oltunes.sim.interval`). Requests that wait longer
+than ``drop_after_slo x SLO`` are shed (counted as dropped, which is a violation); requests still queued when the
+run ends after a drain are dropped.
 So every request is either served or dropped: conservation holds by construction and is tested.
 
 Policies see only measurements (noisy, drifting); the same noise and drift make the "physics" the requests feel.
@@ -24,7 +25,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -33,11 +34,20 @@ from oltunes.errors import ConfigError
 from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
-from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
-from oltunes.sim.percentile import mean, percentiles, total
+from oltunes.sim.interval import IntervalServing
+from oltunes.sim.jobrun import JobRun
+from oltunes.sim.percentile import percentiles
 from oltunes.sim.perfmodel import PerformanceModel
+from oltunes.sim.result import RunResult
 from oltunes.sim.workload import SimJob
-from oltunes.types import Candidate, ClusterState, Decision, JobSpec, Measurement, Placement
+from oltunes.types import (
+    Candidate,
+    ClusterState,
+    Decision,
+    JobSpec,
+    Measurement,
+    Placement,
+)
 
 
 class Policy(Protocol):
@@ -55,29 +65,8 @@ class Policy(Protocol):
     def observe_many(self, ms: Sequence[Measurement]) -> None: ...  # a control interval's measurements together
 
 
-@dataclass
-class RunResult:
-    """Everything metrics and the report need from one (scenario, policy) run."""
 
-    policy: str
-    duration_s: float
-    interval_s: float
-    runs: list[JobRun]
-    best_accuracy: dict[str, float]
-    # per control interval
-    t: list[float] = field(default_factory=list)
-    util: list[float] = field(default_factory=list)
-    energy_j: list[float] = field(default_factory=list)
-    active_devices: list[int] = field(default_factory=list)
-    fragmentation: list[float] = field(default_factory=list)
-    capacity_violations: int = 0
-    floor_violations: int = 0
-    invalid_decisions: int = 0
-    decisions: int = 0
-    wall_s: float = 0.0
-
-
-class Simulator:
+class Simulator(IntervalServing):
     """Runs one policy over one workload on one cluster."""
 
     def __init__(
@@ -304,7 +293,7 @@ class Simulator:
                         r.started_s = max(t0, r.job.submit_s)
                     self._active.append(r)
                 self._waiting = still
-            self._step(policy, res, self._active, self._waiting, t0, t1, final)
+            self._serve_interval(policy, res, self._active, self._waiting, t0, t1, final)
             if not final:
                 for r in [r for r in self._active if not r.streaming and r.remaining <= 0]:
                     cl.remove(r.job.spec.job_id)  # the slot frees at the next tick
@@ -336,7 +325,7 @@ class Simulator:
         ``final``: a drain; what is still queued at ``t1`` is dropped and nothing is measured."""
         seen: list[Measurement] = []
         res = RunResult("external", self.duration_s, self.dt, runs, {})
-        self._step(_Observer(seen.append), res, runs, [], t0, t1, final)
+        self._serve_interval(_Observer(seen.append), res, runs, [], t0, t1, final)
         return seen
 
     def run_batch(self, r: JobRun, d: Decision, max_s: float = 7 * 86400.0) -> Measurement:
@@ -406,124 +395,6 @@ class Simulator:
         self._configure(r, d, dev, now, spec)
         self.cluster.place(r.placement)
 
-    def _step(self, policy: Policy, res: RunResult, active: list[JobRun], waiting: list[JobRun], t0: float,
-              t1: float, final: bool) -> None:
-        model, cl = self.model, self.cluster
-        span = max(t1 - t0, 1e-9)  # the final tick is the drain: from the last tick to the drain's end
-        tmid = (t0 + min(t1, self.duration_s)) / 2
-        # per-device coupling from last interval's loads
-        groups: dict[tuple[str, int], list[JobRun]] = {}
-        for r in active:
-            groups.setdefault((r.placement.pool, r.placement.device), []).append(r)
-        outside = cl.tenants_by_device()  # co-runner bursts: (variant, load) per device
-        energy = 0.0
-        busy_total = 0.0
-        drop_after, loads_now = self.drop_after, cl.loads
-        for (pool, dev), members in groups.items():
-            acc = cl.pool(pool).accelerator
-            idle_w = acc.idle_w
-            drift = self.drift(pool, dev, tmid)
-            bg = outside.get((pool, dev), [])
-            shared = len(members) + len(bg) > 1
-            if shared:  # time-slicing and interference from the loads the device's jobs kept last interval
-                loads = {r.job.spec.job_id: loads_now.get(r.job.spec.job_id, 0.0 if r.streaming else 1.0)
-                         for r in members}
-                share = model.sharing_factor(acc.name, sum(loads.values()) + sum(load for _, load in bg), True)
-            else:
-                share = model.sharing_factor(acc.name, 0.0, False)
-            idle_each = idle_w * span / len(members)
-            dyn = 0.0
-            dev_busy = 0.0
-            for r in members:
-                r.begin_interval()
-                if shared:
-                    co = [(o.vi, loads[o.job.spec.job_id]) for o in members if o is not r] + bg
-                    slow, extra = model.interference(r.vi, co)
-                    slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs much faster
-                else:
-                    slow, extra = 1.0, 0.0
-                factor = drift * slow * r.kappa * share
-                sigma = math.hypot(r.sigma, extra)
-                if r.streaming:
-                    serve(r, t1, factor, sigma, drop_after)
-                    # share of the device the job kept busy (batch jobs run flat out)
-                    load = min(1.0, r.busy_iso * r.kappa / (r.conc * span))
-                else:
-                    advance_batch(r, t0, t1, factor, sigma)
-                    load = 1.0
-                work_s = r.busy_iso * drift * slow  # device time at full draw
-                r.energy_j = (r.power - idle_w) * work_s + idle_each
-                dyn += (r.power - idle_w) * work_s
-                loads_now[r.job.spec.job_id] = load
-                dev_busy += min(1.0, r.busy_iso * drift * slow / span)
-            energy += idle_w * span + min(dyn, (acc.max_w - idle_w) * span)
-            busy_total += min(1.0, dev_busy)
-        for r in waiting:
-            if r.streaming:
-                shed_unplaced(r, t1 if not final else math.inf, self.drop_after)
-        if final:  # still queued after the drain: dropped (the drain's energy is counted below)
-            for r in active + waiting:
-                if r.streaming and r.i < len(r.arr):
-                    r.dropped[r.i :] = True
-                    r.i = len(r.arr)
-        res.t.append(t0)
-        res.util.append(busy_total / len(groups) if groups else 0.0)
-        res.energy_j.append(energy)
-        res.active_devices.append(len(groups))
-        res.fragmentation.append(cl.fragmentation())
-        if policy.learns and not final:  # the interval's measurements, reported together
-            measured = [r for r in active if r.interval_items > 0]
-            if measured:
-                policy.observe_many([self._measurement(r, span, t1) for r in measured])
-            for r in measured:
-                r.measured = True
-
-    def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
-        p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
-        c = r.decision.candidate
-        co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
-        last = r.measured_as
-        if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
-            cand = last
-        else:
-            cand = r.measured_as = Candidate.model_construct(
-                pool=c.pool,
-                accelerator=c.accelerator,
-                variant=c.variant,
-                batch_size=c.batch_size,
-                concurrency=c.concurrency,
-                co_runners=co,
-            )
-            r.measured_for = c
-        busy = total(r.interval_lat_ms) / 1000.0 / r.conc
-        req_p99 = wait = None
-        if r.streaming and len(r.interval_req_ms):
-            # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
-            shed = self.drop_after * r.job.spec.slo_ms
-            req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
-            wait = mean(r.interval_wait_ms)
-        return Measurement(
-            job_id=r.job.spec.job_id,
-            decision_id=r.decision.decision_id,
-            kind=r.job.spec.kind,
-            arrival_rate_rps=r.interval_items / span if r.streaming else 0.0,
-            candidate=cand,
-            items=r.interval_items,
-            wall_s=span,
-            latency_p50_ms=float(p50),
-            latency_p95_ms=float(p95),
-            latency_p99_ms=float(p99),
-            throughput_items_per_s=r.interval_items / busy if busy > 0 else 0.0,
-            energy_j_per_item=r.energy_j / r.interval_items,
-            energy_source="simulated",
-            accuracy=r.accuracy,
-            gpu_util=min(1.0, r.busy_iso / span),
-            request_latency_p99_ms=req_p99,
-            queueing_delay_ms=wait,
-            simulated=True,
-            timestamp=now,
-        )
-
 
 @contextmanager
 def _frozen_while_running():
@@ -545,7 +416,7 @@ def _frozen_while_running():
 
 @dataclass
 class _Observer:
-    """The policy shape `Simulator._step` reports measurements to, for `Simulator.step`."""
+    """The policy shape `Simulator._serve_interval` reports measurements to, for `Simulator.step`."""
 
     observe: Callable[[Measurement], None]
     name: str = "external"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oltunes.sim.engine import RunResult
+from oltunes.sim.result import RunResult
 
 
 def _streams(res: RunResult):

@@ -27,7 +27,7 @@ import numpy as np
 
 from oltunes.atomic import atomic_write, atomic_write_json
 from oltunes.sim import metrics as M
-from oltunes.sim.engine import RunResult
+from oltunes.sim.result import RunResult
 from oltunes.sim.scenario import Scenario
 
 HEADLINE = (
