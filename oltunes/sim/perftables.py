@@ -1,0 +1,175 @@
+"""The performance model's calibrated tables, read and fitted from the public profiling data: per-anchor latency
+curves for batch 1..MAX_BATCH (measured points, the other GPU's campaign filling gaps, linear extrapolation beyond),
+compute fractions, noise sigmas, which values were measured, and the co-location slowdown per pair class.
+
+:class:`~oltunes.sim.perfmodel.PerformanceModel` loads them once and answers every query from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from oltunes.errors import DataError
+from oltunes.sim import calibration as cal
+from oltunes.sim.variant_params import published_params
+from oltunes.types import Variant
+
+ANCHORS = ("cpu", "pascal", "ampere")
+_ACCEL_COLUMN = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal", "onnxruntime_gpu_ampere": "ampere"}
+_Z90 = 1.2816  # standard-normal p90 quantile (sigma from the p90 / p50 ratio)
+
+
+def _variant_name(model: str) -> str:
+    return model.replace("/", "-")
+
+
+@dataclass
+class Tables:
+    """Dense per-anchor arrays indexed [variant, batch] (batch 0 unused)."""
+
+    lat: dict[str, np.ndarray] = field(default_factory=dict)  # p50 ms per batch
+    compute_fraction: dict[str, np.ndarray] = field(default_factory=dict)
+    sigma: dict[str, np.ndarray] = field(default_factory=dict)  # lognormal sigma per variant
+    measured: dict[str, np.ndarray] = field(default_factory=dict)  # bool: value measured (not derived)
+
+
+def _fit_line(b: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """latency(b) = a + c*b with a, c >= 0 (least squares, then clipped)."""
+    if len(b) == 1:
+        return float(y[0]), 0.0
+    c, a = np.polyfit(b, y, 1)
+    if c < 0:
+        return float(np.mean(y)), 0.0
+    if a < 0:
+        return 0.0, float(np.dot(b, y) / np.dot(b, b))
+    return float(a), float(c)
+
+
+def _curve(points: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Latency for batch 1..MAX_BATCH from measured points: interpolate inside, extrapolate linearly beyond."""
+    bs = np.array(sorted(points), dtype=float)
+    ys = np.maximum.accumulate(np.array([points[int(b)] for b in bs]))  # a bigger batch never runs faster
+    a, c = _fit_line(bs, ys)
+    k = np.arange(cal.MAX_BATCH + 1, dtype=float)
+    lat = np.interp(k, bs, ys)
+    top = bs[-1]
+    # Beyond the last measured batch: the fitted per-item cost, at least a quarter of the average per-item time
+    # (a flat fit would make huge batches free).
+    slope = max(c, 0.25 * ys[-1] / top)
+    beyond = k > top
+    lat[beyond] = ys[-1] + slope * (k[beyond] - top)
+    below = k < bs[0]
+    lat[below] = ys[0]
+    lat[0] = 0.0
+    cf = np.where(k > 0, (c * k) / np.maximum(a + c * k, 1e-9), 0.0)
+    return lat, cf
+
+
+def load_profiles(data_dir: Path) -> tuple[list[Variant], Tables]:
+    """The variants of the proteus families (ordered by family, name) and their fitted per-anchor tables."""
+    prof = data_dir / "proteus" / "aggregate_profiled.csv"
+    if not prof.is_file():
+        raise DataError(f"performance model: {prof} not found; set OLTUNES_SHARED_DATA to the public data folder")
+    df = pd.read_csv(prof)
+    families: dict[str, str] = {}
+    for f in sorted((data_dir / "proteus" / "variants").glob("*.csv")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                families[line.split(",")[0].strip()] = f.stem
+    df = df[df["Model"].isin(families)].copy()
+    df["anchor"] = df["Accel"].map(_ACCEL_COLUMN)
+    df = df[df["anchor"].notna()]
+    # Two profiling campaigns are merged in the file; the one with trial counts is preferred, the other
+    # (no Trials / 90th_pct) fills the (model, accelerator) pairs the first lacks.
+    df["primary"] = df["Trials"].notna()
+    has_primary = df[df["primary"]].groupby(["Model", "anchor"]).size()
+    keep = df["primary"] | ~df.set_index(["Model", "anchor"]).index.isin(has_primary.index)
+    df = df[keep]
+
+    models = sorted(df["Model"].unique(), key=lambda m: (families[m], m))
+    variants = [
+        Variant(
+            family=families[m],
+            name=_variant_name(m),
+            size=m,
+            precision="fp32",
+            accuracy=float(df.loc[df["Model"] == m, "Accuracy"].iloc[0]) / 100.0,
+            params=published_params(m),  # architecture metadata a deployer knows, as the zoo's variants carry
+        )
+        for m in models
+    ]
+    n = len(models)
+    width = cal.MAX_BATCH + 1
+    t = Tables()
+    for anc in ANCHORS:
+        t.lat[anc] = np.full((n, width), np.nan)
+        t.compute_fraction[anc] = np.zeros((n, width))
+        t.measured[anc] = np.zeros((n, width), dtype=bool)
+        t.sigma[anc] = np.full(n, np.nan)
+    df["sigma"] = np.log(df["90th_pct"] / df["50th_pct"]).clip(lower=0) / _Z90
+    points: dict[tuple[int, str], dict[int, float]] = {}
+    for (m, anc), g in df.groupby(["Model", "anchor"]):
+        i = models.index(m)
+        points[(i, anc)] = dict(zip(g["batchsize"].astype(int), g["50th_pct"].astype(float)))
+        s = g["sigma"].dropna()
+        if len(s):
+            t.sigma[anc][i] = float(s.median())
+    raw = {key: set(pts) for key, pts in points.items()}  # what was really measured, before any filling
+    # Fill anchors that lack a variant (or have fewer batch sizes) from the other GPU anchor, scaled at the
+    # largest batch both measured; with nothing in common, by the median ratio over variants.
+    gpu_ratio = []
+    for i in range(n):
+        p, a = points.get((i, "pascal")), points.get((i, "ampere"))
+        if p and a and 1 in p and 1 in a:
+            gpu_ratio.append(p[1] / a[1])
+    med_ratio = float(np.median(gpu_ratio)) if gpu_ratio else cal.DEFAULT_PASCAL_OVER_AMPERE
+    for i in range(n):
+        for anc, other, ratio in (("pascal", "ampere", med_ratio), ("ampere", "pascal", 1 / med_ratio)):
+            mine, theirs = points.get((i, anc)), points.get((i, other))
+            if theirs is None or (mine is not None and len(mine) >= len(theirs)):
+                continue
+            if mine:
+                common = max(set(mine) & set(theirs), default=None)
+                r = mine[common] / theirs[common] if common else ratio
+                filled = {b: theirs[b] * r for b in theirs}
+                filled.update(mine)
+            else:
+                filled = {b: y * ratio for b, y in theirs.items()}
+            points[(i, anc)] = filled
+    for (i, anc), pts in points.items():
+        lat, cf = _curve(pts)
+        t.lat[anc][i], t.compute_fraction[anc][i] = lat, cf
+        t.measured[anc][i] = np.isin(np.arange(width), sorted(raw.get((i, anc), ())))
+    for anc in ANCHORS:
+        s = t.sigma[anc]
+        fill = float(np.nanmedian(s)) if np.isfinite(s).any() else 0.05
+        t.sigma[anc] = np.clip(np.where(np.isfinite(s), s, fill), *cal.NOISE_SIGMA_RANGE)
+        missing = np.isnan(t.lat[anc][:, 1])
+        if missing.any():
+            names = [variants[i].name for i in np.flatnonzero(missing)]
+            raise DataError(f"performance model: no {anc} latency for {names} in {prof}")
+    return variants, t
+
+
+def load_interference(data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Median slowdown (1/speed) and log-spread per (own class, co-runner class) from Lucid's pair data."""
+    k = cal.N_CLASSES
+    slow_median, slow_sigma = np.ones((k, k)), np.zeros((k, k))
+    co, single = data_dir / "lucid" / "colocate_info.csv", data_dir / "lucid" / "single_data.csv"
+    if not (co.is_file() and single.is_file()):
+        raise DataError(f"performance model: {co} or {single} not found (co-location interference data)")
+    c, s = pd.read_csv(co), pd.read_csv(single)
+    key = ["model", "dataset", "batchsize", "amp"]
+    lab = s[key + ["label"]].drop_duplicates(key)
+    for side in ("1", "2"):
+        c = c.merge(lab.rename(columns={x: x + side for x in key + ["label"]}), on=[x + side for x in key], how="left")
+    c = c.dropna(subset=["label1", "label2"])
+    for (l1, l2), g in c.groupby(["label1", "label2"]):
+        slow = 1.0 / g["speed1"].clip(lower=0.05)
+        slow_median[int(l1), int(l2)] = max(1.0, float(slow.median()))
+        slow_sigma[int(l1), int(l2)] = float(np.log(slow).std())
+    return slow_median, slow_sigma
