@@ -25,7 +25,7 @@ def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     Examples
     --------
     >>> percentiles([3.0, 1.0, 2.0, 10.0], [50, 99])
-    [2.5, 9.76]
+    [2.5, 9.79]
     """
     n = len(values)
     if n == 0:
