@@ -206,7 +206,9 @@ class Simulator(IntervalServing, ExternalStepping):
     def _device_for(self, d: Decision) -> int | None:
         """The device ``d``'s group names in its pool, else the pool's least loaded one (None: none is up)."""
         c = d.candidate
-        return d.group.device if d.group is not None and d.group.pool == c.pool else self.cluster.least_loaded_device(c.pool)
+        if d.group is not None and d.group.pool == c.pool:
+            return d.group.device
+        return self.cluster.least_loaded_device(c.pool)
 
     def _valid(self, r: JobRun, d: Decision | None, res: RunResult) -> int | None:
         """Device to place on, or None (invalid decisions are counted; the job then waits)."""

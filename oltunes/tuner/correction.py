@@ -44,7 +44,7 @@ import numpy as np
 
 from oltunes.profiles import accelerator_kind
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_state import restored, state_of
+from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeFit
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
@@ -414,4 +414,6 @@ class PooledCorrection(TreeFit):
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
         """A correction restored from ``state_dict`` (``tuner.correction_state``): it predicts as the saved one."""
-        return restored(cls, d, n_targets)
+        pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]),
+                 effect_k={str(k): float(v) for k, v in d.get("effect_k", {}).items() if k in EFFECT_K})
+        return restore_into(pc, d)

@@ -13,7 +13,7 @@ from oltunes.types import Variant
 if TYPE_CHECKING:
     from oltunes.tuner.correction import PooledCorrection
 
-__all__ = ["restored", "state_of"]
+__all__ = ["restore_into", "state_of"]
 
 
 def state_of(pc: PooledCorrection) -> dict[str, Any]:
@@ -31,12 +31,10 @@ def state_of(pc: PooledCorrection) -> dict[str, Any]:
             "unfitted": pc.version - max(pc._fitted, 0)}  # measurements since the last fit
 
 
-def restored(cls: type[PooledCorrection], d: dict[str, Any], n_targets: int = 3) -> PooledCorrection:
-    """A state from before the crossed effects (``groups``) restores no correction: it relearns."""
-    from oltunes.tuner.correction import EFFECT_K  # (correction imports this module)
-
-    pc = cls(n_targets=n_targets, root_k=float(d["root_k"]), decay=float(d["decay"]),
-             effect_k={str(k): float(v) for k, v in d.get("effect_k", {}).items() if k in EFFECT_K})
+def restore_into(pc: PooledCorrection, d: dict[str, Any]) -> PooledCorrection:
+    """``pc``, a new correction built with ``d``'s settings, given ``d``'s statistics and effects. A state from
+    before the crossed effects (``groups``) restores no correction: it relearns."""
+    n_targets = pc.n_targets
     cells = d.get("cells", ())
     if cells:
         sums, counts = unpack_floats(d["sums"]), unpack_floats(d["counts"])

@@ -26,9 +26,9 @@ from oltunes.learner.features import (
 )
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
-from oltunes.tuner.prior_table import stream_rate
 from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.prior import Prior
+from oltunes.tuner.prior_table import stream_rate
 from oltunes.types import Candidate, JobSpec, Variant
 
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
@@ -255,5 +255,5 @@ def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
               **concurrency_features(cand.concurrency)}
     lat0, en0 = est.priors.base(acc, cand.variant, cand.batch_size)
     lat1, en1 = est.priors.base(acc, cand.variant, 1)
-    return (base_x, lat0, en0, lat1, en1, stream_rate(ctx, est.partial_batches),
+    return (base_x, lat0, en0, lat1, en1, stream_rate(ctx, est.priors.partial_batches),
             float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))

@@ -9,7 +9,8 @@ GPU's does for compute-bound variants (YOLOv5: +1.6-1.9 vs +2.1-2.5), and both s
     e(a) x ( g(v, b, c) - mean over the kind's measured batch sizes of g(v, ., c) )
 
 with ``g`` the kind's growth from batch 1 as the correction sees it (the prior's own growth, ``growth``, scaled by
-the family's growth scale (``tuner.growth_scale``), plus the shape effect) and ``e(a)`` a ridge coefficient (pseudo-count ``ELASTICITY_K``), taken relative to the kind's
+the family's growth scale (``tuner.growth_scale``), plus the shape effect) and ``e(a)`` a ridge coefficient
+(pseudo-count ``ELASTICITY_K``), taken relative to the kind's
 accelerators (their measurement-weighted mean is 0: a common tilt belongs to the shape effects). Centring per variant
 keeps the term a tilt: it moves no variant's average level, which the accelerator x variant effects carry.
 """

@@ -128,7 +128,6 @@ class Estimator:
         self.concurrencies = concurrencies
         self.novelty = novelty
         self.burstiness = burstiness
-        self.partial_batches = partial_batches
         self.saturated_util = saturated_util
         # l2_latent 1e-2 (not the FM's 1e-4): on long streams where many features are always on, weaker
         # regularisation let the interaction terms fall into bursts of oscillation (|log error| > 1 for tens of

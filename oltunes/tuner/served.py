@@ -125,8 +125,7 @@ class TunerService:
 
     def _observe_all(self, ms: Sequence[Measurement]) -> list[bool]:
         """Learn ``ms`` in one ``observe_many`` when the tuner has it (the pooled correction is then fitted per
-        chunk, as in-process batches are; a measurement with a non-finite value refuses them all), else one by
-        one."""
+        chunk, as in-process batches are), else one by one."""
         many = getattr(self.tuner, "observe_many", None)  # optional in `ServedTuner`, like `expect`
         if many is None or not ms:
             return [self.tuner.observe(m) for m in ms]

@@ -12,8 +12,8 @@ import pytest
 from flows.batch_inference import batch_inference
 from oltunes.config import get_settings
 from oltunes.inventory import load_inventory
-from oltunes.launchers.environment import Environment
 from oltunes.launchers.batch_job import job_outputs
+from oltunes.launchers.environment import Environment
 from oltunes.tuner import Tuner
 from oltunes.tuner.service import create_app, serve_in_thread
 

@@ -7,8 +7,8 @@ import pytest
 
 from oltunes.policies import Policy
 from oltunes.sim.metrics import compute, regret, request_arrays, warmup
-from oltunes.simulation import context, prepare, run_policy, simulator
 from oltunes.sim.scenario import load_scenario
+from oltunes.simulation import context, prepare, run_policy, simulator
 from oltunes.types import Candidate
 
 

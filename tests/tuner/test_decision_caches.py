@@ -14,7 +14,6 @@ from oltunes.tuner.cluster_options import ClusterOptions
 from oltunes.tuner.decision import DecisionBuilder
 from oltunes.tuner.recall import DecisionMemo
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
-
 from tests.tuner.test_placement_scale import _strip, random_cluster
 from tests.tuner.variants import make_variants
 

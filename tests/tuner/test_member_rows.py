@@ -11,7 +11,6 @@ from oltunes.tuner.candidates import co_runner_of, placement_options
 from oltunes.tuner.corunners import member_checks
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import ClusterState, JobSpec, Measurement
-
 from tests.tuner.test_placement_scale import random_cluster
 from tests.tuner.variants import make_variants
 

@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 
 from oltunes.inventory import CATALOG
-from oltunes.tuner import Tuner
-from oltunes.tuner import cluster_options
+from oltunes.tuner import Tuner, cluster_options
 from oltunes.tuner.candidates import PlacementOption, _loads, _used_gb, placement_options
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool
-
 from tests.tuner.variants import make_variants
 
 
