@@ -46,7 +46,7 @@ GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
 
 class GrowthScale:
     """Per-(kind x family) coefficients on the prior's latency growth (module docstring), indexed by the
-    ``PooledCorrection``'s "fam" groups, and per-(accelerator x family) deviations from them, by its "acc_fam" groups."""
+    ``PooledCorrection``'s "fam" groups, and per-(accelerator x family) deviations from them, by "acc_fam" groups."""
 
     def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K, k_deviation: float = GROWTH_DEVIATION_K) -> None:
         self.n_targets = n_targets

@@ -478,10 +478,11 @@ def _opposite_growths(pc: PooledCorrection) -> tuple[list[Variant], dict[str, fl
     gpt = [Variant(family="gpt", name=f"gpt-{s}", size=s, accuracy=0.5) for s in ("m", "l")]
     cnn = Variant(family="cnn", name="cnn-m", size="m", accuracy=0.5)
     for _ in range(3):
-        for acc in lam:
+        for acc, growth_factor in lam.items():
             for b in (1, 2, 4, 8):
                 g = 0.75 * math.log(b)
-                pc.learn(acc, gpt[0], b, 1, np.array([2.0 + (lam[acc] - 1.0) * g]), np.array([True]), np.array([g]))
+                y = 2.0 + (growth_factor - 1.0) * g
+                pc.learn(acc, gpt[0], b, 1, np.array([y]), np.array([True]), np.array([g]))
                 pc.learn(acc, cnn, b, 1, np.array([1.0]), np.array([True]), np.array([g]))
             pc.learn(acc, gpt[1], 1, 1, np.array([2.5]), np.array([True]), np.array([0.0]))
     return gpt, lam
