@@ -101,8 +101,17 @@ class GrowthScale:
         by_dev = (acc_fam_of[None, :] + D * np.arange(T)[:, None]).ravel()
         w = np.bincount(by_dev, (weights * (x * x)).ravel(), T * D).reshape(T, D)
         xy = np.bincount(by_dev, (x * residual_sums).ravel(), T * D).reshape(T, D)
+        dev = xy / (w + self.k_deviation)
+        # Centred per family by the accelerators' weights: a deviation says how an accelerator differs from the
+        # kind's others, what they share is the kind's scale (else a family measured on one accelerator of its kind
+        # took its growth into that accelerator's deviation, away from the others).
+        F = self.coef.shape[1]
+        by_fam = (self.fam_of_dev[None, :] + F * np.arange(T)[:, None]).ravel()
+        fam_w = np.bincount(by_fam, w.ravel(), T * F).reshape(T, F)
+        fam_wd = np.bincount(by_fam, (w * dev).ravel(), T * F).reshape(T, F)
+        dev -= np.divide(fam_wd, fam_w, out=np.zeros_like(fam_w), where=fam_w > 0).take(self.fam_of_dev, axis=1)
         kind = self.coef.take(self.fam_of_dev, axis=1)
-        self.dev[:] = np.clip(xy / (w + self.k_deviation), BOUNDS[0] - kind, BOUNDS[1] - kind)
+        self.dev[:] = np.clip(dev, BOUNDS[0] - kind, BOUNDS[1] - kind)
 
     def state_dict(self) -> dict:
         return {"coef": pack_floats(self.coef), "dev": pack_floats(self.dev)}
