@@ -47,7 +47,7 @@ from oltunes.tuner.correction_grid import CorrectionGrid
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeFit
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
-from oltunes.tuner.growth_scale import GROWTH_DEVIATION_K, GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
+from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -56,10 +56,10 @@ __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
 # Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
 # variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
 # "elasticity": the batch elasticity's coefficients (``tuner.elasticity``); "growth_scale": the families' growth
-# scales per kind, "growth_deviation": each accelerator's deviation from its kind's (``tuner.growth_scale``).
+# scales (``tuner.growth_scale``).
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
                               "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K,
-                              "growth_scale": GROWTH_SCALE_K, "growth_deviation": GROWTH_DEVIATION_K}
+                              "growth_scale": GROWTH_SCALE_K}
 # Rounds (one pass over each tree) per fit: ROUNDS_PER_OBSERVATION per measurement since the last fit, at most
 # MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
 # cost per observation).
@@ -135,8 +135,7 @@ class PooledCorrection(TreeFit):
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         # each accelerator's own growth with batch (``tuner.elasticity``)
         self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
-        # each family's growth with batch, per kind and, deviating from it, per accelerator
-        self.scale = GrowthScale(n_targets, self.effect_k["growth_scale"], self.effect_k["growth_deviation"])
+        self.scale = GrowthScale(n_targets, self.effect_k["growth_scale"])  # each family's growth with batch
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
         self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
@@ -201,7 +200,7 @@ class PooledCorrection(TreeFit):
         out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
         term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
         out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
-        return out + self.scale.of(groups[2], groups[5]) * self._shape_growth(groups[4])  # fam, acc_fam, shape
+        return out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
@@ -238,8 +237,6 @@ class PooledCorrection(TreeFit):
                 elif e == "shape":
                     self._shapes.setdefault(key_e.rsplit("/", 2)[0], []).append((batch, conc, g))
                     self.elastic.add_group(g, centre_key(acc, v, conc), growth)
-                elif e == "acc_fam":
-                    self.scale.add_deviation(g, groups["fam"])
                 elif e == "cfg":
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
@@ -316,17 +313,9 @@ class PooledCorrection(TreeFit):
         # group's message to its parent in ``_fit_tree``): against the fitted shape effects, which take ~97 % of
         # what they see each round, it crept towards its fixed point over hundreds of rounds.
         n, _, share, _ = self._fit_counts[VARIANT_TREE]["shape"]
-        tilt, deviations = self._cell_tilt(st), self.scale.dev.take(idx["acc_fam"], axis=1) * x_growth
-        unshaped = sides - self._effects["shape"].take(idx["shape"], axis=1) + tilt + deviations
+        unshaped = sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st)
         self.scale.fit(x_shape, n * share, self._sum_by(st["leaf"]["shape"], S - N * unshaped, self.n_targets) * share,
                        fam_of_shape)
-        # Then each accelerator's deviation from its kind's, alike on the configurations' sums with their own
-        # effects integrated out (a configuration is its own "cfg" group: ``_structure``).
-        _, _, share, _ = self._fit_counts[ACCELERATOR_TREE]["cfg"]
-        share = share.take(idx["cfg"], axis=1)
-        unconfigured = sides - self._effects["cfg"].take(idx["cfg"], axis=1) + tilt
-        unconfigured += self.scale.coef.take(idx["fam"], axis=1) * x_growth
-        self.scale.fit_deviations(x_growth, N * share, (S - N * unconfigured) * share, idx["acc_fam"])
         scaled = self._cell_scale(idx, x_growth)
         if refit_tilt:
             self._tilt_news = 0
@@ -341,7 +330,7 @@ class PooledCorrection(TreeFit):
 
     def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
         """The families' growth scales' term per configuration (T, cells)."""
-        return self.scale.cells(idx["fam"], idx["acc_fam"]) * x_growth
+        return self.scale.coef.take(idx["fam"], axis=1) * x_growth
 
     def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
         """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted
@@ -370,8 +359,7 @@ class PooledCorrection(TreeFit):
         keys = _groups(acc, v, batch, conc)
         for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
-        shape = self._gid["shape"].get(keys[4])
-        scale = self.scale.of(self._gid["fam"].get(keys[2]), self._gid["acc_fam"].get(keys[5]))
+        shape, scale = self._gid["shape"].get(keys[4]), self.scale.of(self._gid["fam"].get(keys[2]))
         if shape is None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
             x = self.scale.x(growth)
             stand_in = None if growth is None else growth + scale * x

@@ -57,7 +57,7 @@ class CorrectionGrid:
                 flat[:, cells] += self._pc._effects[e].take(axes[e]["groups"], axis=1)
         tilt, scale = axes["tilt"], axes["scale"]
         growth = self._asked_growth(axes["parts"], (tilt, scale), accelerators, variants, batch_sizes, growth_of)
-        theta = self._gathered_scale(base["fam"], base["acc_fam"])  # T, P, V
+        theta = self._gathered_scale(base["fam"])  # T, P, V
         if growth[0] is not None:  # an unmeasured shape's tilt scales the growth as the correction predicts it
             ps, js = ([a[i] for a in tilt["asks"]] for i in (0, 1))
             growth[0] = growth[0] + theta[:, ps, js] * growth[0][[GROWTH_TARGET]]
@@ -88,16 +88,12 @@ class CorrectionGrid:
         parts["growth"] = (growth_of, asking, out)
         return list(out)
 
-    def _gathered_scale(self, fam: np.ndarray, acc_fam: np.ndarray) -> np.ndarray:
-        """The family growth scale of each (accelerator, variant) (T, P, V), as ``GrowthScale.of`` gives it: 0.0
-        where the kind has no family group, the kind's + the accelerator's deviation where it has its own group."""
-        scale = self._pc.scale
-        if not scale.coef.shape[1]:
+    def _gathered_scale(self, fam: np.ndarray) -> np.ndarray:
+        """The family growth scale of each (accelerator, variant) (T, P, V): 0.0 where the kind has no family group."""
+        coef = self._pc.scale.coef
+        if not coef.shape[1]:
             return np.zeros((self._pc.n_targets, *fam.shape))
-        kind = np.where(fam >= 0, scale.coef.take(np.maximum(fam, 0), axis=1), 0.0)
-        if not scale.dev.shape[1]:
-            return kind
-        return np.where(acc_fam >= 0, kind + scale.dev.take(np.maximum(acc_fam, 0), axis=1), kind)
+        return np.where(fam >= 0, coef.take(np.maximum(fam, 0), axis=1), 0.0)
 
     def _add_scale(self, flat: np.ndarray, scale: dict[str, Any], theta: np.ndarray,
                    growth: np.ndarray | None) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 
-__all__ = ["GROWTH_DEVIATION_K", "GROWTH_SCALE_K", "GrowthScale"]
+__all__ = ["GROWTH_SCALE_K", "GrowthScale"]
 
 # A handful of measurements at two batch sizes should settle a family's scale (it carries to every variant and batch
 # size of the family): a weak pseudo-count, as the elasticity's. Each measured shape group weighs at most the shape
@@ -36,46 +36,27 @@ __all__ = ["GROWTH_DEVIATION_K", "GROWTH_SCALE_K", "GrowthScale"]
 # most of the way back to 0: benchmarks.sim_quality mean cold violations, shipped / held-out, seeds 0-2: 0.323 / 0.489
 # with 0.01, 0.363 / 0.501 with 1, 0.340 / 0.533 with 10; seeds 3-5: 0.296 / 0.419, 0.321 / 0.451, 0.334 / 0.478.
 GROWTH_SCALE_K = 0.01
-# Per accelerator x family, a deviation from the kind's scale (``s(a, f) = s(k, f) + d(a, f)``), shrunk towards 0 by its
-# own pseudo-count: an accelerator's measurements tilt its own family scale only as far as they disagree with the
-# kind's. Each measured configuration weighs at most the configuration effects' pseudo-count (1) x its growth^2.
-GROWTH_DEVIATION_K = 1.0
 BOUNDS = (-1.0, 1.0)  # from flat in batch to growing twice as fast (in log) as the prior says
 GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
 
 
 class GrowthScale:
-    """Per-(kind x family) coefficients on the prior's latency growth (module docstring), indexed by the
-    ``PooledCorrection``'s "fam" groups, and per-(accelerator x family) deviations from them, by "acc_fam" groups."""
+    """Per-(kind x family) coefficients on the prior's latency growth (module docstring); owned by
+    ``PooledCorrection``, indexed by its "fam" groups."""
 
-    def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K, k_deviation: float = GROWTH_DEVIATION_K) -> None:
+    def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K) -> None:
         self.n_targets = n_targets
-        self.k, self.k_deviation = k, k_deviation
+        self.k = k
         self.coef = np.zeros((n_targets, 0))  # per "fam" group
-        self.dev = np.zeros((n_targets, 0))  # per "acc_fam" group
-        self.fam_of_dev = np.zeros(0, dtype=np.intp)  # per "acc_fam" group: its family group
 
     def grow(self, n_groups: int) -> None:
         """Room for ``n_groups`` family groups (new ones at 0)."""
         if self.coef.shape[1] < n_groups:
             self.coef = np.hstack([self.coef, np.zeros((self.n_targets, n_groups - self.coef.shape[1]))])
 
-    def add_deviation(self, acc_fam_group: int, fam_group: int) -> None:
-        """A new accelerator x family group (groups come in order) of the family group ``fam_group`` (at 0)."""
-        self.dev = np.hstack([self.dev, np.zeros((self.n_targets, acc_fam_group + 1 - self.dev.shape[1]))])
-        self.fam_of_dev = np.append(self.fam_of_dev, np.intp(fam_group))
-
-    def of(self, fam_group: int | None, acc_fam_group: int | None = None) -> np.ndarray | float:
-        """One (accelerator x) family's coefficients: the kind's + the accelerator's deviation (0.0 for none)."""
-        if fam_group is None or fam_group >= self.coef.shape[1]:
-            return 0.0
-        if acc_fam_group is None or acc_fam_group >= self.dev.shape[1]:
-            return self.coef[:, fam_group]
-        return self.coef[:, fam_group] + self.dev[:, acc_fam_group]
-
-    def cells(self, fam_of_cell: np.ndarray, acc_fam_of_cell: np.ndarray) -> np.ndarray:
-        """Every configuration's coefficients (T, cells), as ``of`` gives them (a configuration has both groups)."""
-        return self.coef.take(fam_of_cell, axis=1) + self.dev.take(acc_fam_of_cell, axis=1)
+    def of(self, fam_group: int | None) -> np.ndarray | float:
+        """One family group's coefficients (0.0 for none)."""
+        return 0.0 if fam_group is None or fam_group >= self.coef.shape[1] else self.coef[:, fam_group]
 
     @staticmethod
     def x(growth: np.ndarray | None) -> float:
@@ -92,37 +73,11 @@ class GrowthScale:
         xy = np.bincount(by_fam, (x * residual_sums).ravel(), T * F).reshape(T, F)
         self.coef[:] = np.clip(xy / (w + self.k), *BOUNDS)
 
-    def fit_deviations(self, x: np.ndarray, weights: np.ndarray, residual_sums: np.ndarray,
-                       acc_fam_of: np.ndarray) -> None:
-        """Ridge deviations given everything else (the kind's scales included), as ``fit`` but per configuration:
-        ``x`` (cells,), ``weights`` and ``residual_sums`` (T, cells), ``acc_fam_of`` (cells,) each one's accelerator x
-        family group. Bounded so that the kind's scale + the deviation stays within ``BOUNDS``."""
-        T, D = self.n_targets, self.dev.shape[1]
-        by_dev = (acc_fam_of[None, :] + D * np.arange(T)[:, None]).ravel()
-        w = np.bincount(by_dev, (weights * (x * x)).ravel(), T * D).reshape(T, D)
-        xy = np.bincount(by_dev, (x * residual_sums).ravel(), T * D).reshape(T, D)
-        dev = xy / (w + self.k_deviation)
-        # Centred per family by the accelerators' weights: a deviation says how an accelerator differs from the
-        # kind's others, what they share is the kind's scale (else a family measured on one accelerator of its kind
-        # took its growth into that accelerator's deviation, away from the others).
-        F = self.coef.shape[1]
-        by_fam = (self.fam_of_dev[None, :] + F * np.arange(T)[:, None]).ravel()
-        fam_w = np.bincount(by_fam, w.ravel(), T * F).reshape(T, F)
-        fam_wd = np.bincount(by_fam, (w * dev).ravel(), T * F).reshape(T, F)
-        dev -= np.divide(fam_wd, fam_w, out=np.zeros_like(fam_w), where=fam_w > 0).take(self.fam_of_dev, axis=1)
-        kind = self.coef.take(self.fam_of_dev, axis=1)
-        self.dev[:] = np.clip(dev, BOUNDS[0] - kind, BOUNDS[1] - kind)
-
     def state_dict(self) -> dict:
-        return {"coef": pack_floats(self.coef), "dev": pack_floats(self.dev)}
+        return {"coef": pack_floats(self.coef)}
 
     def load(self, d: dict, n_groups: int) -> None:
-        """Restore after the family and accelerator x family groups were recreated (as saved: states without them,
-        or from before the deviations, relearn what they lack)."""
+        """Restore after the family groups were recreated (as saved: states without it relearn it)."""
         coef = unpack_floats(d["coef"]).reshape(self.n_targets, -1)
         if coef.shape[1] == n_groups:
             self.coef = coef.copy()
-        if "dev" in d:
-            dev = unpack_floats(d["dev"]).reshape(self.n_targets, -1)
-            if dev.shape == self.dev.shape:
-                self.dev = dev.copy()

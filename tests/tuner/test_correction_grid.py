@@ -54,12 +54,12 @@ def _reference_grid(pc: PooledCorrection, accelerators, variants, batch_sizes, c
                     g = pc._gid["shape"].get(f"{k}/{v.name}/{b}/{c}")
                     growth = growth_of(acc, v, b) if g is None and growth_of is not None else None
                     if growth is not None:  # the stand-in growth as the family's growth scale predicts it
-                        growth = growth + _family_scale(pc, acc, v) * pc.scale.x(growth)
+                        growth = growth + pc.scale.of(pc._gid["fam"].get(f"{k}/{v.family}")) * pc.scale.x(growth)
                     out[:, p, j, bi, ci] += pc.elastic.term(ga, g, centre, growth)
     for p, acc in enumerate(accelerators):  # last: the family growth scale x the prior's growth
         k = accelerator_kind(acc)
         for j, v in enumerate(variants):
-            scale = _family_scale(pc, acc, v)
+            scale = pc.scale.of(pc._gid["fam"].get(f"{k}/{v.family}"))
             for bi, b in enumerate(batch_sizes):
                 for ci, c in enumerate(concurrencies):
                     g = pc._gid["shape"].get(f"{k}/{v.name}/{b}/{c}")
@@ -67,12 +67,6 @@ def _reference_grid(pc: PooledCorrection, accelerators, variants, batch_sizes, c
                          else pc.scale.x(growth_of(acc, v, b)) if growth_of is not None else 0.0)
                     out[:, p, j, bi, ci] += scale * x
     return out
-
-
-def _family_scale(pc: PooledCorrection, acc: str, v: Variant) -> np.ndarray | float:
-    """The family growth scale of ``v`` on ``acc``: its kind's + the accelerator's deviation."""
-    ids = pc._gid
-    return pc.scale.of(ids["fam"].get(f"{accelerator_kind(acc)}/{v.family}"), ids["acc_fam"].get(f"{acc}/{v.family}"))
 
 
 def _random_correction(seed: int, n: int, tilt: bool) -> PooledCorrection:
