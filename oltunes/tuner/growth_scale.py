@@ -30,7 +30,9 @@ direction consistently). Paired per-run differences of cold violations against t
 54 runs per set): shipped +0.006 (SE 0.005), held-out +0.007 (SE 0.006); centred per family (a deviation only says
 how an accelerator differs from its kind's others): +0.009 (0.004), +0.003 (0.005). ``learner_accuracy --split
 accelerator`` (Pascal vs Ampere, whose growths do differ) moved within its seed noise: 28.4 / 19.4 -> 26.5 / 19.7
-(centred 27.2 / 19.8); 20 seeds 31.7 / 15.0 -> 30.3 / 16.5 (centred 30.5 / 15.5).
+(centred 27.2 / 19.8); 20 seeds 31.7 / 15.0 -> 30.3 / 16.5 (centred 30.5 / 15.5). Nor is the scale fitted on
+full-batch measurements only (as the elasticity is): streams' measurements left out, seeds 0-2 paired +0.015 (SE
+0.009) shipped, +0.018 (0.009) held-out.
 """
 
 from __future__ import annotations
