@@ -160,6 +160,7 @@ ABLATIONS = {
         (_prior, {"fam": LEFT_OUT, "var": LEFT_OUT, "shape": LEFT_OUT}),
     "ablation: variant side without its batch x concurrency shape": (_prior, {"shape": LEFT_OUT}),
     "ablation: no batch elasticity (every GPU's batch growth its kind's)": (_prior, {"elasticity": LEFT_OUT}),
+    "ablation: no intensity slope (every GPU's payoff from compute the same)": (_prior, {"intensity": LEFT_OUT}),
     "ablation: the former (not separable) heuristic prior": (_former_heuristic, {}),
     "ablation: every effect k = 1 (shared effects not looser)":
         (_prior, {e: 1.0 for e in ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")}),
