@@ -47,7 +47,7 @@ def test_every_family_size_precision_is_in_the_manifest(built_zoo):
     assert all(not r["path"].startswith("/") for r in raw["variants"])
 
 
-def test_sizes_grow_in_parameters_and_precisions_shrink_files(built_zoo):
+def test_sizes_grow_in_parameters_and_compute_and_precisions_shrink_files(built_zoo):
     by = {(v.family, v.size, v.precision): v for v in list_variants(built_zoo)}
     for fam in Family.known():
         s, m, l_ = (by[(fam, size, "fp32")].params for size in SIZES)
@@ -56,6 +56,10 @@ def test_sizes_grow_in_parameters_and_precisions_shrink_files(built_zoo):
             assert by[(fam, size, "fp16")].params == by[(fam, size, "fp32")].params
             assert by[(fam, size, "fp16")].bytes < by[(fam, size, "fp32")].bytes
         assert by[(fam, "l", "int8")].bytes < by[(fam, "l", "fp16")].bytes
+        s, m, l_ = (by[(fam, size, "fp32")].gflops for size in SIZES)  # compute, counted from each graph
+        assert 0 < s < m < l_, (fam, s, m, l_)
+        for size in SIZES:
+            assert by[(fam, size, "fp16")].gflops == by[(fam, size, "int8")].gflops == by[(fam, size, "fp32")].gflops
 
 
 def test_accuracy_is_plausible_and_measured_from_the_onnx_file(built_zoo):
