@@ -15,7 +15,9 @@ plus a per-(kind x family) scale on the prior's latency growth from batch 1 (``o
 stays flat in batch where the prior grows it as b^0.75, and what one variant's measurements say of it reaches the
 family's other variants and batch sizes), and a per-accelerator tilt on the kind's growth with batch size
 (``oltunes.tuner.elasticity``: an Ampere GPU's latency grows with batch ~0.6x as fast as a Pascal one's for
-compute-bound models).
+compute-bound models), and a per-accelerator slope on the variant's arithmetic intensity, where its compute and size
+are known (``oltunes.tuner.intensity``: the weight-reusing ALBERT and YOLOv5 run faster on an Ampere GPU than on a
+Pascal one, most transformers slower).
 Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
 moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
 it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
@@ -222,6 +224,7 @@ class PooledCorrection(TreeFit):
         key = (acc, v.name, batch, conc)
         j = self._cells.get(key)
         if j is not None:
+            self.intensity.see(v)
             return j
         j = self._cells[key] = len(self._cells)
         self._families[v.name] = v.family

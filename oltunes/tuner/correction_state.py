@@ -58,8 +58,8 @@ def restore_into(pc: PooledCorrection, d: dict[str, Any]) -> PooledCorrection:
         pc._tilt_news = int(d.get("tilt_news", 0))
     if "growth_scale" in d:  # absent in states saved before it existed: it relearns
         pc.scale.load(d["growth_scale"], len(pc._gid["fam"]))
-    if "intensity" in d:  # absent in states saved before it existed: it relearns
-        pc.intensity.load(d["intensity"], [(acc, name) for acc, _, name, _, _ in cells])
+    if "intensity" in d:  # absent in states saved before it existed: it relearns (from the variants measured next)
+        pc.intensity.load(d["intensity"])
     pc._fitted = 0
     pc._all = None
     pc.version = int(d.get("unfitted", len(pc._cells)))

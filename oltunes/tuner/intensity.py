@@ -51,6 +51,7 @@ class IntensitySlope:
         self.x = np.zeros(0)  # per configuration: its variant's log intensity (0 where unknown)
         self.known = np.zeros(0)  # per configuration: 1.0 where the intensity is known
         self.by_variant: dict[str, float] = {}  # variant name -> log intensity (for a restored correction)
+        self._names: list[str] = []  # per configuration: its variant's name
         self.coef = np.zeros((n_targets, 0))  # per accelerator group
         self.mean = np.zeros((n_targets, 0))  # per accelerator group: the centre (weighted mean of x), last fit
 
@@ -64,12 +65,24 @@ class IntensitySlope:
         if j >= len(self.x):
             grow = max(16, len(self.x))
             self.x, self.known = np.concatenate([self.x, np.zeros(grow)]), np.concatenate([self.known, np.zeros(grow)])
-        x = log_intensity(v)
+        self._names.append(v.name)
+        x = self.by_variant.get(v.name)
         if x is None:
-            x = self.by_variant.get(v.name)
-        if x is not None:
+            self.see(v)
+        else:
             self.x[j], self.known[j] = x, 1.0
+
+    def see(self, v: Variant) -> None:
+        """A variant measured again: its intensity, if first known now, reaches its configurations (those restored
+        from a state saved without it, whose variants carry no figures)."""
+        if v.name in self.by_variant:
+            return
+        x = log_intensity(v)
+        if x is not None:
             self.by_variant[v.name] = x
+            for i, name in enumerate(self._names):
+                if name == v.name:
+                    self.x[i], self.known[i] = x, 1.0
 
     def fit_groups(self, weights: np.ndarray, residual_sums: np.ndarray, acc_var_of_cell: np.ndarray,
                    fam_of_acc_var: np.ndarray, acc_of_acc_fam: np.ndarray, kind_of_acc: np.ndarray) -> None:
@@ -146,10 +159,10 @@ class IntensitySlope:
     def state_dict(self) -> dict:
         return {"by_variant": dict(self.by_variant), "coef": pack_floats(self.coef), "mean": pack_floats(self.mean)}
 
-    def load(self, d: dict, cells: list[tuple[str, str]]) -> None:
-        """Restore after the configurations were recreated in order (``cells``: (accelerator, variant name) each)."""
+    def load(self, d: dict) -> None:
+        """Restore after the configurations were recreated in order."""
         self.by_variant = {str(k): float(v) for k, v in d.get("by_variant", {}).items()}
-        for j, (_, name) in enumerate(cells):
+        for j, name in enumerate(self._names):
             x = self.by_variant.get(name)
             if x is not None:
                 self.x[j], self.known[j] = x, 1.0

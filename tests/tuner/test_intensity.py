@@ -116,3 +116,17 @@ def test_the_slopes_survive_a_state_round_trip_bit_for_bit():
             c.learn(acc, v, 1, 1, np.array([_truth(acc, v)]), np.array([True]))
     assert np.array_equal(back.intensity.coef, pc.intensity.coef)
     assert np.array_equal(back.predict("a100", LOW, 1, 1), pc.predict("a100", LOW, 1, 1))
+
+
+def test_a_state_saved_without_the_slopes_relearns_them_from_the_variants_measured_next():
+    pc = _learnt(VARIANTS, rounds=2)
+    state = json.loads(json.dumps(pc.state_dict()))
+    del state["intensity"]
+    back = PooledCorrection.from_state_dict(state, n_targets=1)
+    assert not back.intensity.active  # the restored configurations' variants carry no figures
+    for acc in SLOPES:
+        for v in VARIANTS:  # the same configurations again: their variants' intensity reaches the restored ones
+            back.learn(acc, v, 1, 1, np.array([_truth(acc, v)]), np.array([True]))
+    assert back.intensity.known[: len(back._cells)].all()
+    coef = {acc: float(back.intensity.coef[0, back._gid["acc"][acc]]) for acc in SLOPES}
+    assert coef["t4"] > 0.1 and coef["a100"] < -0.1
