@@ -9,8 +9,7 @@ job           ``kind=streaming`` (batch jobs: absent), ``log_rate``       the jo
 placement     ``acc=<a>``, ``pool=<p>``, ``co_count``, ``co_load``,         pool + who shares the device
               ``co_family=<f>``, ``co_fs=<f>:<size>`` (weighted by load)
 variant       ``family=<f>``, ``variant=<name>``, ``prec=<p>`` (not for   the model variant
-              fp32, the baseline), ``log_params``, ``log_intensity``
-              (FLOPs per parameter; each when known)
+              fp32, the baseline), ``log_params`` (when known)
 batch         ``log_batch`` (0 at batch 1)                                 batch size
 concurrency   ``log_conc`` (0 at concurrency 1)                            concurrency
 ============  ===========================================================  ===============================
@@ -29,9 +28,7 @@ latent vector adds an interaction with everything, and several one-hots that ide
 (``variant=``, ``fs=``, ``size=``) triple the step size on that variant — both only add noise to a model
 that sees each row once. Dropping them (and the ``batch=<b>`` / ``conc=<c>`` one-hots, whose role the
 log-scaled numerics take) cut the FM's held-out error by about half. What carries knowledge *across*
-variants is ``log_params`` (paired with ``acc=``, a size-dependent speed-up per accelerator), ``log_intensity``
-(paired with ``acc=``, which accelerator pays off on compute-bound variants: ``learner_accuracy --split
-accelerator``, 20 seeds, tuner 28.9 -> 28.2 % MAPE, offline GBM 50.4 -> 44.5 %) and ``family=``;
+variants is ``log_params`` (paired with ``acc=``, a size-dependent speed-up per accelerator) and ``family=``;
 ``log_batch`` paired with ``acc=`` and ``family=`` is the batch slope per accelerator and architecture.
 """
 
@@ -106,9 +103,6 @@ def variant_features(v: Variant) -> dict[str, float]:
     x = {f"family={v.family}": 1.0, f"variant={v.name}": 1.0}
     if v.params > 0:  # log (not log1p): keeps sub-million-parameter models apart (MobileNet-0.25: 0.47M)
         x["log_params"] = math.log(v.params / 1e6) / 3.0
-        if v.gflops > 0:  # FLOPs per parameter (weight reuse: ALBERT's shared layers, a convolution's image), whose
-            # crosses with the accelerator let the FM learn which GPU pays off on compute; ~e^6 (400) at 0
-            x["log_intensity"] = (math.log(v.gflops * 1e9 / v.params) - 6.0) / 2.0
     if v.precision != "fp32":
         x[f"prec={v.precision}"] = 1.0
     return x
