@@ -42,8 +42,9 @@ def test_log_intensity_is_unknown_without_either_figure():
 # Variants of two families whose intensities spread over ~4 log units (and one family of two intensities)
 VARIANTS = [Variant(family=f, name=f"{f}-{i}", size=str(i), accuracy=0.7, params=10**7, gflops=g)
             for f, gs in (("tf", (0.02, 0.05, 0.2)), ("cnn", (1.0, 4.0, 20.0))) for i, g in enumerate(gs)]
-HELD_OUT = Variant(family="cnn", name="cnn-big", size="big", accuracy=0.8, params=10**7, gflops=40.0)
-LOW = Variant(family="tf", name="tf-tiny", size="tiny", accuracy=0.5, params=10**7, gflops=0.01)
+# two variants within the measured range of intensities (2-2000 FLOPs per parameter)
+HELD_OUT = Variant(family="cnn", name="cnn-big", size="big", accuracy=0.8, params=10**7, gflops=10.0)
+LOW = Variant(family="tf", name="tf-tiny", size="tiny", accuracy=0.5, params=10**7, gflops=0.1)
 SLOPES = {"t4": 0.3, "a100": -0.3}
 X = {v.name: log_intensity(v) for v in (*VARIANTS, HELD_OUT, LOW)}  # (by name: the truth of a variant without figures)
 
