@@ -39,10 +39,10 @@ def test_log_intensity_is_unknown_without_either_figure():
     assert log_intensity(v.model_copy(update={"params": 0})) is None
 
 
-# Variants of two families whose intensities spread over ~4 log units (and one family of two intensities)
+# Variants of two families whose intensities spread over three decades (2-2000 FLOPs per parameter)
 VARIANTS = [Variant(family=f, name=f"{f}-{i}", size=str(i), accuracy=0.7, params=10**7, gflops=g)
             for f, gs in (("tf", (0.02, 0.05, 0.2)), ("cnn", (1.0, 4.0, 20.0))) for i, g in enumerate(gs)]
-# two variants within the measured range of intensities (2-2000 FLOPs per parameter)
+# two more, within that range, measured on one GPU only (in some tests)
 HELD_OUT = Variant(family="cnn", name="cnn-big", size="big", accuracy=0.8, params=10**7, gflops=10.0)
 LOW = Variant(family="tf", name="tf-tiny", size="tiny", accuracy=0.5, params=10**7, gflops=0.1)
 SLOPES = {"t4": 0.3, "a100": -0.3}
@@ -50,7 +50,8 @@ X = {v.name: log_intensity(v) for v in (*VARIANTS, HELD_OUT, LOW)}  # (by name: 
 
 
 def _truth(acc: str, v: Variant) -> float:
-    """A log residual: a variant level shared by the GPUs, plus each GPU's own slope on the centred intensity."""
+    """A log residual: a level per family shared by the GPUs (by the name's length), plus each GPU's own slope on
+    the centred intensity."""
     x = X[v.name] - math.log(1000.0)
     return 0.2 * len(v.name) / 5 + SLOPES[acc] * x
 
