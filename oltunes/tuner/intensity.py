@@ -15,7 +15,19 @@ with ``i(a)`` a ridge coefficient (pseudo-count ``INTENSITY_K``) on what the oth
 the kind's accelerators (their weighted mean is 0: a slope common to the kind belongs to the variant effects, which
 the kind's accelerators share), and the centring per accelerator keeps it a slope: it moves no accelerator's mean
 level, which the accelerator effect carries. A variant whose intensity is unknown (``gflops`` or ``params`` 0) adds
-nothing and teaches nothing; with none known the term is absent.
+nothing and teaches nothing; with none known the term is absent (the same floats as without it).
+
+Fitted, as the family growth scale is, on the accelerator x variant groups' data with their own effects and their
+configurations' integrated out (``PooledCorrection._refit_intensity``): on the configurations' raw residuals the
+accelerator x variant effects took most of each measured variant's deviation first.
+
+Measured (``learner_accuracy --split accelerator --seeds 20``, paired by seed against the correction without it):
+the tuner's MAPE 31.3 -> 28.1 % (mean over seeds; -3.2 +- 0.6, lower in 18 of 20 seeds), its median APE unchanged
+(17.2 -> 17.1 %, +-0.7); the correction alone 31.7 -> 28.2 % MAPE. What it cannot separate is within a family: ALBERT
+base/large are as intense as xlarge/xxlarge (one shared layer each) yet stay in the slow mode, so an Ampere GPU's
+measured ALBERT-xxlarge still makes ALBERT-base look too fast there. ``benchmarks.sim_quality`` (cold ``oltunes``,
+seeds 0-8, 54 runs per group, paired per run): mean violations shipped +0.001 +- 0.007, held-out +0.004 +- 0.005:
+no change the runs can tell.
 """
 
 from __future__ import annotations
@@ -29,7 +41,9 @@ from oltunes.types import Variant
 
 __all__ = ["INTENSITY_K", "IntensitySlope", "log_intensity"]
 
-# A slope explains every variant of an accelerator at once: weak shrinkage, as the batch elasticity's.
+# A slope explains every variant of an accelerator at once, so a handful of measured variants should set it; the
+# held-out-accelerator split (correction alone, 20 seeds, median MAPE) is flat around 1: pseudo-counts 0.1, 0.3, 1, 3,
+# 10 gave 29.4, 29.1, 28.1, 28.3, 29.7 %.
 INTENSITY_K = 1.0
 BOUNDS = (-1.0, 1.0)  # log latency per log unit of intensity (the variants span ~5 log units)
 
