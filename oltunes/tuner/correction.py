@@ -337,22 +337,8 @@ class PooledCorrection(TreeFit):
                    st["parent"]["acc"])
             self._tilt_fits += 1
         if self.intensity.active:  # the fourth block: the intensity slopes given the rest (``tuner.intensity``)
-            self._refit_intensity(st, S - N * (sides + scaled + self._cell_tilt(st)))
+            self.intensity.refit(self, st, S - N * (sides + scaled + self._cell_tilt(st)))
         return S - N * self._plus_intensity(self._cell_tilt(st) + scaled, idx)
-
-    def _refit_intensity(self, st: dict[str, Any], residual_sums: np.ndarray) -> None:
-        """The intensity slopes given everything else, fitted on the accelerator x variant groups' sums with their
-        own effects and their configurations' integrated out (as the growth scale on the shape groups': against
-        the fitted accelerator x variant effects, which take most of what a measured variant shows, the slope
-        would see a fraction of it each round)."""
-        idx, T = st["idx"], self.n_targets
-        counts = self._fit_counts[ACCELERATOR_TREE]
-        own = self._effects["acc_var"].take(idx["acc_var"], axis=1) + self._effects["cfg"].take(idx["cfg"], axis=1)
-        r = residual_sums + self._counts[:, :st["n_cells"]] * own  # the sums less all but those two effects
-        s = self._sum_by(st["up"]["cfg"], self._leaf_sum(ACCELERATOR_TREE, st, r) * counts["cfg"][2], T)
-        n, _, share, _ = counts["acc_var"]
-        self.intensity.fit_groups(n * share, s * share, idx["acc_var"], st["parent"]["acc_var"],
-                                  st["parent"]["acc_fam"], st["parent"]["acc"])
 
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
         """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no

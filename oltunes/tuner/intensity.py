@@ -18,7 +18,7 @@ level, which the accelerator effect carries. A variant whose intensity is unknow
 nothing and teaches nothing; with none known the term is absent (the same floats as without it).
 
 Fitted, as the family growth scale is, on the accelerator x variant groups' data with their own effects and their
-configurations' integrated out (``PooledCorrection._refit_intensity``): on the configurations' raw residuals the
+configurations' integrated out (``IntensitySlope.refit``): on the configurations' raw residuals the
 accelerator x variant effects took most of each measured variant's deviation first.
 
 Measured (``learner_accuracy --split accelerator --seeds 20``, paired by seed against the correction without it):
@@ -33,11 +33,16 @@ no change the runs can tell.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
+from oltunes.tuner.correction_trees import ACCELERATOR_TREE
 from oltunes.types import Variant
+
+if TYPE_CHECKING:
+    from oltunes.tuner.correction import PooledCorrection
 
 __all__ = ["INTENSITY_K", "IntensitySlope", "log_intensity"]
 
@@ -97,6 +102,21 @@ class IntensitySlope:
             for i, name in enumerate(self._names):
                 if name == v.name:
                     self.x[i], self.known[i] = x, 1.0
+
+    def refit(self, pc: PooledCorrection, st: dict[str, Any], residual_sums: np.ndarray) -> None:
+        """The slopes given everything else of ``pc``'s fit (``residual_sums``: its configurations' sums less all its
+        other effects and terms; ``st``: its index structure), fitted on the accelerator x variant groups' sums with
+        their own effects and their configurations' integrated out (as the growth scale on the shape groups':
+        against the fitted accelerator x variant effects, which take most of what a measured variant shows, the
+        slope would see a fraction of it each round)."""
+        idx, T = st["idx"], self.n_targets
+        counts = pc._fit_counts[ACCELERATOR_TREE]
+        own = pc._effects["acc_var"].take(idx["acc_var"], axis=1) + pc._effects["cfg"].take(idx["cfg"], axis=1)
+        r = residual_sums + pc._counts[:, :st["n_cells"]] * own  # the sums less all but those two effects
+        s = pc._sum_by(st["up"]["cfg"], pc._leaf_sum(ACCELERATOR_TREE, st, r) * counts["cfg"][2], T)
+        n, _, share, _ = counts["acc_var"]
+        self.fit_groups(n * share, s * share, idx["acc_var"], st["parent"]["acc_var"], st["parent"]["acc_fam"],
+                        st["parent"]["acc"])
 
     def fit_groups(self, weights: np.ndarray, residual_sums: np.ndarray, acc_var_of_cell: np.ndarray,
                    fam_of_acc_var: np.ndarray, acc_of_acc_fam: np.ndarray, kind_of_acc: np.ndarray) -> None:
