@@ -17,7 +17,7 @@ import numpy as np
 from oltunes.inventory import CATALOG
 from oltunes.learner.features import JobContext
 from oltunes.tuner.candidates import PlacementOption
-from oltunes.tuner.memo import Memo
+from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.types import Accelerator, Candidate, Variant
 
@@ -59,13 +59,23 @@ class PriorTable:
         return np.array([g, math.log(en / en1), math.log(batch) - g])
 
     def log(self, candidate: Candidate, ctx: JobContext) -> np.ndarray:
-        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters)."""
-        acc = self.accelerator(candidate.accelerator)
-        lat, en = self.base(acc, candidate.variant, candidate.batch_size)
-        lat1, en1 = self.base(acc, candidate.variant, 1)
+        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters); read-only,
+        memoised per what it reads (every measurement learnt asks, and about half repeat one already asked)."""
+        acc, v = self.accelerator(candidate.accelerator), candidate.variant
         load = sum(c.load for c in candidate.co_runners)
-        return np.array(Prior.adjust(lat, en, float(candidate.batch_size), float(candidate.concurrency), load,
-                                     lat1, en1, stream_rate(ctx, self.partial_batches)))
+        rate = stream_rate(ctx, self.partial_batches)
+        key = (acc.name, acc.max_w, v.name, v.params, v.bytes, v.precision, candidate.batch_size,
+               candidate.concurrency, load, rate)
+        table = self.memo.table("prior_log")  # its own table: thousands of keys, not the memo's shared bound
+        out = table.get(key)
+        if out is None:
+            lat, en = self.base(acc, v, candidate.batch_size)
+            lat1, en1 = self.base(acc, v, 1)
+            out = np.array(Prior.adjust(lat, en, float(candidate.batch_size), float(candidate.concurrency), load,
+                                        lat1, en1, rate))
+            out.flags.writeable = False
+            put_bounded(table, key, out)
+        return out
 
     def grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
                     ctx: JobContext) -> np.ndarray:
