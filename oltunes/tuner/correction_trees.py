@@ -156,8 +156,8 @@ class TreeCounts(dict):
 def _passes(tree: tuple[str, ...], st: dict[str, Any], counts: dict[str, tuple], T: int) -> tuple:
     """What every pass of one fit over ``tree`` reuses, raveled (target-major): the leaf sum's bincount (None: the
     configurations are the leaf groups), per level up (the share it passes, its parent's bincount), the root's share
-    and n + k, per level down from the root (effect, its parent's value per group as a flat ``take``, k, n + k), and the take
-    back to configurations (None: the leaf groups are the configurations)."""
+    and n + k, per level down from the root (effect, its parent's value per group as a flat ``take``, k, n + k), and
+    the take back to configurations (None: the leaf groups are the configurations)."""
     flat = st.get("flat_take")
     if flat is None:  # per structure: (target, group) -> (target, parent group) and -> (target, configuration)
         rows = np.arange(T)[:, None]

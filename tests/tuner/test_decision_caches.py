@@ -168,7 +168,8 @@ def test_a_kept_prior_log_equals_a_fresh_one_and_is_read_only():
     for i in range(300):
         v = variants[int(rng.integers(len(variants)))]
         co = tuple(CoRunner(job_id=f"o{k}", family=w.family, variant=w.name, size=w.size,
-                            load=float(rng.choice([0.25, 0.5, 1.0]))) for k, w in enumerate(variants[: int(rng.integers(0, 3))]))
+                            load=float(rng.choice([0.25, 0.5, 1.0])))
+                   for k, w in enumerate(variants[: int(rng.integers(0, 3))]))
         c = Candidate(pool="p", accelerator=str(rng.choice(["t4", "a100", "cpu"])), variant=v,
                       batch_size=int(rng.choice([1, 4, 8])), concurrency=int(rng.integers(1, 3)), co_runners=co)
         rate = float(rng.choice([0.0, 20.0, 60.0]))
