@@ -151,9 +151,10 @@ def test_a_kept_load_equals_a_fresh_one_after_observations_of_this_job_and_other
     assert moved > 3  # the measured loads did move some answers
 
 
-def test_a_kept_prior_log_equals_a_fresh_one_and_is_read_only():
-    """``PriorTable.log`` kept per what it reads (configuration, co-runners' total load, stream rate) equals, to the
-    bit, the same table's figures with nothing kept (a memo whose version moves on every call), whatever the order."""
+def test_a_kept_prior_log_and_growth_equal_fresh_ones_and_are_read_only():
+    """``PriorTable.log`` and ``growth`` kept per what they read (configuration, co-runners' total load, stream rate)
+    equal, to the bit, the same table's figures with nothing kept (a memo whose version moves on every call),
+    whatever the order."""
     from oltunes.tuner.memo import Memo
     from oltunes.tuner.prior_table import PriorTable
     from oltunes.types import CoRunner
@@ -179,4 +180,7 @@ def test_a_kept_prior_log_equals_a_fresh_one_and_is_read_only():
         for c_, ctx_ in (asked[int(rng.integers(len(asked)))], (c, ctx)):  # repeats and new ones, interleaved
             got = kept.log(c_, ctx_)
             assert got.tobytes() == plain.log(c_, ctx_).tobytes() and not got.flags.writeable
+            got = kept.growth(c_.accelerator, c_.variant, c_.batch_size)
+            assert got.tobytes() == plain.growth(c_.accelerator, c_.variant, c_.batch_size).tobytes()
+            assert not got.flags.writeable
     assert len(est.memo.table("prior_log")) < len(asked)  # repeats were kept, not recomputed
