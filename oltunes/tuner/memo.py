@@ -45,12 +45,14 @@ class Memo:
         self._max = max_entries
         self._values: dict[Hashable, Any] = {}
 
-    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
-        # the version checked inline (no helper call): the tuner asks ~300k times per simulated million requests
+    def _current(self) -> dict[Hashable, Any]:
         v = self._version_of()
         if v != self._version:
             self._values, self._version = {}, v
-        values = self._values
+        return self._values
+
+    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        values = self._current()
         val = values.get(key)
         if val is None:
             val = put_bounded(values, key, build(), self._max)
