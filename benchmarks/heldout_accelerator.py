@@ -14,7 +14,9 @@ variants on CPU / Pascal (``p100``) / Ampere (``a100``)). Per seed: train on eve
 * ``ratio rule, mean log ratio`` (reference) — the same with the mean log ratio: the ratios are bimodal (most
   variants run ~1.5x slower on this Ampere GPU than on the Pascal one, the compute-bound ALBERT-xxlarge and YOLOv5
   faster), so a mean — what the tuner's accelerator effect is, a shrunk mean of its measurements — lies between the
-  modes and misses both;
+  modes and misses both (the tuner's correction now has a per-accelerator slope on each variant's published arithmetic
+  intensity, ``oltunes.tuner.intensity``, which moves the majority-mode transformers and the weight-reusing ALBERT /
+  YOLOv5 apart; the ablation "no intensity slope" leaves it out);
 * ``ratio rule, robust, with batch elasticity`` (reference) — the ratio rule with a Huber-fitted offset and a
   per-accelerator scaling of the variant's Pascal batch growth (``elastic_ratio_predictions``): the structure the
   tuner's correction would need to reach the targets (measured, not yet in the tuner);
@@ -160,6 +162,7 @@ ABLATIONS = {
         (_prior, {"fam": LEFT_OUT, "var": LEFT_OUT, "shape": LEFT_OUT}),
     "ablation: variant side without its batch x concurrency shape": (_prior, {"shape": LEFT_OUT}),
     "ablation: no batch elasticity (every GPU's batch growth its kind's)": (_prior, {"elasticity": LEFT_OUT}),
+    "ablation: no intensity slope (every GPU's payoff from compute the same)": (_prior, {"intensity": LEFT_OUT}),
     "ablation: the former (not separable) heuristic prior": (_former_heuristic, {}),
     "ablation: every effect k = 1 (shared effects not looser)":
         (_prior, {e: 1.0 for e in ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")}),

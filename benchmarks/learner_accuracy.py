@@ -8,8 +8,8 @@ comparison use only: it is never copied into the repository). Mapping:
   (the pool is named after the accelerator);
 * ``Model`` -> a Variant: family = the architecture by name prefix (``resnet50_v1`` -> resnet, ``t5-base`` -> t5,
   ``prajjwal1/bert-mini`` -> bert, ``gpt2-large`` -> gpt2), size = the full name, accuracy = ``Accuracy`` / 100,
-  params = the architecture's published parameter count (``oltunes.sim.variant_params``, sources listed
-  there; the file has none);
+  params and gflops = the architecture's published parameter count and compute per item
+  (``oltunes.sim.variant_params``, sources listed there; the file has neither);
 * target: ``90th_pct`` latency of one batch (ms). The file has no p99; ``Max`` over its 1,000 trials is dominated
   by one-off stalls (e.g. 496 ms vs a 10 ms p50), so the 90th percentile is the closest robust tail figure.
 
@@ -45,7 +45,7 @@ from benchmarks.common import median, parser, print_table, write_json
 from oltunes.config import get_settings
 from oltunes.learner import FTML, FMRegressor, JobContext, encode
 from oltunes.learner.fm import ONLINE_SETTINGS
-from oltunes.sim.variant_params import published_params
+from oltunes.sim.variant_params import published_gflops, published_params
 from oltunes.types import Candidate, Variant
 
 ACCEL = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "p100", "onnxruntime_gpu_ampere": "a100"}
@@ -85,7 +85,7 @@ def load_rows(path: Path) -> list[tuple[Candidate, float]]:
                 name = model.replace("/", "-")
                 v = variants[model] = Variant(family=family_of(model), name=name, size=name,
                                               accuracy=min(1.0, float(r["Accuracy"]) / 100.0),
-                                              params=published_params(model))
+                                              params=published_params(model), gflops=published_gflops(model))
             rows.append((Candidate(pool=acc, accelerator=acc, variant=v, batch_size=int(r["batchsize"])), lat))
     return rows
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import alternate, median, parser, print_table, write_json
-from benchmarks.tuner_latency import (
+from benchmarks.tuner_workload import (
     synthetic_measurement,
     synthetic_tuner,
 )

@@ -95,6 +95,8 @@ class Variant(_Frozen):
     accuracy: Fraction
     params: Count = 0
     bytes: Count = 0
+    gflops: Quantity = Field(default=0.0, description="compute per item (GFLOPs, one inference at the architecture's "
+                             "reference input, e.g. 224x224 or 128 tokens); 0 = unknown")
     path: Text | None = Field(default=None, description="ONNX file; the tuning service accepts only model-store files")
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from oltunes.errors import DataError
 from oltunes.sim import calibration as cal
-from oltunes.sim.variant_params import published_params
+from oltunes.sim.variant_params import published_gflops, published_params
 from oltunes.types import Variant
 
 ANCHORS = ("cpu", "pascal", "ampere")
@@ -99,6 +99,7 @@ def load_profiles(data_dir: Path) -> tuple[list[Variant], Tables]:
             precision="fp32",
             accuracy=float(df.loc[df["Model"] == m, "Accuracy"].iloc[0]) / 100.0,
             params=published_params(m),  # architecture metadata a deployer knows, as the zoo's variants carry
+            gflops=published_gflops(m),
         )
         for m in models
     ]

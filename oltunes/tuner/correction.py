@@ -15,7 +15,9 @@ plus a per-(kind x family) scale on the prior's latency growth from batch 1 (``o
 stays flat in batch where the prior grows it as b^0.75, and what one variant's measurements say of it reaches the
 family's other variants and batch sizes), and a per-accelerator tilt on the kind's growth with batch size
 (``oltunes.tuner.elasticity``: an Ampere GPU's latency grows with batch ~0.6x as fast as a Pascal one's for
-compute-bound models).
+compute-bound models), and a per-accelerator slope on the variant's arithmetic intensity, where its compute and size
+are known (``oltunes.tuner.intensity``: the weight-reusing ALBERT and YOLOv5 run faster on an Ampere GPU than on a
+Pascal one, most transformers slower).
 Because the variant side is *crossed* with the accelerator side, one measurement of a variant on a Pascal GPU
 moves that variant's prediction on every other GPU, and an accelerator's first measurements move every variant on
 it (the "Pascal latency x per-accelerator ratio" rule is the special case of one variant effect plus one
@@ -48,6 +50,7 @@ from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeFit
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
+from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -56,10 +59,11 @@ __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
 # Shared effects (accelerator, variant on a kind) vary more than an accelerator's own interactions with a
 # variant: most models keep their relative speed across GPUs (the Proteus measurements, Pascal vs Ampere).
 # "elasticity": the batch elasticity's coefficients (``tuner.elasticity``); "growth_scale": the families' growth
-# scales (``tuner.growth_scale``).
+# scales (``tuner.growth_scale``); "intensity": the accelerators' slopes on the variants' arithmetic intensity
+# (``tuner.intensity``).
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
                               "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K,
-                              "growth_scale": GROWTH_SCALE_K}
+                              "growth_scale": GROWTH_SCALE_K, "intensity": INTENSITY_K}
 # Rounds (one pass over each tree) per fit: ROUNDS_PER_OBSERVATION per measurement since the last fit, at most
 # MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
 # cost per observation).
@@ -136,6 +140,7 @@ class PooledCorrection(TreeFit):
         # each accelerator's own growth with batch (``tuner.elasticity``)
         self.elastic = BatchElasticity(n_targets, self.effect_k["elasticity"])
         self.scale = GrowthScale(n_targets, self.effect_k["growth_scale"])  # each family's growth with batch
+        self.intensity = IntensitySlope(n_targets, self.effect_k["intensity"])  # each accelerator's compute payoff
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
         self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
@@ -200,7 +205,8 @@ class PooledCorrection(TreeFit):
         out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
         term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
         out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
-        return out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
+        out = out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
+        return out + self.intensity.cell(j, groups[1]) if self.intensity.active else out
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
@@ -218,9 +224,11 @@ class PooledCorrection(TreeFit):
         key = (acc, v.name, batch, conc)
         j = self._cells.get(key)
         if j is not None:
+            self.intensity.see(v)
             return j
         j = self._cells[key] = len(self._cells)
         self._families[v.name] = v.family
+        self.intensity.add_cell(j, v)
         if j >= self._sums.shape[1]:  # grow by doubling: appending one column at a time is quadratic
             grow = np.zeros((self.n_targets, max(16, j)))
             self._sums, self._counts = np.hstack([self._sums, grow]), np.hstack([self._counts, grow])
@@ -274,7 +282,7 @@ class PooledCorrection(TreeFit):
         # The batch elasticity's tilt and the families' growth scales, as of the last fit, are held fixed over the
         # rounds and refitted after them (a third Gauss-Seidel block: one coefficient per accelerator, per family).
         x_growth = self.elastic.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
-        S_untilted = S - N * (self._cell_tilt(st) + self._cell_scale(idx, x_growth))
+        S_untilted = S - N * self._plus_intensity(self._cell_tilt(st) + self._cell_scale(idx, x_growth), idx)
         # what every round of this fit shares (the counts are fixed): mu's denominator, the families' weights
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k
@@ -313,7 +321,8 @@ class PooledCorrection(TreeFit):
         # group's message to its parent in ``_fit_tree``): against the fitted shape effects, which take ~97 % of
         # what they see each round, it crept towards its fixed point over hundreds of rounds.
         n, _, share, _ = self._fit_counts[VARIANT_TREE]["shape"]
-        unshaped = sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st)
+        unshaped = self._plus_intensity(sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st),
+                                        idx)
         self.scale.fit(x_shape, n * share, self._sum_by(st["leaf"]["shape"], S - N * unshaped, self.n_targets) * share,
                        fam_of_shape)
         scaled = self._cell_scale(idx, x_growth)
@@ -324,9 +333,17 @@ class PooledCorrection(TreeFit):
             # each configuration's residual weighted by the share of its measurements that ran full batches
             n_cells = st["n_cells"]
             share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-            el.fit(x_cell, N * share, (S - N * (sides + scaled)) * share, idx["acc"], st["parent"]["acc"])
+            el.fit(x_cell, N * share, (S - N * self._plus_intensity(sides + scaled, idx)) * share, idx["acc"],
+                   st["parent"]["acc"])
             self._tilt_fits += 1
-        return S - N * (self._cell_tilt(st) + scaled)
+        if self.intensity.active:  # the fourth block: the intensity slopes given the rest (``tuner.intensity``)
+            self.intensity.refit(self, st, S - N * (sides + scaled + self._cell_tilt(st)))
+        return S - N * self._plus_intensity(self._cell_tilt(st) + scaled, idx)
+
+    def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
+        """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
+        variant's intensity is known (nothing added: the same floats as without the term)."""
+        return per_cell + self.intensity.cells(idx["acc"]) if self.intensity.active else per_cell
 
     def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
         """The families' growth scales' term per configuration (T, cells)."""
@@ -366,7 +383,8 @@ class PooledCorrection(TreeFit):
         else:
             x, stand_in = self._shape_growth(shape), None
         out = out + self.elastic.term(self._gid["acc"].get(acc), shape, centre_key(acc, v, conc), stand_in)
-        return out + scale * x
+        out = out + scale * x
+        return out + self.intensity.term(self._gid["acc"].get(acc), v) if self.intensity.active else out
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
         """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one

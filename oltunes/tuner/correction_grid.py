@@ -6,7 +6,8 @@ scale's term. Done one cell at a time that was a Python loop per (accelerator, v
 a decision right after an observation. Here each effect is gathered for every (accelerator, variant) at once through
 index arrays cached per axes (rebuilt, or extended, only when the groups they read grow), and every cell still gets the
 same additions in the same order — mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape effect, + its
-measured cfg effect, + the tilt, + the growth scale's term — a missing group adding 0.0 as ``PooledCorrection._effect``
+measured cfg effect, + the tilt, + the growth scale's term, + the intensity slope's term (when a variant's intensity
+is known) — a missing group adding 0.0 as ``PooledCorrection._effect``
 gives: bit for bit the per-cell sums (``tests/tuner/test_correction_grid.py``).
 """
 from __future__ import annotations
@@ -63,6 +64,8 @@ class CorrectionGrid:
             growth[0] = growth[0] + theta[:, ps, js] * growth[0][[GROWTH_TARGET]]
         self._add_tilt(flat, tilt, growth[0])
         self._add_scale(flat, scale, theta, growth[1])
+        if self._pc.intensity.active:  # the intensity slopes' term, per (accelerator, variant), added last
+            out += self._pc.intensity.of_variants(base["acc"], variants)[:, :, :, None, None]
         return out
 
     def _asked_growth(self, parts: dict[str, Any], asking: tuple[dict[str, Any], ...], accelerators: Sequence[str],

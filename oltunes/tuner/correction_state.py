@@ -28,6 +28,7 @@ def state_of(pc: PooledCorrection) -> dict[str, Any]:
             "mu": pc._mu.tolist(), "effects": {e: pack_floats(pc._effects[e]) for e in EFFECTS},
             "elasticity": pc.elastic.state_dict(), "tilt_news": pc._tilt_news,
             "growth_scale": pc.scale.state_dict(),
+            "intensity": pc.intensity.state_dict(),
             "unfitted": pc.version - max(pc._fitted, 0)}  # measurements since the last fit
 
 
@@ -57,6 +58,8 @@ def restore_into(pc: PooledCorrection, d: dict[str, Any]) -> PooledCorrection:
         pc._tilt_news = int(d.get("tilt_news", 0))
     if "growth_scale" in d:  # absent in states saved before it existed: it relearns
         pc.scale.load(d["growth_scale"], len(pc._gid["fam"]))
+    if "intensity" in d:  # absent in states saved before it existed: it relearns (from the variants measured next)
+        pc.intensity.load(d["intensity"])
     pc._fitted = 0
     pc._all = None
     pc.version = int(d.get("unfitted", len(pc._cells)))

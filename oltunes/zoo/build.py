@@ -30,6 +30,7 @@ from oltunes.zoo.data import CALIBRATION_ITEMS, TEST_FRACTION, Split, digits_spl
 from oltunes.zoo.evaluate import measure_accuracy
 from oltunes.zoo.export import OPSET, Converter, Int8, export_fp32
 from oltunes.zoo.families import Family
+from oltunes.zoo.flops import onnx_gflops
 from oltunes.zoo.manifest import (
     ZooEntry,
     config_hash,
@@ -71,6 +72,11 @@ def _cached(entry: ZooEntry | None, chash: str) -> bool:
     if entry is None or entry.config_hash != chash or not entry.path or not Path(entry.path).is_file():
         return False
     return sha256_file(Path(entry.path)) == entry.sha256
+
+
+def _with_gflops(entry: ZooEntry) -> ZooEntry:
+    """A cached entry, with its compute counted if its manifest predates ``gflops`` (counting takes milliseconds)."""
+    return entry if entry.gflops or not entry.path else entry.model_copy(update={"gflops": onnx_gflops(entry.path)})
 
 
 def _entry(
@@ -209,7 +215,7 @@ def build_zoo(
                 for p in PRECISIONS:
                     if p not in todo:
                         name = f"{fam_name}-{size}-{p}"
-                        entries[name] = old[name]
+                        entries[name] = _with_gflops(old[name])
                         say(f"cached  {name}  accuracy={old[name].accuracy:.4f}")
                 if todo:
                     plan.append((fam_name, size, hashes, todo))

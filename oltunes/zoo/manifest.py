@@ -22,6 +22,7 @@ from oltunes.atomic import atomic_write_json, sha256_file
 from oltunes.config import get_settings
 from oltunes.errors import ModelError
 from oltunes.types import Variant
+from oltunes.zoo.flops import onnx_gflops
 from oltunes.zoo.spec import PRECISIONS, SIZES
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def model_fields(path: Path, session: ModelSession) -> dict[str, Any]:
     """The entry fields read from a model file and its loaded session (shipped and user variants alike)."""
     return {
         "bytes": path.stat().st_size,
+        "gflops": onnx_gflops(path),  # counted from the graph (0.0: not countable)
         "path": str(path),
         "sha256": sha256_file(path),
         "input_name": session.input_name,

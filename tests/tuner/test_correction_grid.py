@@ -13,8 +13,11 @@ from oltunes.tuner.elasticity import centre_key
 from oltunes.types import Variant
 
 FAMILIES = {"cnn": ("s", "m", "l"), "bert": ("s", "l")}
-VARIANTS = [Variant(family=f, name=f"{f}-{s}", size=s, accuracy=0.7) for f, sizes in FAMILIES.items() for s in sizes]
-UNKNOWN_VARIANT = Variant(family="cnn", name="cnn-xl", size="xl", accuracy=0.9)  # never learnt
+# the CNNs' arithmetic intensity is known (the intensity slopes' term is on), the BERTs' not
+VARIANTS = [Variant(family=f, name=f"{f}-{s}", size=s, accuracy=0.7,
+                    **({"params": 10**6 * (i + 1), "gflops": 0.5 * 4**i} if f == "cnn" else {}))
+            for f, sizes in FAMILIES.items() for i, s in enumerate(sizes)]
+UNKNOWN_VARIANT = Variant(family="cnn", name="cnn-xl", size="xl", accuracy=0.9, params=5 * 10**6, gflops=20.0)
 UNKNOWN_FAMILY = Variant(family="gpt", name="gpt-s", size="s", accuracy=0.6)
 ACCELERATORS = ["t4", "a100", "cpu", "v100"]  # two kinds
 UNKNOWN_ACCELERATORS = ["h100", "mystery-gpu"]  # never learnt (one with a spec, one without)
@@ -66,6 +69,11 @@ def _reference_grid(pc: PooledCorrection, accelerators, variants, batch_sizes, c
                     x = (pc._shape_growth(g) if g is not None
                          else pc.scale.x(growth_of(acc, v, b)) if growth_of is not None else 0.0)
                     out[:, p, j, bi, ci] += scale * x
+    if pc.intensity.active:  # last: the intensity slope's term
+        for p, acc in enumerate(accelerators):
+            for j, v in enumerate(variants):
+                term = pc.intensity.term(pc._gid["acc"].get(acc), v)
+                out[:, p, j] += term if isinstance(term, float) else term[:, None, None]
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -23,7 +24,7 @@ from oltunes.zoo import (
     list_entries,
     list_variants,
 )
-from oltunes.zoo.manifest import MANIFEST
+from oltunes.zoo.manifest import MANIFEST, load_entries, save_entries
 
 
 def test_every_family_size_precision_is_in_the_manifest(built_zoo):
@@ -47,7 +48,7 @@ def test_every_family_size_precision_is_in_the_manifest(built_zoo):
     assert all(not r["path"].startswith("/") for r in raw["variants"])
 
 
-def test_sizes_grow_in_parameters_and_precisions_shrink_files(built_zoo):
+def test_sizes_grow_in_parameters_and_compute_and_precisions_shrink_files(built_zoo):
     by = {(v.family, v.size, v.precision): v for v in list_variants(built_zoo)}
     for fam in Family.known():
         s, m, l_ = (by[(fam, size, "fp32")].params for size in SIZES)
@@ -56,6 +57,10 @@ def test_sizes_grow_in_parameters_and_precisions_shrink_files(built_zoo):
             assert by[(fam, size, "fp16")].params == by[(fam, size, "fp32")].params
             assert by[(fam, size, "fp16")].bytes < by[(fam, size, "fp32")].bytes
         assert by[(fam, "l", "int8")].bytes < by[(fam, "l", "fp16")].bytes
+        s, m, l_ = (by[(fam, size, "fp32")].gflops for size in SIZES)  # compute, counted from each graph
+        assert 0 < s < m < l_, (fam, s, m, l_)
+        for size in SIZES:
+            assert by[(fam, size, "fp16")].gflops == by[(fam, size, "int8")].gflops == by[(fam, size, "fp32")].gflops
 
 
 def test_accuracy_is_plausible_and_measured_from_the_onnx_file(built_zoo):
@@ -80,6 +85,17 @@ def test_second_build_reuses_every_file(built_zoo):
     assert len(lines) == 18 and all(line.startswith("cached") for line in lines), lines
     assert {p.name: p.stat().st_mtime_ns for p in (built_zoo / "models").iterdir()} == before
     assert {v.name: v.accuracy for v in variants} == accuracy
+
+
+def test_a_rebuild_counts_the_compute_a_manifest_written_before_it_lacks(built_zoo, tmp_path):
+    old = tmp_path / "zoo"
+    shutil.copytree(built_zoo, old)
+    entries = load_entries(old)
+    save_entries(old, [e.model_copy(update={"gflops": 0.0}) for e in entries])  # as written before the field
+    lines: list[str] = []
+    rebuilt = {v.name: v.gflops for v in build_zoo(old, progress=lines.append)}
+    assert all(line.startswith("cached") for line in lines), lines  # nothing retrained or re-exported
+    assert rebuilt == {e.name: e.gflops for e in entries} and all(g > 0 for g in rebuilt.values())
 
 
 def test_get_variant_lists_known_names_on_a_miss(built_zoo):

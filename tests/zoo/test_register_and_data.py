@@ -51,6 +51,7 @@ def test_register_a_user_model_measures_its_accuracy(tmp_path):
     v = register_variant(tmp_path / "mine.onnx", tmp_path / "eval.npz", "linear", "tiny", "fp32", zoo_dir=zoo)
     assert v.accuracy == pytest.approx(float(np.mean((x @ w.astype(np.float32)).argmax(1) == labels)))
     assert (v.family, v.name, v.params) == ("linear", "linear-tiny-fp32", 12)
+    assert v.gflops == pytest.approx(2 * 4 * 3 / 1e9)  # counted from the graph: one 4 x 3 product per item
     (entry,) = list_entries(zoo)
     assert entry.source == "user" and entry.input_shape == (None, 4) and entry.input_name == "features"
     assert entry.path.startswith(str(zoo)) and entry.eval_set.startswith(str(zoo))  # copied in: self-contained
