@@ -13,9 +13,9 @@ import numpy as np
 
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.sim_engine import run_seed, simulator
+from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun
 from oltunes.sim.perfmodel import PerformanceModel
-from oltunes.sim.percentile import percentiles
 from oltunes.sim.workload import SimJob
 from oltunes.tracking import conventions as cv
 from oltunes.types import Decision

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-import numpy as np
+from oltunes.percentile import quantiles
 
 __all__ = ["ResidualQuantiles"]
 
@@ -62,7 +62,7 @@ class ResidualQuantiles:
         d = self._res.get(region)
         if not d:
             return None
-        v = float(np.quantile(np.fromiter(d, float, len(d)), self.q))
+        v = quantiles(d, (self.q,))[0]  # np.quantile's
         self._cache[region] = v
         return v
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from oltunes.percentile import mean, percentiles, total
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
-from oltunes.sim.percentile import mean, percentiles, total
 from oltunes.sim.result import RunResult
 from oltunes.types import Candidate, Measurement
 

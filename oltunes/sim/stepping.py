@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from oltunes.errors import ConfigError
+from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun
-from oltunes.sim.percentile import percentiles
 from oltunes.sim.result import RunResult
 from oltunes.types import Candidate, Decision, Measurement, Placement
 

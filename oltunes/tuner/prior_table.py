@@ -10,14 +10,14 @@ catalogue and the FM's vocabulary only through that memo's key).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from oltunes.inventory import CATALOG
 from oltunes.learner.features import JobContext
 from oltunes.tuner.candidates import PlacementOption
-from oltunes.tuner.memo import Memo
+from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.types import Accelerator, Candidate, Variant
 
@@ -52,20 +52,41 @@ class PriorTable:
 
     def growth(self, accelerator: str, variant: Variant, batch: int) -> np.ndarray:
         """The prior's log change (latency, energy per item, throughput) from batch 1 to ``batch``, alone: what the
-        correction's batch elasticity scales (``tuner.elasticity``)."""
+        correction's batch elasticity scales (``tuner.elasticity``); read-only, kept per what it reads (every
+        measurement learnt asks)."""
         acc = self.accelerator(accelerator)
+        return self._kept("prior_growth", (acc.name, acc.max_w, variant.name, variant.params, variant.bytes,
+                                           variant.precision, batch), lambda: self._growth(acc, variant, batch))
+
+    def _growth(self, acc: Accelerator, variant: Variant, batch: int) -> np.ndarray:
         (lat, en), (lat1, en1) = self.base(acc, variant, batch), self.base(acc, variant, 1)
         g = math.log(lat / lat1)
         return np.array([g, math.log(en / en1), math.log(batch) - g])
 
     def log(self, candidate: Candidate, ctx: JobContext) -> np.ndarray:
-        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters)."""
-        acc = self.accelerator(candidate.accelerator)
-        lat, en = self.base(acc, candidate.variant, candidate.batch_size)
-        lat1, en1 = self.base(acc, candidate.variant, 1)
-        load = sum(c.load for c in candidate.co_runners)
-        return np.array(Prior.adjust(lat, en, float(candidate.batch_size), float(candidate.concurrency), load,
-                                     lat1, en1, stream_rate(ctx, self.partial_batches)))
+        """Log prior (latency, energy, throughput) of one candidate for a job (streaming rate matters); read-only,
+        kept per what it reads (every measurement learnt asks, and about half repeat one already asked)."""
+        acc, v = self.accelerator(candidate.accelerator), candidate.variant
+        b, c = candidate.batch_size, candidate.concurrency
+        load = sum(co.load for co in candidate.co_runners)
+        rate = stream_rate(ctx, self.partial_batches)
+        return self._kept("prior_log", (acc.name, acc.max_w, v.name, v.params, v.bytes, v.precision, b, c, load, rate),
+                          lambda: self._log(acc, v, b, c, load, rate))
+
+    def _log(self, acc: Accelerator, v: Variant, b: int, c: int, load: float, rate: float) -> np.ndarray:
+        (lat, en), (lat1, en1) = self.base(acc, v, b), self.base(acc, v, 1)
+        return np.array(Prior.adjust(lat, en, float(b), float(c), load, lat1, en1, rate))
+
+    def _kept(self, table: str, key: tuple, build: Callable[[], np.ndarray]) -> np.ndarray:
+        """``build()`` made read-only and kept per ``key`` in the memo's table ``table`` (its own table: thousands of
+        keys, not the memo's shared bound)."""
+        kept = self.memo.table(table)
+        out = kept.get(key)
+        if out is None:
+            out = build()
+            out.flags.writeable = False
+            put_bounded(kept, key, out)
+        return out
 
     def grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant],
                     ctx: JobContext) -> np.ndarray:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oltunes.sim.percentile import mean, percentiles, total
+from collections import deque
+
+from oltunes.percentile import mean, percentiles, quantiles, total
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -19,6 +21,17 @@ def test_percentiles_equal_numpy_bit_for_bit(seed):
             x = [round(v, 1) for v in x]
         qs = (50, 95, 99) if rng.random() < 0.5 else (float(rng.uniform(0, 100)),)
         assert percentiles(x, qs) == np.percentile(np.asarray(x), qs).tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_quantiles_equal_numpy_bit_for_bit(seed):
+    """As the tuner asks them: a window (deque) of recent figures, often tied at 0 (no burst), one quantile."""
+    rng = np.random.default_rng([seed, 3])
+    for _ in range(400):
+        n = int(rng.integers(1, 3000)) if rng.random() < 0.1 else int(rng.integers(1, 20))
+        x = deque(np.where(rng.random(n) < 0.3, 0.0, rng.lognormal(0.0, 2.0, n)).tolist(), maxlen=n)
+        qs = (0.9,) if rng.random() < 0.5 else tuple(rng.uniform(0, 1, 2).tolist())
+        assert quantiles(x, qs) == np.quantile(np.fromiter(x, float, len(x)), qs).tolist()
 
 
 def test_percentiles_of_an_empty_sample_refuse():

@@ -149,3 +149,38 @@ def test_a_kept_load_equals_a_fresh_one_after_observations_of_this_job_and_other
         assert after == [fresh.estimator.load_of(q) for q in streams]
         moved += before != after
     assert moved > 3  # the measured loads did move some answers
+
+
+def test_a_kept_prior_log_and_growth_equal_fresh_ones_and_are_read_only():
+    """``PriorTable.log`` and ``growth`` kept per what they read (configuration, co-runners' total load, stream rate)
+    equal, to the bit, the same table's figures with nothing kept (a memo whose version moves on every call),
+    whatever the order."""
+    from oltunes.tuner.memo import Memo
+    from oltunes.tuner.prior_table import PriorTable
+    from oltunes.types import CoRunner
+
+    variants = make_variants()
+    est = Tuner(variants, seed=0).estimator
+    kept, tick = est.priors, iter(range(10**9))
+    plain = PriorTable(kept.prior, Memo(lambda: next(tick)), kept.batch_sizes, kept.concurrencies,
+                       kept.partial_batches)
+    rng = np.random.default_rng(5)
+    asked = []
+    for i in range(300):
+        v = variants[int(rng.integers(len(variants)))]
+        co = tuple(CoRunner(job_id=f"o{k}", family=w.family, variant=w.name, size=w.size,
+                            load=float(rng.choice([0.25, 0.5, 1.0])))
+                   for k, w in enumerate(variants[: int(rng.integers(0, 3))]))
+        c = Candidate(pool="p", accelerator=str(rng.choice(["t4", "a100", "cpu"])), variant=v,
+                      batch_size=int(rng.choice([1, 4, 8])), concurrency=int(rng.integers(1, 3)), co_runners=co)
+        rate = float(rng.choice([0.0, 20.0, 60.0]))
+        ctx = job_context(JobSpec(family=v.family, kind="streaming" if rate else "batch", slo_ms=100.0,
+                                  arrival_rate_rps=rate, items=10))
+        asked.append((c, ctx))
+        for c_, ctx_ in (asked[int(rng.integers(len(asked)))], (c, ctx)):  # repeats and new ones, interleaved
+            got = kept.log(c_, ctx_)
+            assert got.tobytes() == plain.log(c_, ctx_).tobytes() and not got.flags.writeable
+            got = kept.growth(c_.accelerator, c_.variant, c_.batch_size)
+            assert got.tobytes() == plain.growth(c_.accelerator, c_.variant, c_.batch_size).tobytes()
+            assert not got.flags.writeable
+    assert len(est.memo.table("prior_log")) < len(asked)  # repeats were kept, not recomputed
