@@ -23,7 +23,7 @@ from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
 from oltunes.types import Variant
 
-__all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key"]
+__all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key", "slopes_within_kind"]
 
 # A tilt explains every variant on an accelerator at once, so little evidence should move it: measured on the
 # held-out-accelerator split (benchmarks/heldout_accelerator.py), pseudo-counts 1, 0.1, 0.01, 0.001 gave 34.5, 31.3,
@@ -42,6 +42,24 @@ def _grown(a: np.ndarray, n: int) -> np.ndarray:
     if a.shape[-1] >= n:
         return a
     return np.concatenate([a, np.zeros((*a.shape[:-1], max(n, 2 * a.shape[-1], 16) - a.shape[-1]), a.dtype)], -1)
+
+
+def slopes_within_kind(x: np.ndarray, n: np.ndarray, residual_sums: np.ndarray, acc_of: np.ndarray,
+                       kind_of_acc: np.ndarray, k: float) -> np.ndarray:
+    """Ridge slopes (T, accelerators) of ``residual_sums`` on ``x`` per accelerator (``n``: each cell's weight,
+    ``k``: the pseudo-count), each less its kind's weighted mean: a slope common to a kind belongs to the effects
+    the kind's accelerators share. One bincount per sum for every target at once."""
+    T, A = n.shape[0], len(kind_of_acc)
+    K = int(kind_of_acc.max()) + 1 if A else 0
+    rows = np.arange(T)[:, None]
+    by_acc = (acc_of[None, :] + A * rows).ravel()
+    w = np.bincount(by_acc, (n * x * x).ravel(), T * A).reshape(T, A)
+    c = np.bincount(by_acc, (x * residual_sums).ravel(), T * A).reshape(T, A) / (w + k)
+    by_kind = (kind_of_acc[None, :] + K * rows).ravel()
+    kind_w = np.bincount(by_kind, w.ravel(), T * K).reshape(T, K)
+    kind_wc = np.bincount(by_kind, (w * c).ravel(), T * K).reshape(T, K)
+    kind_mean = np.divide(kind_wc, kind_w, out=np.zeros_like(kind_w), where=kind_w > 0)
+    return c - kind_mean.take(kind_of_acc, axis=1)
 
 
 class BatchElasticity:
@@ -86,18 +104,10 @@ class BatchElasticity:
             kind_of_acc: np.ndarray) -> None:
         """Ridge coefficients given everything else (``residual_sums``: the cells' sums minus N x the rest), then
         centred per kind by their weights."""
-        T, A, K = self.n_targets, len(kind_of_acc), int(kind_of_acc.max()) + 1 if len(kind_of_acc) else 0
-        rows = np.arange(T)[:, None]
-        by_acc = (acc_of_cell[None, :] + A * rows).ravel()  # one bincount for every target
-        w = np.bincount(by_acc, (N * x_cell * x_cell).ravel(), T * A).reshape(T, A)
-        c = np.bincount(by_acc, (x_cell * residual_sums).ravel(), T * A).reshape(T, A) / (w + self.k)
-        by_kind = (kind_of_acc[None, :] + K * rows).ravel()
-        kind_w = np.bincount(by_kind, w.ravel(), T * K).reshape(T, K)
-        kind_wc = np.bincount(by_kind, (w * c).ravel(), T * K).reshape(T, K)
-        kind_mean = np.divide(kind_wc, kind_w, out=np.zeros_like(kind_w), where=kind_w > 0)
         # bounded to a latency growing 0.1-2x as fast as the kind's: a first full-batch measurement of a new
         # accelerator, before the other effects have taken their share of its residual, must not tilt it wildly
-        self.coefficients(A)[:] = np.clip(c - kind_mean.take(kind_of_acc, axis=1), *BOUNDS)
+        slopes = slopes_within_kind(x_cell, N, residual_sums, acc_of_cell, kind_of_acc, self.k)
+        self.coefficients(len(kind_of_acc))[:] = np.clip(slopes, *BOUNDS)
 
     def term(self, acc_group: int | None, shape_group: int | None, centre_key: str,
              growth: np.ndarray | None) -> np.ndarray | float:

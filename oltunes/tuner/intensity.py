@@ -39,6 +39,7 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.tuner.correction_trees import ACCELERATOR_TREE
+from oltunes.tuner.elasticity import slopes_within_kind
 from oltunes.types import Variant
 
 if TYPE_CHECKING:
@@ -125,7 +126,6 @@ class IntensitySlope:
         effects; the groups' parents give each one's accelerator and kind. Then centred per kind by their weights;
         accelerators with no known intensity keep 0."""
         T, A, G = self.n_targets, len(kind_of_acc), weights.shape[1]
-        K = int(kind_of_acc.max()) + 1 if A else 0
         n_cells = len(acc_var_of_cell)
         known_cells = self.known[:n_cells]
         n_known = np.bincount(acc_var_of_cell, known_cells, G)
@@ -141,13 +141,8 @@ class IntensitySlope:
         mean = np.divide(np.bincount(by_acc, (n * x).ravel(), T * A).reshape(T, A), n_acc,
                          out=np.zeros_like(n_acc), where=has)
         xc = (x - mean.take(acc_of, axis=1)) * known
-        w = np.bincount(by_acc, (weights * xc * xc).ravel(), T * A).reshape(T, A)
-        c = np.bincount(by_acc, (xc * residual_sums).ravel(), T * A).reshape(T, A) / (w + self.k)
-        by_kind = (kind_of_acc[None, :] + K * rows).ravel()
-        kind_w = np.bincount(by_kind, w.ravel(), T * K).reshape(T, K)
-        kind_wc = np.bincount(by_kind, (w * c).ravel(), T * K).reshape(T, K)
-        kind_mean = np.divide(kind_wc, kind_w, out=np.zeros_like(kind_w), where=kind_w > 0)
-        self.coef = np.where(has, np.clip(c - kind_mean.take(kind_of_acc, axis=1), *BOUNDS), 0.0)
+        slopes = slopes_within_kind(xc, weights, residual_sums, acc_of, kind_of_acc, self.k)
+        self.coef = np.where(has, np.clip(slopes, *BOUNDS), 0.0)
         self.mean = mean
 
     def cells(self, acc_of_cell: np.ndarray) -> np.ndarray:
