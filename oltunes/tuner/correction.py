@@ -44,10 +44,17 @@ from typing import Any
 
 import numpy as np
 
-from oltunes.profiles import accelerator_kind
 from oltunes.tuner.correction_grid import CorrectionGrid
+from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
-from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeFit
+from oltunes.tuner.correction_trees import (
+    ACCELERATOR_TREE,
+    EFFECTS,
+    PARENTS,
+    VARIANT_TREE,
+    TreeFit,
+    groups_of,
+)
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
@@ -76,13 +83,6 @@ def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
         a = np.concatenate([a, np.zeros(max(16, len(a)), dtype=a.dtype)])
     a[i] = value
     return a
-
-
-def _groups(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
-    """The group key of each effect (``EFFECTS`` order) for one configuration."""
-    k = accelerator_kind(acc)
-    return (k, acc, f"{k}/{v.family}", f"{k}/{v.name}", f"{k}/{v.name}/{batch}/{conc}", f"{acc}/{v.family}",
-            f"{acc}/{v.name}", f"{acc}/{v.name}/{batch}/{conc}")
 
 
 class PooledCorrection(TreeFit):
@@ -234,7 +234,7 @@ class PooledCorrection(TreeFit):
             self._sums, self._counts = np.hstack([self._sums, grow]), np.hstack([self._counts, grow])
             self._tilt_counts = np.hstack([self._tilt_counts, grow])
         groups = {}
-        for e, key_e in zip(EFFECTS, _groups(acc, v, batch, conc)):
+        for e, key_e in zip(EFFECTS, groups_of(acc, v, batch, conc)):
             ids = self._gid[e]
             g = ids.get(key_e)
             if g is None:
@@ -373,7 +373,7 @@ class PooledCorrection(TreeFit):
     def _current(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> np.ndarray:
         """The correction as the effects stand (no refit)."""
         out = self._mu.copy()
-        keys = _groups(acc, v, batch, conc)
+        keys = groups_of(acc, v, batch, conc)
         for e, key in zip(EFFECTS, keys):
             out = out + self._effect(e, key)
         shape, scale = self._gid["shape"].get(keys[4]), self.scale.of(self._gid["fam"].get(keys[2]))
@@ -387,30 +387,8 @@ class PooledCorrection(TreeFit):
         return out + self.intensity.term(self._gid["acc"].get(acc), v) if self.intensity.active else out
 
     def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
-        """Posterior standard deviation (n_targets,) of one configuration's correction, in units of the noise of one
-        measurement (x the log noise SD: the SD of the log correction). About ``1/sqrt(root_k)`` plus the effects'
-        own spread for a configuration nothing near was measured; ``~1/sqrt(n)`` once measured n times.
-
-        Each tree's is exact for its nested levels (``var = 1 / (n + k) + (k / (n + k))^2 var(parent)``); the two
-        sides are added as if independent (an approximation).
-        """
-        self._fit()
-        keys = dict(zip(EFFECTS, _groups(acc, v, batch, conc)))
-        total = np.zeros(self.n_targets)
-        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
-            counts = self._fit_counts.get(tree, {})
-            if tree is ACCELERATOR_TREE:  # the overall offset: the prior's evidence + what the top groups carry
-                n_top, _, share, _ = counts.get(tree[0], (np.zeros((self.n_targets, 0)), 0.0, 0.0, 0.0))
-                var = 1.0 / ((n_top * share).sum(axis=1) + self.root_k)
-            else:
-                var = np.zeros(self.n_targets)
-            for e in tree:
-                k = min(self.effect_k[e], 1e12)
-                g = self._gid[e].get(keys[e])
-                n = counts[e][0][:, g] if e in counts and g is not None and g < counts[e][0].shape[1] else 0.0
-                var = 1.0 / (n + k) + (k / (n + k)) ** 2 * var
-            total += var
-        return np.sqrt(total)
+        """Posterior standard deviation (n_targets,) of one configuration's correction (``correction_spread``)."""
+        return posterior_spread(self, acc, v, batch, conc)
 
     def predict_candidate(self, c: Candidate, growth: np.ndarray | None = None) -> np.ndarray:
         return self.predict(c.accelerator, c.variant, c.batch_size, c.concurrency, growth)

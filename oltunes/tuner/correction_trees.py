@@ -3,17 +3,29 @@ of ``PooledCorrection``'s fit (``oltunes.tuner.correction``, its module docstrin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["ACCELERATOR_TREE", "EFFECTS", "PARENTS", "VARIANT_TREE", "TreeCounts", "TreeFit"]
+from oltunes.profiles import accelerator_kind
+
+if TYPE_CHECKING:
+    from oltunes.types import Variant
+
+__all__ = ["ACCELERATOR_TREE", "EFFECTS", "PARENTS", "VARIANT_TREE", "TreeCounts", "TreeFit", "groups_of"]
 
 # The effects in the order backfitting visits them (coarse first), and each one's group key.
 EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
 # The two nested trees of effects (coarse to fine): the accelerator side, under ``mu``, and the variant side.
 ACCELERATOR_TREE: tuple[str, ...] = ("kind", "acc", "acc_fam", "acc_var", "cfg")
 VARIANT_TREE: tuple[str, ...] = ("fam", "var", "shape")
+
+
+def groups_of(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
+    """The group key of each effect (``EFFECTS`` order) for one configuration."""
+    k = accelerator_kind(acc)
+    return (k, acc, f"{k}/{v.family}", f"{k}/{v.name}", f"{k}/{v.name}/{batch}/{conc}", f"{acc}/{v.family}",
+            f"{acc}/{v.name}", f"{acc}/{v.name}/{batch}/{conc}")
 
 
 # Parent of each effect's groups in its tree: name -> (the effect whose groups it indexes, the parent effect, or

@@ -190,10 +190,10 @@ class _RebuiltEachFit(PooledCorrection):
     sum into the configurations' own groups by bincount (no shortcut)."""
 
     def _structure(self):
-        from oltunes.tuner.correction import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, _groups
+        from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, groups_of
 
         T = self.n_targets
-        keys = [_groups(acc, Variant(family=self._families[name], name=name, size="s", accuracy=0.0), b, c)
+        keys = [groups_of(acc, Variant(family=self._families[name], name=name, size="s", accuracy=0.0), b, c)
                 for (acc, name, b, c) in self._cells]
         idx = {e: np.asarray([self._gid[e][k[i]] for k in keys]) for i, e in enumerate(EFFECTS)}
         n_groups = {e: len(self._gid[e]) for e in EFFECTS}
