@@ -18,7 +18,7 @@ Batch size is the *largest* batch: streaming workers batch dynamically (``fill_w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -125,14 +125,17 @@ class PlacementOption:
 
 def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_capacity: bool = False,
                       include: tuple[str, int] | None = None,
-                      load_of: Callable[[Placement], float] | None = None) -> list[PlacementOption]:
+                      load_of: Callable[[Placement], float] | None = None,
+                      loads_version: Hashable | None = None) -> list[PlacementOption]:
     """Options per pool: first empty device, and the fullest device with a free slot.
 
     ``occupancy`` says who runs where (``Occupancy.of(cluster.placements)``, or one the caller keeps in sync).
     ``include`` = (pool, device) adds that device too when it has a free slot (a running job's current
     device, so that staying is one of the candidates). With ``ignore_capacity`` every pool yields its
     least-loaded device even when full (used only to name a best-available candidate when nothing fits).
-    ``load_of`` gives each placed job's busy share of its device (default: 1.0, assume it keeps it busy).
+    ``load_of`` gives each placed job's busy share of its device (default: 1.0, assume it keeps it busy);
+    ``loads_version`` says what it reads besides the placements: while it stays the same, a pool whose placements
+    did not change keeps its options' loads without reading them again (None: read them every time).
 
     Empty devices of a pool are interchangeable, so they are one option, represented by the lowest index;
     the work per pool is a few look-ups in the index, never a walk over its devices or placements.
@@ -153,13 +156,14 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
                 or not all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1)):
             opts = _pool_options(pool, occupancy, keep, ignore_capacity, load_of)
             if version >= 0:
-                memo[key] = (pool, version, opts)
-        elif load_of is not None and any(o.members for o in hit[2]):
+                memo[key] = (pool, version, opts, loads_version)
+        elif load_of is not None and (loads_version is None or hit[3] != loads_version) and any(
+                o.members for o in hit[2]):
             opts = hit[2]
             loaded = [o if o.loads == (ls := _loads(o.members, load_of)) else replace(o, loads=ls) for o in opts]
             if any(a is not b for a, b in zip(loaded, opts)):
                 opts = loaded
-                memo[key] = (pool, version, opts)
+            memo[key] = (pool, version, opts, loads_version)
         else:
             opts = hit[2]
         out += opts

@@ -52,9 +52,11 @@ class ClusterOptions:
         """The options from the index; with no free slot anywhere, every pool's least-loaded device (to name the
         best available) and ``no_capacity``."""
         include = (current.pool, current.device) if current is not None else None
-        load_of = self.estimator.load_of
-        options = placement_options(pools, self.occupancy, include=include, load_of=load_of)
+        # a placed job's load is its measured one (moved by an observation) or its prior's (by the catalogue)
+        loads = {"load_of": self.estimator.load_of,
+                 "loads_version": (self.estimator.n_learned, self.catalogue.version)}
+        options = placement_options(pools, self.occupancy, include=include, **loads)
         no_capacity = not options
         if no_capacity:
-            options = placement_options(pools, self.occupancy, ignore_capacity=True, load_of=load_of)
+            options = placement_options(pools, self.occupancy, ignore_capacity=True, **loads)
         return options, no_capacity
