@@ -30,7 +30,7 @@ from oltunes.tuner.estimate import Estimate
 from oltunes.tuner.objectives import Objective
 from oltunes.types import Placement
 
-__all__ = ["Choice", "Selector", "INFEASIBLE_STAY"]
+__all__ = ["Choice", "Selector", "INFEASIBLE_STAY", "lexsort_first"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
@@ -110,8 +110,8 @@ class Selector:
         secondary = objective.secondary(est, flat, p_idx)
         fragile = -tolerated_slowdown(est, self.throughput_headroom, flat)
         accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
-        keys = np.lexsort((o[flat], secondary, accuracy, fragile, frag))
-        return tuple(int(i) for i in np.unravel_index(flat[keys[0]], feasible.shape))  # type: ignore[return-value]
+        first = lexsort_first((o[flat], secondary, accuracy, fragile, frag))
+        return tuple(int(i) for i in np.unravel_index(flat[first], feasible.shape))  # type: ignore[return-value]
 
     def explore_in(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray) -> Index:
         return self.explore(est, verdict.feasible, objective, obj)
@@ -142,9 +142,34 @@ class Selector:
             over = np.maximum(over, job.arrival_rate_rps * self.throughput_headroom / est.pess_thr - 1.0)
         graded = over + self.crowding * crowd + co_fail * 1.0
         graded = np.broadcast_to(graded, shape)
-        flat = np.lexsort((obj.ravel(), graded.ravel(), shortfall.ravel(), cap_fail.ravel()))
+        first = lexsort_first((obj.ravel(), graded.ravel(), shortfall.ravel(), cap_fail.ravel()))
         graded = np.where(cap_fail | (shortfall > 0), np.inf, graded)
-        return tuple(int(i) for i in np.unravel_index(int(flat[0]), shape)), graded  # type: ignore[return-value]
+        return tuple(int(i) for i in np.unravel_index(first, shape)), graded  # type: ignore[return-value]
+
+
+def lexsort_first(keys: tuple[np.ndarray, ...]) -> int:
+    """``np.lexsort(keys)[0]`` (the last key is the primary) without sorting: the positions holding each key's
+    minimum among those still tied, key by key, then the first of them (the sort is stable). Only comparisons,
+    as the sort's: NaN is above every number and equal to NaN, -0.0 equals 0.0.
+
+    >>> a, b = np.array([2.0, 1.0, 1.0, np.nan]), np.array([0, 1, 0, 0])
+    >>> int(lexsort_first((a, b))), int(np.lexsort((a, b))[0])
+    (2, 2)
+    """
+    tied = None  # positions still tied (None: all)
+    for key in reversed(keys):
+        v = key if tied is None else key[tied]
+        if v.dtype.kind == "f" and np.isnan(v).any():
+            numbers = v[~np.isnan(v)]
+            if not numbers.size:  # all NaN: all tied on this key
+                continue
+            at = np.flatnonzero(v == numbers.min())
+        else:
+            at = np.flatnonzero(v == v.min())
+        tied = at if tied is None else tied[at]
+        if len(tied) == 1:
+            break
+    return 0 if tied is None else int(tied[0])
 
 
 def tolerated_slowdown(est: Estimate, throughput_headroom: float, flat: np.ndarray | None = None) -> np.ndarray:
