@@ -30,7 +30,7 @@ from oltunes.tuner.estimate import Estimate
 from oltunes.tuner.objectives import Objective
 from oltunes.types import Placement
 
-__all__ = ["Choice", "Selector", "INFEASIBLE_STAY", "lexsort_first"]
+__all__ = ["INFEASIBLE_STAY", "Choice", "Selector", "lexsort_first"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more

@@ -14,8 +14,10 @@ from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool
 from tests.tuner.variants import make_variants
 
 
-def brute_force_options(cluster: ClusterState, *, ignore_capacity=False, include=None, load_of=None):
-    """The reference: look at every device of every pool (cost grows with the cluster)."""
+def brute_force_options(cluster: ClusterState, *, ignore_capacity=False, include=None, load_of=None,
+                        loads_version=None):
+    """The reference: look at every device of every pool (cost grows with the cluster), every load read anew
+    (``loads_version`` unused)."""
     out = []
     for pool in cluster.pools:
         cap, mem = pool.slots_per_device, pool.accelerator.memory_gb
