@@ -67,14 +67,20 @@ PARAMS_M: dict[str, float] = {
     "yolov5s": 7.2, "yolov5m": 21.2, "yolov5l": 46.5, "yolov5x": 86.7,
 }
 
-# The simulator names variants with "/" replaced by "-" (``prajjwal1-bert-tiny``); accept either spelling.
-_BY_NAME = {**PARAMS_M, **{k.replace("/", "-"): v for k, v in PARAMS_M.items()}}
+
+
+def _either_spelling(table: dict[str, float]) -> dict[str, float]:
+    """``table`` under its proteus names and as the simulator names variants, "/" replaced by "-"
+    (``prajjwal1-bert-tiny``)."""
+    return {**table, **{k.replace("/", "-"): v for k, v in table.items()}}
+
+
+_BY_NAME = _either_spelling(PARAMS_M)
 
 
 def published_params(model: str) -> int:
     """Published parameter count of a proteus model (either name spelling); 0 when unknown (= "not stated")."""
     return round(_BY_NAME.get(model, 0) * 1e6)
-
 
 
 SEQ_TOKENS = 128  # the transformers' reference input length (BERT's usual fine-tuning length)
@@ -108,7 +114,7 @@ GFLOPS: dict[str, float] = {
     "t5-base": _transformer_gflops(24, 768, 3072, cross_layers=12),
     "t5-large": _transformer_gflops(48, 1024, 4096, cross_layers=24),
 }
-_GFLOPS_BY_NAME = {**GFLOPS, **{k.replace("/", "-"): v for k, v in GFLOPS.items()}}
+_GFLOPS_BY_NAME = _either_spelling(GFLOPS)
 
 
 def published_gflops(model: str) -> float:

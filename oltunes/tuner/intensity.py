@@ -161,21 +161,23 @@ class IntensitySlope:
             return 0.0
         return self.coef[:, acc_group] * (self.x[j] - self.mean[:, acc_group])
 
+    def x_of(self, v: Variant) -> float | None:
+        """``v``'s log intensity: its own figures', else what a restored state remembers of it (None: unknown)."""
+        x = log_intensity(v)
+        return self.by_variant.get(v.name) if x is None else x
+
     def term(self, acc_group: int | None, v: Variant) -> np.ndarray | float:
         """The term of a configuration of ``v`` on the accelerator group ``acc_group`` (0.0 where unknown)."""
         if acc_group is None or acc_group >= self.coef.shape[1]:
             return 0.0
-        x = log_intensity(v)
-        if x is None:
-            x = self.by_variant.get(v.name)
+        x = self.x_of(v)
         return 0.0 if x is None else self.coef[:, acc_group] * (x - self.mean[:, acc_group])
 
     def of_variants(self, acc_groups: np.ndarray, variants: list[Variant]) -> np.ndarray:
         """The term of every (accelerator group (-1: none), variant) pair (T, P, V): ``term`` vectorised, the same
         IEEE operations (0.0 where ``term`` gives 0.0)."""
         T, A = self.n_targets, self.coef.shape[1]
-        xs = [log_intensity(v) for v in variants]
-        xs = [self.by_variant.get(v.name) if x is None else x for x, v in zip(xs, variants)]
+        xs = [self.x_of(v) for v in variants]
         known = np.array([x is not None for x in xs], dtype=bool)
         fitted = (acc_groups >= 0) & (acc_groups < A)
         if not A:

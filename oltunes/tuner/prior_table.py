@@ -29,6 +29,11 @@ def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
     return ctx.arrival_rate_rps if partial_batches and ctx.kind == "streaming" else 0.0
 
 
+def _read_by_prior(acc: Accelerator, v: Variant) -> tuple:
+    """What the prior reads of an accelerator and a variant: the key part of every figure kept from it."""
+    return acc.name, acc.max_w, v.name, v.params, v.bytes, v.precision
+
+
 class PriorTable:
     """``log(candidate, ctx)``, ``grid(options, variants, ctx)`` (3, P, V, B, C) and ``growth``: the prior's figures,
     memoised in ``memo``. ``accelerators``: every accelerator type's figures seen so far (a pool's own win)."""
@@ -47,16 +52,16 @@ class PriorTable:
         return acc
 
     def base(self, acc: Accelerator, variant: Variant, batch: int) -> tuple[float, float]:
-        key = ("prior1", acc.name, acc.max_w, variant.name, variant.params, variant.bytes, variant.precision, batch)
-        return self.memo.get(key, lambda: self.prior.base(acc, variant, batch))
+        return self.memo.get(("prior1", *_read_by_prior(acc, variant), batch),
+                             lambda: self.prior.base(acc, variant, batch))
 
     def growth(self, accelerator: str, variant: Variant, batch: int) -> np.ndarray:
         """The prior's log change (latency, energy per item, throughput) from batch 1 to ``batch``, alone: what the
         correction's batch elasticity scales (``tuner.elasticity``); read-only, kept per what it reads (every
         measurement learnt asks)."""
         acc = self.accelerator(accelerator)
-        return self._kept("prior_growth", (acc.name, acc.max_w, variant.name, variant.params, variant.bytes,
-                                           variant.precision, batch), lambda: self._growth(acc, variant, batch))
+        return self._kept("prior_growth", (*_read_by_prior(acc, variant), batch),
+                          lambda: self._growth(acc, variant, batch))
 
     def _growth(self, acc: Accelerator, variant: Variant, batch: int) -> np.ndarray:
         (lat, en), (lat1, en1) = self.base(acc, variant, batch), self.base(acc, variant, 1)
@@ -70,7 +75,7 @@ class PriorTable:
         b, c = candidate.batch_size, candidate.concurrency
         load = sum(co.load for co in candidate.co_runners)
         rate = stream_rate(ctx, self.partial_batches)
-        return self._kept("prior_log", (acc.name, acc.max_w, v.name, v.params, v.bytes, v.precision, b, c, load, rate),
+        return self._kept("prior_log", (*_read_by_prior(acc, v), b, c, load, rate),
                           lambda: self._log(acc, v, b, c, load, rate))
 
     def _log(self, acc: Accelerator, v: Variant, b: int, c: int, load: float, rate: float) -> np.ndarray:
