@@ -54,7 +54,9 @@ from oltunes.tuner.correction_trees import (
     VARIANT_TREE,
     TreeFit,
     groups_of,
+    tree_arrays,
 )
+from oltunes.tuner.correction_kernels import fit_rounds
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
@@ -271,8 +273,8 @@ class PooledCorrection(TreeFit):
         n_cells = len(self._cells)
         if n_cells == 0:
             return
-        self._all = None  # the effects move
         st = self._structure()
+        eff = self._effects_side_by_side()  # the effects move (the kernel writes them in place)
         S, N = self._sums[:, :n_cells], self._counts[:, :n_cells]
         counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
         acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
@@ -283,30 +285,34 @@ class PooledCorrection(TreeFit):
         # rounds and refitted after them (a third Gauss-Seidel block: one coefficient per accelerator, per family).
         x_growth = self.elastic.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
         S_untilted = S - N * self._plus_intensity(self._cell_tilt(st) + self._cell_scale(idx, x_growth), idx)
-        # what every round of this fit shares (the counts are fixed): mu's denominator, the families' weights
+        # what every round of this fit shares (the counts are fixed): mu's denominator
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k
-        family_weights = self._family_weights(st, var_counts)
-        acc_side = None
+        trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
+                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables)
+        fam_kind, kind_of_cell = st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp)
         rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
         # The tilt is refitted after every ROUNDS_PER_OBSERVATION rounds (once per measurement's worth of rounds,
         # as when measurements are learnt one by one), so a fit of many measurements at once alternates it too.
+        self._mu = self._mu.copy()  # updated in place by the rounds
         for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
-            converged = False
-            for _ in range(min(ROUNDS_PER_OBSERVATION, rounds - done)):
-                acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side,
-                                                     mu_den)
-                new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
-                new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
-                change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
-                var_side = new_var_side
-                if change < _TOL:
-                    converged = True
-                    break
+            acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
+                                                       var_side, eff, self._mu, mu_den, *trees, fam_kind,
+                                                       kind_of_cell, 0, _TOL)
             S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt)
             if converged:
                 break
+
+    def _effects_side_by_side(self) -> np.ndarray:
+        """Every effect's table side by side (T, groups of all effects), a new copy, with ``_effects`` made views of
+        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same)."""
+        tables = [self._effects[e] for e in EFFECTS]
+        offsets = list(accumulate((t.shape[1] for t in tables[:-1]), initial=0))
+        eff = np.concatenate(tables, axis=1)
+        self._effects.update({e: eff[:, o:o + t.shape[1]] for e, o, t in zip(EFFECTS, offsets, tables)})
+        self._all = (eff, offsets)
+        return eff
 
     def _refit_slopes(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, sides: np.ndarray,
                       x_growth: np.ndarray, refit_tilt: bool) -> np.ndarray:
