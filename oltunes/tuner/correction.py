@@ -57,9 +57,13 @@ from oltunes.tuner.correction_trees import (
     tree_arrays,
 )
 from oltunes.tuner.correction_kernels import fit_rounds
+from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
+from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
+from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
+from oltunes.tuner.slope_kernels import refit_slopes
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -275,7 +279,7 @@ class PooledCorrection(TreeFit):
             return
         st = self._structure()
         eff = self._effects_side_by_side()  # the effects move (the kernel writes them in place)
-        S, N = self._sums[:, :n_cells], self._counts[:, :n_cells]
+        S, N = (np.ascontiguousarray(a[:, :n_cells]) for a in (self._sums, self._counts))  # one layout: one compile
         counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
         acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
         idx = st["idx"]
@@ -300,7 +304,7 @@ class PooledCorrection(TreeFit):
             acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
                                                        var_side, eff, self._mu, mu_den, *trees, fam_kind,
                                                        kind_of_cell, 0, _TOL)
-            S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt)
+            S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt, eff)
             if converged:
                 break
 
@@ -315,36 +319,37 @@ class PooledCorrection(TreeFit):
         return eff
 
     def _refit_slopes(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, sides: np.ndarray,
-                      x_growth: np.ndarray, refit_tilt: bool) -> np.ndarray:
+                      x_growth: np.ndarray, refit_tilt: bool, eff: np.ndarray) -> np.ndarray:
         """The third block given both trees' fit (``sides`` per configuration): the families' growth scales, then,
         after new full-batch measurements, the batch elasticity on the growth as the correction now predicts it
         (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's residuals on
-        a growth the scale had already removed, and the two fought). Returns the sums less both."""
-        idx, el = st["idx"], self.elastic
-        fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
-        x_shape = el.growth[GROWTH_TARGET, :el.n_groups]
-        # Fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k), as a
-        # group's message to its parent in ``_fit_tree``): against the fitted shape effects, which take ~97 % of
-        # what they see each round, it crept towards its fixed point over hundreds of rounds.
-        n, _, share, _ = self._fit_counts[VARIANT_TREE]["shape"]
-        unshaped = self._plus_intensity(sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st),
-                                        idx)
-        self.scale.fit(x_shape, n * share, self._sum_by(st["leaf"]["shape"], S - N * unshaped, self.n_targets) * share,
-                       fam_of_shape)
-        scaled = self._cell_scale(idx, x_growth)
+        a growth the scale had already removed, and the two fought), then the intensity slopes given the rest
+        (``tuner.intensity``). Returns the sums less them. One compiled call (``slope_kernels.refit_slopes``).
+
+        The scale is fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n +
+        k), as a group's message to its parent in a tree pass): against the fitted shape effects, which take ~97 %
+        of what they see each round, it crept towards its fixed point over hundreds of rounds. The elasticity weighs
+        each configuration's residual by the share of its measurements that ran full batches."""
+        idx, parent, el, it, n_cells = st["idx"], st["parent"], self.elastic, self.intensity, st["n_cells"]
+        acc_counts, var_counts = self._fit_counts[ACCELERATOR_TREE], self._fit_counts[VARIANT_TREE]
+        acc_at, var_at = (tree_arrays(tree, st, self.effect_k)[5] for tree in (ACCELERATOR_TREE, VARIANT_TREE))
+        el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
+        out, tilt, mean, coef, centres = refit_slopes(
+            S, N, sides, self._cell_tilt(st), x_growth, tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
+            (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), eff,
+            (var_at[2], acc_at[3], acc_at[4]), var_counts["shape"][0:3:2], acc_counts["cfg"][2],
+            acc_counts["acc_var"][0:3:2], (self.scale.coef, self.scale.k, *SCALE_BOUNDS),
+            (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
+             np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
+            (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"],
+             it.k, *INTENSITY_BOUNDS), refit_tilt)
         if refit_tilt:
-            self._tilt_news = 0
-            shape = self._effects["shape"] + self.scale.coef.take(fam_of_shape, axis=1) * x_shape
-            x_cell = el.centred(shape).take(idx["shape"], axis=1)
-            # each configuration's residual weighted by the share of its measurements that ran full batches
-            n_cells = st["n_cells"]
-            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-            el.fit(x_cell, N * share, (S - N * self._plus_intensity(sides + scaled, idx)) * share, idx["acc"],
-                   st["parent"]["acc"])
+            el.mean, self._tilt_news = mean, 0
             self._tilt_fits += 1
-        if self.intensity.active:  # the fourth block: the intensity slopes given the rest (``tuner.intensity``)
-            self.intensity.refit(self, st, S - N * (sides + scaled + self._cell_tilt(st)))
-        return S - N * self._plus_intensity(self._cell_tilt(st) + scaled, idx)
+            self._tilt = ((n_cells, self._tilt_fits), tilt)
+        if it.active:
+            it.coef, it.mean = coef, centres
+        return out
 
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
         """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no

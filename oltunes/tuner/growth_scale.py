@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
+from oltunes.tuner.slope_kernels import scale_fit
 
 __all__ = ["GROWTH_SCALE_K", "GrowthScale"]
 
@@ -80,11 +81,7 @@ class GrowthScale:
         """Ridge coefficients given everything else, from per-group data: ``x`` (groups,) the prior's growth,
         ``weights`` (T, groups) what each group's data weighs, ``residual_sums`` (T, groups) their weighted sums less
         the other effects, ``fam_of`` (groups,) each group's family group."""
-        T, F = self.n_targets, self.coef.shape[1]
-        by_fam = (fam_of[None, :] + F * np.arange(T)[:, None]).ravel()  # one bincount for every target
-        w = np.bincount(by_fam, (weights * (x * x)).ravel(), T * F).reshape(T, F)
-        xy = np.bincount(by_fam, (x * residual_sums).ravel(), T * F).reshape(T, F)
-        self.coef[:] = np.clip(xy / (w + self.k), *BOUNDS)
+        scale_fit(self.coef, x, weights, residual_sums, fam_of, self.k, *BOUNDS)  # (compiled: ``slope_kernels``)
 
     def state_dict(self) -> dict:
         return {"coef": pack_floats(self.coef)}
