@@ -5,19 +5,20 @@ Why compiled: the FM takes two row steps per observation and replay (its weights
 on a handful of rows; at cluster scale (``benchmarks.sim_speed``, 1,000 devices) their per-call overhead was ~2 of
 the ~11 s the tuner spent learning. What it must equal: the numpy formulation, bit for bit (the same IEEE operations
 in the same order: no ``fastmath``, so no fused multiply-add or reassociation; ``sqrt`` is correctly rounded
-everywhere); ``tests/learner/test_fm_step_equivalence.py`` keeps the numpy step as the reference. Cached
-(``cache=True``) as ``oltunes.tuner.correction_kernels`` explains.
+everywhere); ``tests/learner/test_fm_step_equivalence.py`` keeps the numpy step as the reference. Compiled lazily
+and cached on disk (``oltunes.jit.compiled``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-__all__ = ["ftml_rule", "ftml_rows"]
+from oltunes.jit import compiled
+
+__all__ = ["ftml_rows", "ftml_rule"]
 
 
-@njit(cache=True)
+@compiled
 def ftml_rule(theta, g, p1, p2, v, d_prev, z, lr, b1, b2, eps):
     """One FTML step of ``theta`` given gradient ``g``, ``p1, p2 = beta_1**t, beta_2**t`` and the state ``v, d, z``
     (``FTML``'s docstring gives the formulas); scalars or arrays alike. Returns (theta, v, d, z)."""
@@ -28,7 +29,7 @@ def ftml_rule(theta, g, p1, p2, v, d_prev, z, lr, b1, b2, eps):
     return -z / d, v, d, z
 
 
-@njit(cache=True)
+@compiled
 def ftml_rows(table, rows, g, ts, v, d, z, p1s, p2s, lr, b1, b2, eps):
     """``FTML.step_rows``: ``table[rows]`` (rows unique) and their state (``ts`` step counts, ``v, d, z`` shaped like
     the table) updated in place given the rows' gradients ``g``, the powers read from ``p1s, p2s`` (``beta**k``

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
+from oltunes.tuner.correction_kernels import fit_blocks
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -56,14 +57,12 @@ from oltunes.tuner.correction_trees import (
     groups_of,
     tree_arrays,
 )
-from oltunes.tuner.correction_kernels import fit_rounds
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
 from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
-from oltunes.tuner.slope_kernels import refit_slopes
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -270,6 +269,18 @@ class PooledCorrection(TreeFit):
         variant > shape, per kind). Given one tree's fit, the other's posterior means are exact in one pass up
         (each group's data, integrated over its own effect, is a message to its parent) and one pass down; the
         two trees alternate (two-block Gauss-Seidel), a few rounds per measurement since the last fit.
+
+        The batch elasticity's tilt, the families' growth scales and the intensity slopes, as of the last fit, are
+        held fixed over the rounds and refitted after every ROUNDS_PER_OBSERVATION of them (a third Gauss-Seidel
+        block, once per measurement's worth of rounds, as when measurements are learnt one by one): the growth
+        scales, then, after new full-batch measurements, the batch elasticity on the growth as the correction now
+        predicts it (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's
+        residuals on a growth the scale had already removed, and the two fought), then the intensity slopes. The
+        scale is fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k),
+        as a group's message to its parent): against the fitted shape effects, which take ~97 % of what they see
+        each round, it crept towards its fixed point over hundreds of rounds.
+
+        One compiled call (``correction_kernels.fit_blocks``) over the tables laid out here.
         """
         if self._fitted == self.version:
             return
@@ -282,31 +293,44 @@ class PooledCorrection(TreeFit):
         S, N = (np.ascontiguousarray(a[:, :n_cells]) for a in (self._sums, self._counts))  # one layout: one compile
         counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
         acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
-        idx = st["idx"]
+        idx, it, el = st["idx"], self.intensity, self.elastic
         # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
         var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
-        # The batch elasticity's tilt and the families' growth scales, as of the last fit, are held fixed over the
-        # rounds and refitted after them (a third Gauss-Seidel block: one coefficient per accelerator, per family).
-        x_growth = self.elastic.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
-        S_untilted = S - N * self._plus_intensity(self._cell_tilt(st) + self._cell_scale(idx, x_growth), idx)
-        # what every round of this fit shares (the counts are fixed): mu's denominator
+        x_growth = el.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
+        tilt = self._cell_tilt(st)
+        S_untilted = S - N * self._plus_intensity(tilt + self._cell_scale(idx, x_growth), idx)
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
-        mu_den = (n_top * share_top).sum(axis=1) + self.root_k
-        trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
-                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables)
-        fam_kind, kind_of_cell = st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp)
+        mu_den = (n_top * share_top).sum(axis=1) + self.root_k  # mu's denominator, the same every round
         rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
-        # The tilt is refitted after every ROUNDS_PER_OBSERVATION rounds (once per measurement's worth of rounds,
-        # as when measurements are learnt one by one), so a fit of many measurements at once alternates it too.
         self._mu = self._mu.copy()  # updated in place by the rounds
-        for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
-            acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
-                                                       var_side, eff, self._mu, mu_den, *trees, fam_kind,
-                                                       kind_of_cell, 0, _TOL)
-            S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt, eff)
-            if converged:
-                break
+        blocks, tilt, mean, coef, centres = fit_blocks(
+            rounds, ROUNDS_PER_OBSERVATION, S_untilted, var_side, eff, self._mu, mu_den,
+            tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
+            tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables,
+            st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp), _TOL,
+            self._slopes_inputs(st, S, N, x_growth), tilt, it.coef, it.mean, refit_tilt)
+        if refit_tilt:
+            el.mean, self._tilt_news = mean, 0
+            self._tilt_fits += blocks
+            self._tilt = ((n_cells, self._tilt_fits), tilt)
+        if it.active:
+            it.coef, it.mean = coef, centres
+
+    def _slopes_inputs(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, x_growth: np.ndarray) -> tuple:
+        """What the slopes block reads (``slope_kernels.refit_slopes``' fixed arguments, in order)."""
+        idx, parent, el, it, n_cells = st["idx"], st["parent"], self.elastic, self.intensity, st["n_cells"]
+        acc_counts, var_counts = self._fit_counts[ACCELERATOR_TREE], self._fit_counts[VARIANT_TREE]
+        acc_at, var_at = (tree_arrays(tree, st, self.effect_k)[5] for tree in (ACCELERATOR_TREE, VARIANT_TREE))
+        el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
+        return (S, N, x_growth, tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
+                (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), (var_at[2], acc_at[3], acc_at[4]),
+                var_counts["shape"][0:3:2], acc_counts["cfg"][2], acc_counts["acc_var"][0:3:2],
+                (self.scale.coef, self.scale.k, *SCALE_BOUNDS),
+                (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
+                 np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
+                (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
+                 *INTENSITY_BOUNDS))
 
     def _effects_side_by_side(self) -> np.ndarray:
         """Every effect's table side by side (T, groups of all effects), a new copy, with ``_effects`` made views of
@@ -317,39 +341,6 @@ class PooledCorrection(TreeFit):
         self._effects.update({e: eff[:, o:o + t.shape[1]] for e, o, t in zip(EFFECTS, offsets, tables)})
         self._all = (eff, offsets)
         return eff
-
-    def _refit_slopes(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, sides: np.ndarray,
-                      x_growth: np.ndarray, refit_tilt: bool, eff: np.ndarray) -> np.ndarray:
-        """The third block given both trees' fit (``sides`` per configuration): the families' growth scales, then,
-        after new full-batch measurements, the batch elasticity on the growth as the correction now predicts it
-        (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's residuals on
-        a growth the scale had already removed, and the two fought), then the intensity slopes given the rest
-        (``tuner.intensity``). Returns the sums less them. One compiled call (``slope_kernels.refit_slopes``).
-
-        The scale is fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n +
-        k), as a group's message to its parent in a tree pass): against the fitted shape effects, which take ~97 %
-        of what they see each round, it crept towards its fixed point over hundreds of rounds. The elasticity weighs
-        each configuration's residual by the share of its measurements that ran full batches."""
-        idx, parent, el, it, n_cells = st["idx"], st["parent"], self.elastic, self.intensity, st["n_cells"]
-        acc_counts, var_counts = self._fit_counts[ACCELERATOR_TREE], self._fit_counts[VARIANT_TREE]
-        acc_at, var_at = (tree_arrays(tree, st, self.effect_k)[5] for tree in (ACCELERATOR_TREE, VARIANT_TREE))
-        el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
-        out, tilt, mean, coef, centres = refit_slopes(
-            S, N, sides, self._cell_tilt(st), x_growth, tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
-            (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), eff,
-            (var_at[2], acc_at[3], acc_at[4]), var_counts["shape"][0:3:2], acc_counts["cfg"][2],
-            acc_counts["acc_var"][0:3:2], (self.scale.coef, self.scale.k, *SCALE_BOUNDS),
-            (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
-             np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
-            (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"],
-             it.k, *INTENSITY_BOUNDS), refit_tilt)
-        if refit_tilt:
-            el.mean, self._tilt_news = mean, 0
-            self._tilt_fits += 1
-            self._tilt = ((n_cells, self._tilt_fits), tilt)
-        if it.active:
-            it.coef, it.mean = coef, centres
-        return out
 
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
         """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no

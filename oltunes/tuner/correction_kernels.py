@@ -1,5 +1,7 @@
 """Compiled kernels of the pooled correction's fit (``oltunes.tuner.correction``): a tree's counts, and rounds of
-backfitting (both trees' passes up and down, the families' centring, the convergence test) in one call.
+backfitting (both trees' passes up and down, the families' centring, the convergence test).
+
+``fit_blocks`` is a whole fit: blocks of rounds, each followed by the slopes block (``slope_kernels``).
 
 Why compiled: a round was ~75 numpy calls on tables of a few hundred configurations x 3 targets, and at cluster scale
 (``benchmarks.sim_speed``, 1,000 devices) tens of thousands of rounds spent their time in numpy's per-call overhead,
@@ -12,9 +14,7 @@ order starting from 0.0, so a loop over the (target, element) pairs in order mak
 ``sum`` follows numpy's pairwise summation (``_row_sum``). No exp or log here (numpy's SIMD versions may differ from
 libm's by an ulp).
 
-Compilation: ``cache=True`` keeps the machine code in ``__pycache__`` next to this file (or, where that is not
-writable, numba's per-user cache; ``NUMBA_CACHE_DIR`` moves it), so only the first process after a change compiles
-(README: the measured cost); lazy, typed from the first call's arrays, as every call passes the same types.
+Compiled lazily and cached on disk (``oltunes.jit.compiled``).
 
 A tree is given as plain arrays, its levels coarse to fine (``correction_trees.tree_arrays`` builds them): ``leaf``
 the leaf group of each configuration, ``par`` every level's parent per group side by side (the root level's are 0),
@@ -24,13 +24,17 @@ the leaf group of each configuration, ``par`` every level's parent per group sid
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from numba import njit
 
-__all__ = ["fit_rounds", "tree_counts"]
+from oltunes.jit import compiled
+from oltunes.tuner.slope_kernels import refit_slopes
+
+__all__ = ["fit_blocks", "fit_rounds", "tree_counts"]
 
 
-@njit(cache=True)
+@compiled
 def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
     """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
     loop below 8, else 8 accumulators combined as a tree and the rest added in order."""
@@ -52,7 +56,7 @@ def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
     return r
 
 
-@njit(cache=True)
+@compiled
 def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
     """numpy's pairwise sum of ``a[lo:lo + n]``: above 128 the two halves (the first a multiple of 8) summed
     apart, then added; walked with an explicit stack (a recursive function's cached machine code crashed when
@@ -81,13 +85,13 @@ def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
     return ret
 
 
-@njit(cache=True)
+@compiled
 def _row_sum(a: np.ndarray) -> float:
     """``a.sum()`` of a contiguous 1-D array as numpy reduces it: 0.0 + the pairwise sum."""
     return 0.0 + _pairwise(a, 0, len(a))
 
 
-@njit(cache=True)
+@compiled
 def tree_counts(N: np.ndarray, leaf: np.ndarray, par: np.ndarray, ng: np.ndarray, g_off: np.ndarray,
                 ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per level of a tree (columns ``g_off[l]:g_off[l + 1]``): the measurements under each group ``n``, the share
@@ -114,7 +118,7 @@ def tree_counts(N: np.ndarray, leaf: np.ndarray, par: np.ndarray, ng: np.ndarray
     return n, share, npk
 
 
-@njit(cache=True)
+@compiled
 def _tree_pass(x, tree, share, npk, eff, mu, mu_den, sums, cum):
     """Exact posterior means of one tree given partial residual sums ``x`` (T, configurations): writes each level's
     effect into ``eff``, returns the tree's sum per configuration and how far ``mu`` moved. With ``mu_den`` (the
@@ -141,7 +145,7 @@ def _tree_pass(x, tree, share, npk, eff, mu, mu_den, sums, cum):
                 row[g] = sums[t, g] * share[t, g]
             m = _row_sum(row) / mu_den[t]
             d = abs(m - mu[t])
-            if d > change or d != d:  # NaN propagates, as numpy's max
+            if d > change or math.isnan(d):  # NaN propagates, as numpy's max
                 change = d
             mu[t] = m
     else:  # a root under 0: its data shrunk towards 0
@@ -167,7 +171,7 @@ def _tree_pass(x, tree, share, npk, eff, mu, mu_den, sums, cum):
     return side, change
 
 
-@njit(cache=True)
+@compiled
 def fit_rounds(rounds, S, N, var_side, eff, mu, mu_den, acc_tree, acc_counts, var_tree, var_counts, fam_kind,
                kind_of_cell, kind_off, tol):
     """Up to ``rounds`` rounds of backfitting (``PooledCorrection._fit``): the accelerator tree given the variant
@@ -211,12 +215,35 @@ def fit_rounds(rounds, S, N, var_side, eff, mu, mu_den, acc_tree, acc_counts, va
             for c in range(C):
                 v = new_var_side[t, c] - shift[t, kind_of_cell[c]]
                 d = abs(v - var_side[t, c])
-                if d > moved or d != d:
+                if d > moved or math.isnan(d):
                     moved = d
                 new_var_side[t, c] = v
-        if moved > change:  # Python's max(mu's change, the variant side's)
+        if moved > change:  # noqa: PLR1730 (Python's max(mu's change, the variant side's), NaN as Python keeps it)
             change = moved
         var_side = new_var_side
         if change < tol:
             return acc_side, var_side, True
     return acc_side, var_side, False
+
+
+@compiled
+def fit_blocks(rounds, per_block, S_untilted, var_side, eff, mu, mu_den, acc_tree, acc_counts, var_tree, var_counts,
+               fam_kind, kind_of_cell, tol, slopes, tilt, i_coef, i_mean, refit_tilt):
+    """A whole fit (``PooledCorrection._fit``): blocks of at most ``per_block`` rounds (``fit_rounds``: its
+    arguments), ``rounds`` in all, each block followed by the slopes block given both trees' fit
+    (``slope_kernels.refit_slopes``: ``slopes`` its fixed arguments, ``tilt``, ``i_coef``, ``i_mean`` as they stand,
+    ``refit_tilt``), until the rounds converge. Returns the blocks run, the tilt per configuration, the elasticity's
+    centres' means (empty without ``refit_tilt``), the intensity slopes and centres."""
+    S, N, x_growth, idx, parents, eff_at, shape_counts, cfg_share, acc_var_counts, scale, elastic, intensity = slopes
+    blocks, el_mean = 0, np.empty((S.shape[0], 0))
+    for done in range(0, rounds, per_block):
+        acc_side, var_side, converged = fit_rounds(min(per_block, rounds - done), S_untilted, N, var_side, eff, mu,
+                                                   mu_den, acc_tree, acc_counts, var_tree, var_counts, fam_kind,
+                                                   kind_of_cell, 0, tol)
+        S_untilted, tilt, el_mean, i_coef, i_mean = refit_slopes(
+            S, N, acc_side + var_side, tilt, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share,
+            acc_var_counts, scale, elastic, intensity, i_coef, i_mean, refit_tilt)
+        blocks += 1
+        if converged:
+            break
+    return blocks, tilt, el_mean, i_coef, i_mean

@@ -14,12 +14,13 @@ is not ``x`` for ``x = -0.0``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from oltunes.jit import compiled
 
 __all__ = ["centre_growth", "clip", "elastic_fit", "intensity_fit", "refit_slopes", "scale_fit", "slopes_within_kind"]
 
 
-@njit(cache=True)
+@compiled
 def clip(v: float, lo: float, hi: float) -> float:
     """``np.clip`` of one value (``minimum(maximum(v, lo), hi)``: NaN stays NaN)."""
     if v < lo:
@@ -29,7 +30,7 @@ def clip(v: float, lo: float, hi: float) -> float:
     return v
 
 
-@njit(cache=True)
+@compiled
 def slopes_within_kind(x, n, residual_sums, acc_of, kind_of_acc, k):
     """Ridge slopes (T, accelerators) of ``residual_sums`` on ``x`` per accelerator (``n``: each column's weight,
     ``acc_of``: its accelerator; ``k``: the pseudo-count), each less its kind's weighted mean: a slope common to a
@@ -57,7 +58,7 @@ def slopes_within_kind(x, n, residual_sums, acc_of, kind_of_acc, k):
     return c
 
 
-@njit(cache=True)
+@compiled
 def scale_fit(coef, x, weights, residual_sums, fam_of, k, lo, hi):
     """The families' growth scales into ``coef`` (T, families) (``GrowthScale.fit``): ridge coefficients on the
     prior's growth ``x`` per shape group, clipped to [lo, hi]."""
@@ -71,7 +72,7 @@ def scale_fit(coef, x, weights, residual_sums, fam_of, k, lo, hi):
             coef[t, f] = clip(xy[t, f] / (w[t, f] + k), lo, hi)
 
 
-@njit(cache=True)
+@compiled
 def centre_growth(growth, shape, centre, n_groups, n_centres, x_out):
     """The batch elasticity's centred growth (``BatchElasticity.centred``): ``growth + shape`` per shape group, less
     its centre's mean, into ``x_out[:, :n_groups]``; returns the means (T, centres)."""
@@ -91,7 +92,7 @@ def centre_growth(growth, shape, centre, n_groups, n_centres, x_out):
     return mean
 
 
-@njit(cache=True)
+@compiled
 def elastic_fit(coef, x, n, residual_sums, acc_of, kind_of_acc, k, lo, hi):
     """The batch elasticity's coefficients into ``coef[:, :accelerators]`` (``BatchElasticity.fit``)."""
     slopes = slopes_within_kind(x, n, residual_sums, acc_of, kind_of_acc, k)
@@ -100,7 +101,7 @@ def elastic_fit(coef, x, n, residual_sums, acc_of, kind_of_acc, k, lo, hi):
             coef[t, a] = clip(slopes[t, a], lo, hi)
 
 
-@njit(cache=True)
+@compiled
 def intensity_fit(weights, residual_sums, acc_var_of_cell, fam_of_acc_var, acc_of_acc_fam, kind_of_acc, x_cell,
                   known_cell, k, lo, hi):
     """The intensity slopes and their centres (T, accelerators) from per-(accelerator x variant) group data
@@ -136,7 +137,7 @@ def intensity_fit(weights, residual_sums, acc_var_of_cell, fam_of_acc_var, acc_o
     return coef, mean
 
 
-@njit(cache=True)
+@compiled
 def _intensity_term(coef, mean, x, known, a_cell, t, c):
     """``IntensitySlope.cells`` of one (target, configuration): 0.0 before the slopes' first fit, and for an
     accelerator newer than it."""
@@ -148,14 +149,14 @@ def _intensity_term(coef, mean, x, known, a_cell, t, c):
     return coef[t, a] * ((x[c] - mean[t, a]) * (known[c] * fitted))
 
 
-@njit(cache=True)
+@compiled
 def refit_slopes(S, N, sides, tilt, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share, acc_var_counts,
-                 scale, elastic, intensity, refit_tilt):
+                 scale, elastic, intensity, i_coef, i_mean, refit_tilt):
     """``PooledCorrection._refit_slopes`` given both trees' fit ``sides`` (T, configurations): the growth scales
     (``scale``: coef, updated in place, k, bounds), then, with ``refit_tilt``, the batch elasticity on the growth
     as the correction now predicts it (``elastic``: growth, x and coef updated in place, centres, k, bounds, the
-    full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, coef and
-    mean as of their last fit, x and known per configuration, k, bounds). Returns the sums less the slopes' terms,
+    full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and known
+    per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit). Returns the sums less the slopes' terms,
     the tilt per configuration, the elasticity's centres' means (empty without ``refit_tilt``), the intensity
     slopes and centres."""
     T, C = S.shape
@@ -166,7 +167,7 @@ def refit_slopes(S, N, sides, tilt, x_growth, idx, parents, eff, eff_at, shape_c
     av_n, av_share = acc_var_counts
     coef_s, k_s, lo_s, hi_s = scale
     growth, el_x, el_coef, centre, n_centres, k_e, lo_e, hi_e, tilt_counts = elastic
-    active, i_coef, i_mean, i_x, i_known, acc_of_acc_fam, fam_of_acc_var, k_i, lo_i, hi_i = intensity
+    active, i_x, i_known, acc_of_acc_fam, fam_of_acc_var, k_i, lo_i, hi_i = intensity
     G = len(var_of_shape)
     fam_of_shape, x_shape = np.empty(G, np.intp), np.empty(G)
     for g in range(G):

@@ -31,7 +31,7 @@ def _state(pc: PooledCorrection) -> list[bytes]:
 def test_row_sum_is_numpys_pairwise_sum():
     """Sizes across numpy's blocks (8 accumulators up to 128, halving above), magnitudes spread wide."""
     rng = np.random.default_rng(3)
-    for n in [*range(0, 140), 255, 256, 257, 1000, 1031, 4100]:
+    for n in [*range(140), 255, 256, 257, 1000, 1031, 4100]:
         a = rng.standard_normal(n) * np.exp(rng.standard_normal(n) * 6)
         assert _row_sum(a) == a.sum()
     assert math.copysign(1.0, _row_sum(np.array([-0.0]))) == math.copysign(1.0, np.array([-0.0]).sum())
