@@ -37,15 +37,13 @@ The FM then learns what is left (co-runner interference, what the effects cannot
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import reduce
 from itertools import accumulate
-from operator import add
 from typing import Any
 
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import fit_blocks
+from oltunes.tuner.correction_kernels import cell_corrections, fit_blocks
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -148,7 +146,6 @@ class PooledCorrection(TreeFit):
         self.intensity = IntensitySlope(n_targets, self.effect_k["intensity"])  # each accelerator's compute payoff
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
-        self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
         self._all: tuple[np.ndarray, list[int]] | None = None  # ``_all_effects``, None when the effects changed
         self._tilt: tuple[tuple[int, int], np.ndarray] | None = None  # ((cells, elasticity fits), tilt per cell)
         self._tilt_fits = 0
@@ -180,11 +177,11 @@ class PooledCorrection(TreeFit):
         refit."""
         cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
         self._fit()
-        before = [self._cell_correction(j) for j in cells]
+        before = self._cell_corrections(cells)
         for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
             self._add(j, y, mask, full_batches)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        after = [self._cell_correction(j) for j in cells]
+        after = self._cell_corrections(cells)
         n = len(cells)
         return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
 
@@ -201,17 +198,16 @@ class PooledCorrection(TreeFit):
         self._tilt_news += bool(full_batches and any(m))
         self.version += 1
 
-    def _cell_correction(self, j: int) -> np.ndarray:
-        """``_current`` of a known configuration by its column: its groups' effects gathered at once from every
-        effect side by side (``_all_effects``), added in Python floats in the same order (the same IEEE sums)."""
+    def _cell_corrections(self, cells: list[int]) -> list[np.ndarray]:
+        """``_current`` of known configurations by their columns, as the effects stand: the same additions in the
+        same order, in one compiled call (``correction_kernels.cell_corrections``)."""
         effects, offsets = self._all_effects()
-        groups = self._cell_groups[j]
-        rows = effects.take([g + o for g, o in zip(groups, offsets)], axis=1).tolist()
-        out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
-        term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
-        out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
-        out = out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
-        return out + self.intensity.cell(j, groups[1]) if self.intensity.active else out
+        el, it, n_cells = self.elastic, self.intensity, len(self._cells)
+        out = cell_corrections(np.array(cells, dtype=np.intp), tuple(self._idx[e][:n_cells] for e in EFFECTS), effects,
+                               tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
+                               (self.scale.coef, el.growth[GROWTH_TARGET]),
+                               (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
+        return list(out)
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
@@ -254,7 +250,6 @@ class PooledCorrection(TreeFit):
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
             self._idx[e] = _set_grown(self._idx[e], j, g)
-        self._cell_groups.append(tuple(groups[e] for e in EFFECTS))
         self._all = None
         for child, (of, par) in PARENTS.items():  # set on every new cell: the last configuration's parent wins
             self._parent[child] = _set_grown(self._parent[child], groups[of], groups[par] if par else 0)

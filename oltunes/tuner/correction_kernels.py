@@ -31,7 +31,7 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.tuner.slope_kernels import refit_slopes
 
-__all__ = ["fit_blocks", "fit_rounds", "tree_counts"]
+__all__ = ["cell_corrections", "fit_blocks", "fit_rounds", "tree_counts"]
 
 
 @compiled
@@ -247,3 +247,32 @@ def fit_blocks(rounds, per_block, S_untilted, var_side, eff, mu, mu_den, acc_tre
         if converged:
             break
     return blocks, tilt, el_mean, i_coef, i_mean
+
+
+@compiled
+def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
+    """The corrections (configurations, T) of known configurations ``cells`` as the effects stand
+    (``PooledCorrection._current`` by column): ``mu`` + each effect of its groups (``idx``: the group per
+    configuration of each effect, ``eff_at`` where each effect starts in ``eff``), added in that order, + the batch
+    elasticity's tilt (``elastic``: coef, x, shape groups; 0.0 for an accelerator beyond its coefficients), + the
+    family growth scale x the prior's growth (``scale``: coef, the growth per shape group; 0.0 beyond its
+    coefficients), + the intensity slope's term where any intensity is known (``intensity``: active, coef, mean, x
+    and known per configuration; 0.0 for an accelerator beyond its slopes or a variant of unknown intensity)."""
+    el_coef, el_x, n_shapes = elastic
+    s_coef, growth = scale
+    active, i_coef, i_mean, i_x, i_known = intensity
+    T = len(mu)
+    out = np.empty((len(cells), T))
+    for i in range(len(cells)):
+        j = cells[i]
+        acc, fam, shape = idx[1][j], idx[2][j], idx[4][j]
+        for t in range(T):
+            v = mu[t]
+            for e in range(len(idx)):
+                v = v + eff[t, eff_at[e] + idx[e][j]]
+            v = v + (el_coef[t, acc] * el_x[t, shape] if acc < el_coef.shape[1] and shape < n_shapes else 0.0)
+            v = v + (s_coef[t, fam] if fam < s_coef.shape[1] else 0.0) * growth[shape]
+            if active:
+                v = v + (i_coef[t, acc] * (i_x[j] - i_mean[t, acc]) if acc < i_coef.shape[1] and i_known[j] else 0.0)
+            out[i, t] = v
+    return out

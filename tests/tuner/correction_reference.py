@@ -4,10 +4,13 @@ run time."""
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import add
+
 import numpy as np
 
 from oltunes.tuner.correction import _TOL, MAX_ROUNDS, ROUNDS_PER_OBSERVATION, PooledCorrection
-from oltunes.tuner.correction_trees import ACCELERATOR_TREE, VARIANT_TREE, TreeCounts
+from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, TreeCounts
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_TARGET
@@ -17,7 +20,7 @@ from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 class NumpyFit(PooledCorrection):
     """``PooledCorrection`` whose fit is the numpy one: per level one bincount and one lookup on the 2-D (target,
     group) tables, the families' centring, the rounds in Python; the slopes block (growth scales, elasticity,
-    intensity slopes) by numpy's bincounts too."""
+    intensity slopes) by numpy's bincounts too; a configuration's correction added in Python floats."""
 
     def _tree_counts(self, tree, st, N):
         T = self.n_targets
@@ -67,6 +70,19 @@ class NumpyFit(PooledCorrection):
         self._effects["fam"] -= shift.take(st["parent"]["fam_kind"], axis=1)
         self._effects["kind"] += shift
         return shift
+
+    def _cell_corrections(self, cells):
+        return [self._cell_correction(j) for j in cells]
+
+    def _cell_correction(self, j):
+        effects, offsets = self._all_effects()
+        groups = [int(self._idx[e][j]) for e in EFFECTS]
+        rows = effects.take([g + o for g, o in zip(groups, offsets)], axis=1).tolist()
+        out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
+        term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
+        out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
+        out = out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
+        return out + self.intensity.cell(j, groups[1]) if self.intensity.active else out
 
     def _fit(self):
         if self._fitted == self.version:
