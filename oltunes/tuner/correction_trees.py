@@ -1,5 +1,6 @@
-"""The pooled correction's two nested trees of effects and their exact posterior means given the other tree: the part
-of ``PooledCorrection``'s fit (``oltunes.tuner.correction``, its module docstring) that walks a tree up and down."""
+"""The pooled correction's two nested trees of effects: their groups, their index structure, and the per-level counts
+of a fit, laid out as the compiled passes up and down a tree read them (``oltunes.tuner.correction_kernels``; the
+model: ``oltunes.tuner.correction``'s module docstring)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from oltunes.tuner.correction_kernels import tree_counts
 if TYPE_CHECKING:
     from oltunes.types import Variant
 
-__all__ = ["ACCELERATOR_TREE", "EFFECTS", "PARENTS", "VARIANT_TREE", "TreeCounts", "TreeFit", "groups_of", "tree_arrays"]
+__all__ = ["ACCELERATOR_TREE", "EFFECTS", "PARENTS", "VARIANT_TREE", "TreeCounts", "TreeFit", "groups_of",
+           "tree_arrays"]
 
 # The effects in the order backfitting visits them (coarse first), and each one's group key.
 EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
@@ -30,7 +32,8 @@ def groups_of(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
 
 
 # Parent of each effect's groups in its tree: name -> (the effect whose groups it indexes, the parent effect, or
-# None for a tree's root, whose parent is 0). "fam_kind" sends the family effects up to the kind (``_centre_families``).
+# None for a tree's root, whose parent is 0). "fam_kind" sends the family effects up to the kind (their centring,
+# ``correction_kernels.fit_rounds``).
 PARENTS: dict[str, tuple[str, str | None]] = {
     **{tree[0]: (tree[0], None) for tree in (ACCELERATOR_TREE, VARIANT_TREE)},
     **{c: (c, p) for tree in (ACCELERATOR_TREE, VARIANT_TREE) for c, p in zip(tree[1:], tree)},
@@ -39,7 +42,7 @@ PARENTS: dict[str, tuple[str, str | None]] = {
 
 
 class TreeFit:
-    """The tree passes of ``PooledCorrection`` (a mixin: they read its groups, counts and effects)."""
+    """The trees' structure and counts of ``PooledCorrection`` (a mixin: they read its groups and effects)."""
 
     n_targets: int
     effect_k: dict[str, float]
@@ -52,43 +55,19 @@ class TreeFit:
     _struct: dict[str, Any] | None
 
     def _structure(self) -> dict[str, Any]:
-        """Views of the index arrays (per configuration, per parent) and their flattened bincount indices, renewed
+        """Views of the index arrays (the group of each configuration per effect, the parent of each group), renewed
         when a configuration is added (the arrays themselves grow in place in ``_cell``)."""
         n_cells = len(self._cells)
         if self._struct is not None and self._struct["n_cells"] == n_cells:
             return self._struct
-        T = self.n_targets
         n_groups = {e: len(self._gid[e]) for e in EFFECTS}
-        idx = {e: self._idx[e][:n_cells] for e in EFFECTS}
-        parent = {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}
-        rows = np.arange(T)[:, None]
-
-        def flat(group_of: np.ndarray, n: int) -> tuple[np.ndarray, int]:  # (target, group) -> one bincount
-            return (group_of[None, :] + n * rows).ravel(), T * n
-
-        self._struct = {
-            "n_cells": n_cells, "idx": idx, "parent": parent,
-            # each configuration created its own "cfg" group, in order: group index = configuration index
-            "cell_is_cfg": n_groups["cfg"] == n_cells,
-            "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
-            "up": {c: flat(parent[c], n_groups[par]) for c, (_, par) in PARENTS.items() if par},
-        }
+        self._struct = {"n_cells": n_cells, "idx": {e: self._idx[e][:n_cells] for e in EFFECTS},
+                        "parent": {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}}
         return self._struct
 
-    @staticmethod
-    def _sum_by(flat: tuple[np.ndarray, int], x: np.ndarray, T: int) -> np.ndarray:
-        return np.bincount(flat[0], x.ravel(), flat[1]).reshape(T, -1)
-
-    def _leaf_sum(self, tree: tuple[str, ...], st: dict[str, Any], x: np.ndarray) -> np.ndarray:
-        """Per-configuration values summed into the tree's leaf groups. A configuration is its own "cfg" group
-        (same index): the sum is then ``0.0 + x``, as bincount would add it, without the bincount."""
-        if st["cell_is_cfg"] and tree[-1] == "cfg":
-            return x + 0.0
-        return self._sum_by(st["leaf"][tree[-1]], x, self.n_targets)
-
     def _tree_counts(self, tree: tuple[str, ...], st: dict[str, Any], N: np.ndarray) -> TreeCounts:
-        """Per level of a tree: measurements under each group, and the share of its data it passes up (a compiled
-        pass: ``correction_kernels.tree_counts``)."""
+        """Per level of a tree: measurements under each group, and the share of its data it passes up (each group's
+        data integrated over its own effect weighs n k / (n + k)), by ``correction_kernels.tree_counts``."""
         arrays = tree_arrays(tree, st, self.effect_k)
         n, share, npk = tree_counts(N, *arrays[:5])
         out = TreeCounts()
@@ -118,7 +97,8 @@ def tree_arrays(tree: tuple[str, ...], st: dict[str, Any], effect_k: dict[str, f
         eff_at = dict(zip(EFFECTS, np.cumsum([0, *n_groups[:-1]]).tolist()))
         ng = np.array([len(parent[e]) for e in tree], dtype=np.intp)
         par = [np.zeros(ng[0], dtype=np.intp)] + [parent[e].astype(np.intp) for e in tree[1:]]  # the root's: 0
-        arrays = held[tree] = (
-            st["idx"][tree[-1]].astype(np.intp), np.concatenate(par), ng, np.cumsum([0, *ng]).astype(np.intp), np.array([min(effect_k[e], 1e12) for e in tree], dtype=float),
-            np.array([eff_at[e] for e in tree], dtype=np.intp))
+        ks = np.array([min(effect_k[e], 1e12) for e in tree], dtype=float)  # inf: left out (pinned to its parent)
+        arrays = held[tree] = (st["idx"][tree[-1]].astype(np.intp), np.concatenate(par), ng,
+                               np.cumsum([0, *ng]).astype(np.intp), ks,
+                               np.array([eff_at[e] for e in tree], dtype=np.intp))
     return arrays

@@ -46,7 +46,7 @@ __all__ = ["GROWTH_SCALE_K", "GrowthScale"]
 
 # A handful of measurements at two batch sizes should settle a family's scale (it carries to every variant and batch
 # size of the family): a weak pseudo-count, as the elasticity's. Each measured shape group weighs at most the shape
-# effects' own pseudo-count (0.1) x its growth^2 here (``PooledCorrection._refit_slopes``), so 1 or 10 shrink the scale
+# effects' own pseudo-count (0.1) x its growth^2 here (``PooledCorrection._fit``), so 1 or 10 shrink the scale
 # most of the way back to 0: benchmarks.sim_quality mean cold violations, shipped / held-out, seeds 0-2: 0.323 / 0.489
 # with 0.01, 0.363 / 0.501 with 1, 0.340 / 0.533 with 10; seeds 3-5: 0.296 / 0.419, 0.321 / 0.451, 0.334 / 0.478.
 GROWTH_SCALE_K = 0.01

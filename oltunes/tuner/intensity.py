@@ -18,9 +18,9 @@ level, which the accelerator effect carries. A variant whose intensity is unknow
 nothing and teaches nothing; with none known the term is absent (the same floats as without it).
 
 Fitted, as the family growth scale is, on the accelerator x variant groups' data with their own effects and their
-configurations' integrated out (``slope_kernels.intensity_fit``, run by ``PooledCorrection._refit_slopes``): on
-the configurations' raw residuals the
-accelerator x variant effects took most of each measured variant's deviation first.
+configurations' integrated out (``slope_kernels.intensity_fit``, in ``PooledCorrection._fit``): on the
+configurations' raw residuals the accelerator x variant effects took most of each measured variant's deviation
+first.
 
 Measured (``learner_accuracy --split accelerator --seeds 20``, paired by seed against the correction without it):
 the tuner's MAPE 31.3 -> 28.1 % (mean over seeds; -3.2 +- 0.6, lower in 18 of 20 seeds), its median APE unchanged

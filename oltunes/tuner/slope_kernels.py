@@ -1,5 +1,5 @@
-"""Compiled kernels of the pooled correction's slopes block (``PooledCorrection._refit_slopes``): the families'
-growth scales (``tuner.growth_scale``), the batch elasticity (``tuner.elasticity``) and the intensity slopes
+"""Compiled kernels of the pooled correction's slopes block (in ``PooledCorrection._fit``): the families' growth
+scales (``tuner.growth_scale``), the batch elasticity (``tuner.elasticity``) and the intensity slopes
 (``tuner.intensity``) given both trees' fit, in one call.
 
 Why compiled, and what they must equal: as ``oltunes.tuner.correction_kernels`` (its docstring): ~60 numpy calls a
@@ -152,13 +152,13 @@ def _intensity_term(coef, mean, x, known, a_cell, t, c):
 @compiled
 def refit_slopes(S, N, sides, tilt, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share, acc_var_counts,
                  scale, elastic, intensity, i_coef, i_mean, refit_tilt):
-    """``PooledCorrection._refit_slopes`` given both trees' fit ``sides`` (T, configurations): the growth scales
-    (``scale``: coef, updated in place, k, bounds), then, with ``refit_tilt``, the batch elasticity on the growth
-    as the correction now predicts it (``elastic``: growth, x and coef updated in place, centres, k, bounds, the
-    full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and known
-    per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit). Returns the sums less the slopes' terms,
-    the tilt per configuration, the elasticity's centres' means (empty without ``refit_tilt``), the intensity
-    slopes and centres."""
+    """The slopes block (``PooledCorrection._fit``) given both trees' fit ``sides`` (T, configurations): the growth
+    scales (``scale``: coef, updated in place, k, bounds), then, with ``refit_tilt``, the batch elasticity on the
+    growth as the correction now predicts it (``elastic``: growth, x and coef updated in place, centres, k, bounds,
+    the full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and
+    known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit). Returns the
+    sums less the slopes' terms, the tilt per configuration, the elasticity's centres' means (empty without
+    ``refit_tilt``), the intensity slopes and centres."""
     T, C = S.shape
     shape_of, fam_of, acc_of, av_of, cfg_of = idx
     var_of_shape, fam_of_var, av_of_cfg, kind_of_acc = parents

@@ -10,7 +10,7 @@ from operator import add
 import numpy as np
 
 from oltunes.tuner.correction import _TOL, MAX_ROUNDS, ROUNDS_PER_OBSERVATION, PooledCorrection
-from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, TreeCounts
+from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, PARENTS, VARIANT_TREE, TreeCounts
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_TARGET
@@ -21,6 +21,31 @@ class NumpyFit(PooledCorrection):
     """``PooledCorrection`` whose fit is the numpy one: per level one bincount and one lookup on the 2-D (target,
     group) tables, the families' centring, the rounds in Python; the slopes block (growth scales, elasticity,
     intensity slopes) by numpy's bincounts too; a configuration's correction added in Python floats."""
+
+    def _structure(self):
+        """The structure, with the flattened (target, group) bincount indices the numpy passes sum by."""
+        st = super()._structure()
+        if "leaf" not in st:
+            T, idx, parent = self.n_targets, st["idx"], st["parent"]
+            n_groups = {e: len(parent[e]) for e in EFFECTS}
+            rows = np.arange(T)[:, None]
+
+            def flat(group_of, n):
+                return (group_of[None, :] + n * rows).ravel(), T * n
+
+            st["cell_is_cfg"] = n_groups["cfg"] == st["n_cells"]
+            st["leaf"] = {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")}
+            st["up"] = {c: flat(parent[c], n_groups[par]) for c, (_, par) in PARENTS.items() if par}
+        return st
+
+    @staticmethod
+    def _sum_by(flat, x, T):
+        return np.bincount(flat[0], x.ravel(), flat[1]).reshape(T, -1)
+
+    def _leaf_sum(self, tree, st, x):
+        if st["cell_is_cfg"] and tree[-1] == "cfg":
+            return x + 0.0
+        return self._sum_by(st["leaf"][tree[-1]], x, self.n_targets)
 
     def _tree_counts(self, tree, st, N):
         T = self.n_targets

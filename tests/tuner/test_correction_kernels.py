@@ -54,7 +54,8 @@ def test_compiled_fit_is_the_numpy_fit_bit_for_bit(fast_cls, ref_cls, seed):
             acc, v, b = accs[rng.integers(len(accs))], variants[rng.integers(len(variants))], int(rng.choice([1, 4, 8]))
             growth = np.array([0.6, -0.3, 1.1]) * math.log(b) + rng.normal(0, 0.05, 3)
             y = rng.normal(0, 1, 3) * np.exp(rng.normal(0, 2))
-            chunk.append((acc, v, b, int(rng.choice([1, 2])), y, rng.random(3) > 0.15, growth, bool(rng.random() > 0.3)))
+            full_batches = bool(rng.random() > 0.3)
+            chunk.append((acc, v, b, int(rng.choice([1, 2])), y, rng.random(3) > 0.15, growth, full_batches))
         got, want = fast.learn_many(chunk), ref.learn_many(chunk)
         assert [a.tobytes() for a in got[0] + got[1]] == [b.tobytes() for b in want[0] + want[1]]
         assert _state(fast) == _state(ref)
