@@ -198,7 +198,9 @@ def fit_rounds(rounds, S, N, var_side, eff, mu, mu_den, acc_tree, acc_counts, va
                                          acc_sums, acc_cum)
         new_var_side, _ = _tree_pass(S - N * acc_side, var_tree, var_share, var_npk, eff, mu, no_mu,
                                      var_sums, var_cum)
-        # the families' centring: each kind's mean family effect (weighted by measurements) moves into the kind
+        # the families' centring: each kind's mean family effect (weighted by measurements) moves into the kind, the
+        # fit unchanged. Both trees can carry a common offset per kind (all families up, the kind down); only the
+        # weak priors tell them apart, so alternating between the trees would take many rounds to share it out.
         shift = np.zeros((T, K))
         for t in range(T):
             for f in range(n_fam):
