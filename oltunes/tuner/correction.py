@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import cell_corrections, fit_blocks
+from oltunes.tuner.correction_kernels import cell_corrections, fit_rounds
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -61,6 +61,7 @@ from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
+from oltunes.tuner.slope_kernels import refit_slopes
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -275,7 +276,8 @@ class PooledCorrection(TreeFit):
         as a group's message to its parent): against the fitted shape effects, which take ~97 % of what they see
         each round, it crept towards its fixed point over hundreds of rounds.
 
-        One compiled call (``correction_kernels.fit_blocks``) over the tables laid out here.
+        Two compiled calls per block (``correction_kernels.fit_rounds``, ``slope_kernels.refit_slopes``) over the
+        tables laid out here.
         """
         if self._fitted == self.version:
             return
@@ -299,27 +301,31 @@ class PooledCorrection(TreeFit):
         rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
         self._mu = self._mu.copy()  # updated in place by the rounds
-        blocks, tilt, mean, coef, centres = fit_blocks(
-            rounds, ROUNDS_PER_OBSERVATION, S_untilted, var_side, eff, self._mu, mu_den,
-            tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
-            tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables,
-            st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp), _TOL,
-            self._slopes_inputs(st, S, N, x_growth), tilt, it.coef, it.mean, refit_tilt)
-        if refit_tilt:
-            el.mean, self._tilt_news = mean, 0
-            self._tilt_fits += blocks
-            self._tilt = ((n_cells, self._tilt_fits), tilt)
-        if it.active:
-            it.coef, it.mean = coef, centres
+        trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
+                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables,
+                 st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp))
+        fixed = self._slopes_inputs(st, S, N, x_growth, eff)
+        for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
+            acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
+                                                       var_side, eff, self._mu, mu_den, *trees, 0, _TOL)
+            S_untilted, tilt, mean, it.coef, it.mean = refit_slopes(acc_side + var_side, tilt, it.coef, it.mean,
+                                                                    refit_tilt, fixed)
+            if refit_tilt:
+                el.mean, self._tilt_news = mean, 0
+                self._tilt_fits += 1
+                self._tilt = ((n_cells, self._tilt_fits), tilt)
+            if converged:
+                break
 
-    def _slopes_inputs(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, x_growth: np.ndarray) -> tuple:
-        """What the slopes block reads (``slope_kernels.refit_slopes``' fixed arguments, in order)."""
+    def _slopes_inputs(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, x_growth: np.ndarray,
+                       eff: np.ndarray) -> tuple:
+        """What the slopes block reads and does not change over a fit (``slope_kernels.refit_slopes``' ``fixed``)."""
         idx, parent, el, it, n_cells = st["idx"], st["parent"], self.elastic, self.intensity, st["n_cells"]
         acc_counts, var_counts = self._fit_counts[ACCELERATOR_TREE], self._fit_counts[VARIANT_TREE]
         acc_at, var_at = (tree_arrays(tree, st, self.effect_k)[5] for tree in (ACCELERATOR_TREE, VARIANT_TREE))
         el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
         return (S, N, x_growth, tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
-                (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), (var_at[2], acc_at[3], acc_at[4]),
+                (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), eff, (var_at[2], acc_at[3], acc_at[4]),
                 var_counts["shape"][0:3:2], acc_counts["cfg"][2], acc_counts["acc_var"][0:3:2],
                 (self.scale.coef, self.scale.k, *SCALE_BOUNDS),
                 (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,

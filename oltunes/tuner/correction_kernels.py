@@ -1,8 +1,6 @@
 """Compiled kernels of the pooled correction's fit (``oltunes.tuner.correction``): a tree's counts, and rounds of
 backfitting (both trees' passes up and down, the families' centring, the convergence test).
 
-``fit_blocks`` is a whole fit: blocks of rounds, each followed by the slopes block (``slope_kernels``).
-
 Why compiled: a round was ~75 numpy calls on tables of a few hundred configurations x 3 targets, and at cluster scale
 (``benchmarks.sim_speed``, 1,000 devices) tens of thousands of rounds spent their time in numpy's per-call overhead,
 not in arithmetic. Here a block of rounds is one call over plain arrays.
@@ -14,7 +12,8 @@ order starting from 0.0, so a loop over the (target, element) pairs in order mak
 ``sum`` follows numpy's pairwise summation (``_row_sum``). No exp or log here (numpy's SIMD versions may differ from
 libm's by an ulp).
 
-Compiled lazily and cached on disk (``oltunes.jit.compiled``).
+Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module, as
+numba's cache notices changes to that file only).
 
 A tree is given as plain arrays, its levels coarse to fine (``correction_trees.tree_arrays`` builds them): ``leaf``
 the leaf group of each configuration, ``par`` every level's parent per group side by side (the root level's are 0),
@@ -29,9 +28,8 @@ import math
 import numpy as np
 
 from oltunes.jit import compiled
-from oltunes.tuner.slope_kernels import refit_slopes
 
-__all__ = ["cell_corrections", "fit_blocks", "fit_rounds", "tree_counts"]
+__all__ = ["cell_corrections", "fit_rounds", "tree_counts"]
 
 
 @compiled
@@ -226,29 +224,6 @@ def fit_rounds(rounds, S, N, var_side, eff, mu, mu_den, acc_tree, acc_counts, va
         if change < tol:
             return acc_side, var_side, True
     return acc_side, var_side, False
-
-
-@compiled
-def fit_blocks(rounds, per_block, S_untilted, var_side, eff, mu, mu_den, acc_tree, acc_counts, var_tree, var_counts,
-               fam_kind, kind_of_cell, tol, slopes, tilt, i_coef, i_mean, refit_tilt):
-    """A whole fit (``PooledCorrection._fit``): blocks of at most ``per_block`` rounds (``fit_rounds``: its
-    arguments), ``rounds`` in all, each block followed by the slopes block given both trees' fit
-    (``slope_kernels.refit_slopes``: ``slopes`` its fixed arguments, ``tilt``, ``i_coef``, ``i_mean`` as they stand,
-    ``refit_tilt``), until the rounds converge. Returns the blocks run, the tilt per configuration, the elasticity's
-    centres' means (empty without ``refit_tilt``), the intensity slopes and centres."""
-    S, N, x_growth, idx, parents, eff_at, shape_counts, cfg_share, acc_var_counts, scale, elastic, intensity = slopes
-    blocks, el_mean = 0, np.empty((S.shape[0], 0))
-    for done in range(0, rounds, per_block):
-        acc_side, var_side, converged = fit_rounds(min(per_block, rounds - done), S_untilted, N, var_side, eff, mu,
-                                                   mu_den, acc_tree, acc_counts, var_tree, var_counts, fam_kind,
-                                                   kind_of_cell, 0, tol)
-        S_untilted, tilt, el_mean, i_coef, i_mean = refit_slopes(
-            S, N, acc_side + var_side, tilt, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share,
-            acc_var_counts, scale, elastic, intensity, i_coef, i_mean, refit_tilt)
-        blocks += 1
-        if converged:
-            break
-    return blocks, tilt, el_mean, i_coef, i_mean
 
 
 @compiled

@@ -150,15 +150,19 @@ def _intensity_term(coef, mean, x, known, a_cell, t, c):
 
 
 @compiled
-def refit_slopes(S, N, sides, tilt, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share, acc_var_counts,
-                 scale, elastic, intensity, i_coef, i_mean, refit_tilt):
+def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
     """The slopes block (``PooledCorrection._fit``) given both trees' fit ``sides`` (T, configurations): the growth
     scales (``scale``: coef, updated in place, k, bounds), then, with ``refit_tilt``, the batch elasticity on the
     growth as the correction now predicts it (``elastic``: growth, x and coef updated in place, centres, k, bounds,
     the full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and
     known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit). Returns the
     sums less the slopes' terms, the tilt per configuration, the elasticity's centres' means (empty without
-    ``refit_tilt``), the intensity slopes and centres."""
+    ``refit_tilt``), the intensity slopes and centres. ``fixed``: what does not change over a fit, in one tuple (the
+    configurations' sums ``S`` and counts ``N``, the prior's growth per configuration, the effects' groups per
+    configuration ``idx`` and parents, the effects ``eff`` and where three of them start, the counts of the shape,
+    configuration and accelerator x variant levels, ``scale``, ``elastic``, ``intensity``)."""
+    S, N, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share, acc_var_counts = fixed[:10]
+    scale, elastic, intensity = fixed[10:]
     T, C = S.shape
     shape_of, fam_of, acc_of, av_of, cfg_of = idx
     var_of_shape, fam_of_var, av_of_cfg, kind_of_acc = parents
