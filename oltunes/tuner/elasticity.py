@@ -21,7 +21,7 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.slope_kernels import centre_growth, elastic_fit
+from oltunes.tuner.slope_kernels import elastic_fit
 from oltunes.types import Variant
 
 __all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key"]
@@ -46,7 +46,9 @@ def _grown(a: np.ndarray, n: int) -> np.ndarray:
 
 
 class BatchElasticity:
-    """Per-accelerator coefficients on the centred batch growth (module docstring); owned by ``PooledCorrection``."""
+    """Per-accelerator coefficients on the centred batch growth (module docstring); owned by ``PooledCorrection``,
+    its centred growth and coefficients refitted in its slopes block (``slope_kernels.centre_growth``,
+    ``elastic_fit``)."""
 
     def __init__(self, n_targets: int, k: float = ELASTICITY_K) -> None:
         self.n_targets = n_targets
@@ -68,11 +70,6 @@ class BatchElasticity:
             self.growth[:, g] = growth
         self.centre[g] = self.centre_ids.setdefault(centre_key, len(self.centre_ids))
         self.n_groups = g + 1
-
-    def centred(self, shape: np.ndarray) -> np.ndarray:
-        """Centred growth per shape group (T, groups) given the shape effects; kept for predictions."""
-        self.mean = centre_growth(self.growth, shape, self.centre, self.n_groups, len(self.centre_ids), self.x)
-        return self.x[:, :self.n_groups]
 
     def coefficients(self, n_acc: int) -> np.ndarray:
         self.coef = _grown(self.coef, n_acc)

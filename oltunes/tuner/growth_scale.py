@@ -40,7 +40,6 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
-from oltunes.tuner.slope_kernels import scale_fit
 
 __all__ = ["GROWTH_SCALE_K", "GrowthScale"]
 
@@ -56,7 +55,7 @@ GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
 
 class GrowthScale:
     """Per-(kind x family) coefficients on the prior's latency growth (module docstring); owned by
-    ``PooledCorrection``, indexed by its "fam" groups."""
+    ``PooledCorrection``, indexed by its "fam" groups, fitted in its slopes block (``slope_kernels.scale_fit``)."""
 
     def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K) -> None:
         self.n_targets = n_targets
@@ -76,12 +75,6 @@ class GrowthScale:
     def x(growth: np.ndarray | None) -> float:
         """What the coefficient multiplies, from a configuration's prior growth (per target; none: 0)."""
         return 0.0 if growth is None else float(growth[GROWTH_TARGET])
-
-    def fit(self, x: np.ndarray, weights: np.ndarray, residual_sums: np.ndarray, fam_of: np.ndarray) -> None:
-        """Ridge coefficients given everything else, from per-group data: ``x`` (groups,) the prior's growth,
-        ``weights`` (T, groups) what each group's data weighs, ``residual_sums`` (T, groups) their weighted sums less
-        the other effects, ``fam_of`` (groups,) each group's family group."""
-        scale_fit(self.coef, x, weights, residual_sums, fam_of, self.k, *BOUNDS)  # (compiled: ``slope_kernels``)
 
     def state_dict(self) -> dict:
         return {"coef": pack_floats(self.coef)}
