@@ -15,6 +15,8 @@ import numpy as np
 from river import optim, utils
 from river.optim.base import DictLike, VectorLike
 
+from oltunes.learner.ftml_kernel import ftml_rows, ftml_rule
+
 __all__ = ["FTML"]
 
 
@@ -96,26 +98,20 @@ class FTML(optim.base.Optimizer):
         self._pow_tables: tuple | None = None  # ((beta_1, beta_2), beta_1**k, beta_2**k for k = 0, 1, ...)
 
     # -- the rule, shared by all three paths (works on scalars and arrays alike) -------------------------
-    def _update(self, theta, g, t, v, d_prev, z, lr, powers=None):
-        """``powers``: ``(beta_1**t, beta_2**t)`` if the caller has them (``_powers``)."""
-        b1, b2 = self.beta_1, self.beta_2
-        p1, p2 = powers if powers is not None else (b1**t, b2**t)
-        v = b2 * v + (1.0 - b2) * g * g
-        d = (1.0 - p1) / lr * (np.sqrt(v / (1.0 - p2)) + self.eps)
-        sigma = d - b1 * d_prev
-        z = b1 * z + (1.0 - b1) * g - sigma * theta
-        return -z / d, v, d, z
+    def _update(self, theta, g, t, v, d_prev, z, lr):
+        """The rule for the keyed and whole-array paths (``ftml_kernel.ftml_rule``, as the row path runs it)."""
+        return ftml_rule(theta, g, self.beta_1**t, self.beta_2**t, v, d_prev, z, lr, self.beta_1, self.beta_2,
+                         self.eps)
 
-    def _powers(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(beta_1**t, beta_2**t)`` for step counts ``t``, read from tables of every power so far: the very
-        values ``**`` gives (numpy computes both with the C ``pow`` of the same doubles), without a ``pow`` per
-        row on every step."""
-        top = int(t.max()) + 1 if t.size else 1
+    def _power_tables(self, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """``beta_1**k, beta_2**k`` for k = 0, 1, ... at least up to ``top`` (excluded): the very values ``**`` gives
+        (numpy computes both with the C ``pow`` of the same doubles), read by the row path instead of a ``pow`` per
+        row per step."""
         tab = self._pow_tables
         if tab is None or tab[0] != (self.beta_1, self.beta_2) or len(tab[1]) < top:
             ks = np.arange(max(1024, 2 * top), dtype=np.int64)
             tab = self._pow_tables = ((self.beta_1, self.beta_2), self.beta_1**ks, self.beta_2**ks)
-        return tab[1].take(t), tab[2].take(t)
+        return tab[1], tab[2]
 
     def _step_with_dict(self, w: DictLike, g: DictLike) -> DictLike:
         if self._keyed is None:
@@ -149,19 +145,11 @@ class FTML(optim.base.Optimizer):
         st = (self._rows or {}).get(key)
         if st is None or st["v"].shape[0] < table.shape[0] or st["v"].shape[1:] != table.shape[1:]:
             st = self._grow(key, table.shape)  # refuses a row shape that is not the key's
-        # ``take``: the same rows as fancy indexing, with less overhead (a step gathers five arrays)
-        ts = st["t"]
-        t = ts.take(rows) + 1
-        ts[rows] = t
-        powers = self._powers(t)
-        if table.ndim > 1:
-            shape = (-1,) + (1,) * (table.ndim - 1)
-            t, powers = t.reshape(shape), (powers[0].reshape(shape), powers[1].reshape(shape))
-        v, d_prev, z = st["v"], st["d"], st["z"]
-        new, v[rows], d_prev[rows], z[rows] = self._update(
-            table.take(rows, axis=0), g, t, v.take(rows, axis=0), d_prev.take(rows, axis=0), z.take(rows, axis=0),
-            self.learning_rate, powers)
-        table[rows] = new
+        lr, top = self.learning_rate, 0
+        # one compiled call (``ftml_kernel.ftml_rows``); the powers' tables grow first when a row outgrows them
+        while not ftml_rows(table, rows, g, st["t"], st["v"], st["d"], st["z"], *self._power_tables(top), lr,
+                            self.beta_1, self.beta_2, self.eps):
+            top = int(st["t"].take(rows).max()) + 2  # the rows' next step counts, + 1
         self.n_iterations += 1
         return table
 

@@ -37,14 +37,13 @@ The FM then learns what is left (co-runner interference, what the effects cannot
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import reduce
 from itertools import accumulate
-from operator import add
 from typing import Any
 
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
+from oltunes.tuner.correction_kernels import cell_corrections, fit_rounds
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -54,10 +53,15 @@ from oltunes.tuner.correction_trees import (
     VARIANT_TREE,
     TreeFit,
     groups_of,
+    tree_arrays,
 )
+from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
+from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
+from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
+from oltunes.tuner.slope_kernels import refit_slopes
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -143,7 +147,6 @@ class PooledCorrection(TreeFit):
         self.intensity = IntensitySlope(n_targets, self.effect_k["intensity"])  # each accelerator's compute payoff
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
-        self._cell_groups: list[tuple[int, ...]] = []  # per configuration: its group in each effect (EFFECTS order)
         self._all: tuple[np.ndarray, list[int]] | None = None  # ``_all_effects``, None when the effects changed
         self._tilt: tuple[tuple[int, int], np.ndarray] | None = None  # ((cells, elasticity fits), tilt per cell)
         self._tilt_fits = 0
@@ -175,11 +178,11 @@ class PooledCorrection(TreeFit):
         refit."""
         cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
         self._fit()
-        before = [self._cell_correction(j) for j in cells]
+        before = self._cell_corrections(cells)
         for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
             self._add(j, y, mask, full_batches)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        after = [self._cell_correction(j) for j in cells]
+        after = self._cell_corrections(cells)
         n = len(cells)
         return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
 
@@ -196,17 +199,16 @@ class PooledCorrection(TreeFit):
         self._tilt_news += bool(full_batches and any(m))
         self.version += 1
 
-    def _cell_correction(self, j: int) -> np.ndarray:
-        """``_current`` of a known configuration by its column: its groups' effects gathered at once from every
-        effect side by side (``_all_effects``), added in Python floats in the same order (the same IEEE sums)."""
+    def _cell_corrections(self, cells: list[int]) -> list[np.ndarray]:
+        """``_current`` of known configurations by their columns, as the effects stand: the same additions in the
+        same order, in one compiled call (``correction_kernels.cell_corrections``)."""
         effects, offsets = self._all_effects()
-        groups = self._cell_groups[j]
-        rows = effects.take([g + o for g, o in zip(groups, offsets)], axis=1).tolist()
-        out = [reduce(add, row, mu) for mu, row in zip(self._mu.tolist(), rows)]  # mu + kind + acc + ..., in order
-        term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
-        out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
-        out = out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
-        return out + self.intensity.cell(j, groups[1]) if self.intensity.active else out
+        el, it, n_cells = self.elastic, self.intensity, len(self._cells)
+        out = cell_corrections(np.array(cells, dtype=np.intp), tuple(self._idx[e][:n_cells] for e in EFFECTS), effects,
+                               tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
+                               (self.scale.coef, el.growth[GROWTH_TARGET]),
+                               (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
+        return list(out)
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
@@ -249,7 +251,6 @@ class PooledCorrection(TreeFit):
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
             self._idx[e] = _set_grown(self._idx[e], j, g)
-        self._cell_groups.append(tuple(groups[e] for e in EFFECTS))
         self._all = None
         for child, (of, par) in PARENTS.items():  # set on every new cell: the last configuration's parent wins
             self._parent[child] = _set_grown(self._parent[child], groups[of], groups[par] if par else 0)
@@ -264,6 +265,19 @@ class PooledCorrection(TreeFit):
         variant > shape, per kind). Given one tree's fit, the other's posterior means are exact in one pass up
         (each group's data, integrated over its own effect, is a message to its parent) and one pass down; the
         two trees alternate (two-block Gauss-Seidel), a few rounds per measurement since the last fit.
+
+        The batch elasticity's tilt, the families' growth scales and the intensity slopes, as of the last fit, are
+        held fixed over the rounds and refitted after every ROUNDS_PER_OBSERVATION of them (a third Gauss-Seidel
+        block, once per measurement's worth of rounds, as when measurements are learnt one by one): the growth
+        scales, then, after new full-batch measurements, the batch elasticity on the growth as the correction now
+        predicts it (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's
+        residuals on a growth the scale had already removed, and the two fought), then the intensity slopes. The
+        scale is fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k),
+        as a group's message to its parent): against the fitted shape effects, which take ~97 % of what they see
+        each round, it crept towards its fixed point over hundreds of rounds.
+
+        Two compiled calls per block (``correction_kernels.fit_rounds``, ``slope_kernels.refit_slopes``) over the
+        tables laid out here.
         """
         if self._fitted == self.version:
             return
@@ -271,74 +285,63 @@ class PooledCorrection(TreeFit):
         n_cells = len(self._cells)
         if n_cells == 0:
             return
-        self._all = None  # the effects move
         st = self._structure()
-        S, N = self._sums[:, :n_cells], self._counts[:, :n_cells]
+        eff = self._effects_side_by_side()  # the effects move (the kernel writes them in place)
+        S, N = (np.ascontiguousarray(a[:, :n_cells]) for a in (self._sums, self._counts))  # one layout: one compile
         counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
         acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
-        idx = st["idx"]
+        idx, it, el = st["idx"], self.intensity, self.elastic
         # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
         var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
-        # The batch elasticity's tilt and the families' growth scales, as of the last fit, are held fixed over the
-        # rounds and refitted after them (a third Gauss-Seidel block: one coefficient per accelerator, per family).
-        x_growth = self.elastic.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
-        S_untilted = S - N * self._plus_intensity(self._cell_tilt(st) + self._cell_scale(idx, x_growth), idx)
-        # what every round of this fit shares (the counts are fixed): mu's denominator, the families' weights
+        x_growth = el.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
+        tilt = self._cell_tilt(st)
+        S_untilted = S - N * self._plus_intensity(tilt + self._cell_scale(idx, x_growth), idx)
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
-        mu_den = (n_top * share_top).sum(axis=1) + self.root_k
-        family_weights = self._family_weights(st, var_counts)
-        acc_side = None
+        mu_den = (n_top * share_top).sum(axis=1) + self.root_k  # mu's denominator, the same every round
         rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
-        # The tilt is refitted after every ROUNDS_PER_OBSERVATION rounds (once per measurement's worth of rounds,
-        # as when measurements are learnt one by one), so a fit of many measurements at once alternates it too.
+        self._mu = self._mu.copy()  # updated in place by the rounds
+        trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
+                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables,
+                 st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp))
+        fixed = self._slopes_inputs(st, S, N, x_growth, eff)
         for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
-            converged = False
-            for _ in range(min(ROUNDS_PER_OBSERVATION, rounds - done)):
-                acc_side, mu_change = self._fit_tree(ACCELERATOR_TREE, st, acc_counts, S_untilted - N * var_side,
-                                                     mu_den)
-                new_var_side, _ = self._fit_tree(VARIANT_TREE, st, var_counts, S_untilted - N * acc_side)
-                new_var_side -= self._centre_families(st, family_weights).take(idx["kind"], axis=1)
-                change = max(mu_change, float(np.abs(new_var_side - var_side).max()))
-                var_side = new_var_side
-                if change < _TOL:
-                    converged = True
-                    break
-            S_untilted = self._refit_slopes(st, S, N, acc_side + var_side, x_growth, refit_tilt)
+            acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
+                                                       var_side, eff, self._mu, mu_den, *trees, 0, _TOL)
+            S_untilted, tilt, mean, it.coef, it.mean = refit_slopes(acc_side + var_side, tilt, it.coef, it.mean,
+                                                                    refit_tilt, fixed)
+            if refit_tilt:
+                el.mean, self._tilt_news = mean, 0
+                self._tilt_fits += 1
+                self._tilt = ((n_cells, self._tilt_fits), tilt)
             if converged:
                 break
 
-    def _refit_slopes(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, sides: np.ndarray,
-                      x_growth: np.ndarray, refit_tilt: bool) -> np.ndarray:
-        """The third block given both trees' fit (``sides`` per configuration): the families' growth scales, then,
-        after new full-batch measurements, the batch elasticity on the growth as the correction now predicts it
-        (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's residuals on
-        a growth the scale had already removed, and the two fought). Returns the sums less both."""
-        idx, el = st["idx"], self.elastic
-        fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
-        x_shape = el.growth[GROWTH_TARGET, :el.n_groups]
-        # Fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k), as a
-        # group's message to its parent in ``_fit_tree``): against the fitted shape effects, which take ~97 % of
-        # what they see each round, it crept towards its fixed point over hundreds of rounds.
-        n, _, share, _ = self._fit_counts[VARIANT_TREE]["shape"]
-        unshaped = self._plus_intensity(sides - self._effects["shape"].take(idx["shape"], axis=1) + self._cell_tilt(st),
-                                        idx)
-        self.scale.fit(x_shape, n * share, self._sum_by(st["leaf"]["shape"], S - N * unshaped, self.n_targets) * share,
-                       fam_of_shape)
-        scaled = self._cell_scale(idx, x_growth)
-        if refit_tilt:
-            self._tilt_news = 0
-            shape = self._effects["shape"] + self.scale.coef.take(fam_of_shape, axis=1) * x_shape
-            x_cell = el.centred(shape).take(idx["shape"], axis=1)
-            # each configuration's residual weighted by the share of its measurements that ran full batches
-            n_cells = st["n_cells"]
-            share = np.divide(self._tilt_counts[:, :n_cells], N, out=np.zeros_like(N), where=N > 0)
-            el.fit(x_cell, N * share, (S - N * self._plus_intensity(sides + scaled, idx)) * share, idx["acc"],
-                   st["parent"]["acc"])
-            self._tilt_fits += 1
-        if self.intensity.active:  # the fourth block: the intensity slopes given the rest (``tuner.intensity``)
-            self.intensity.refit(self, st, S - N * (sides + scaled + self._cell_tilt(st)))
-        return S - N * self._plus_intensity(self._cell_tilt(st) + scaled, idx)
+    def _slopes_inputs(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, x_growth: np.ndarray,
+                       eff: np.ndarray) -> tuple:
+        """What the slopes block reads and does not change over a fit (``slope_kernels.refit_slopes``' ``fixed``)."""
+        idx, parent, el, it, n_cells = st["idx"], st["parent"], self.elastic, self.intensity, st["n_cells"]
+        acc_counts, var_counts = self._fit_counts[ACCELERATOR_TREE], self._fit_counts[VARIANT_TREE]
+        acc_at, var_at = (tree_arrays(tree, st, self.effect_k)[5] for tree in (ACCELERATOR_TREE, VARIANT_TREE))
+        el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
+        return (S, N, x_growth, tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
+                (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), eff, (var_at[2], acc_at[3], acc_at[4]),
+                var_counts["shape"][0:3:2], acc_counts["cfg"][2], acc_counts["acc_var"][0:3:2],
+                (self.scale.coef, self.scale.k, *SCALE_BOUNDS),
+                (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
+                 np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
+                (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
+                 *INTENSITY_BOUNDS))
+
+    def _effects_side_by_side(self) -> np.ndarray:
+        """Every effect's table side by side (T, groups of all effects), a new copy, with ``_effects`` made views of
+        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same)."""
+        tables = [self._effects[e] for e in EFFECTS]
+        offsets = list(accumulate((t.shape[1] for t in tables[:-1]), initial=0))
+        eff = np.concatenate(tables, axis=1)
+        self._effects.update({e: eff[:, o:o + t.shape[1]] for e, o, t in zip(EFFECTS, offsets, tables)})
+        self._all = (eff, offsets)
+        return eff
 
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
         """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no

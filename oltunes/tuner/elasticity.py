@@ -21,9 +21,10 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
+from oltunes.tuner.slope_kernels import elastic_fit
 from oltunes.types import Variant
 
-__all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key", "slopes_within_kind"]
+__all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key"]
 
 # A tilt explains every variant on an accelerator at once, so little evidence should move it: measured on the
 # held-out-accelerator split (benchmarks/heldout_accelerator.py), pseudo-counts 1, 0.1, 0.01, 0.001 gave 34.5, 31.3,
@@ -44,26 +45,10 @@ def _grown(a: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([a, np.zeros((*a.shape[:-1], max(n, 2 * a.shape[-1], 16) - a.shape[-1]), a.dtype)], -1)
 
 
-def slopes_within_kind(x: np.ndarray, n: np.ndarray, residual_sums: np.ndarray, acc_of: np.ndarray,
-                       kind_of_acc: np.ndarray, k: float) -> np.ndarray:
-    """Ridge slopes (T, accelerators) of ``residual_sums`` on ``x`` per accelerator (``n``: each cell's weight,
-    ``k``: the pseudo-count), each less its kind's weighted mean: a slope common to a kind belongs to the effects
-    the kind's accelerators share. One bincount per sum for every target at once."""
-    T, A = n.shape[0], len(kind_of_acc)
-    K = int(kind_of_acc.max()) + 1 if A else 0
-    rows = np.arange(T)[:, None]
-    by_acc = (acc_of[None, :] + A * rows).ravel()
-    w = np.bincount(by_acc, (n * x * x).ravel(), T * A).reshape(T, A)
-    c = np.bincount(by_acc, (x * residual_sums).ravel(), T * A).reshape(T, A) / (w + k)
-    by_kind = (kind_of_acc[None, :] + K * rows).ravel()
-    kind_w = np.bincount(by_kind, w.ravel(), T * K).reshape(T, K)
-    kind_wc = np.bincount(by_kind, (w * c).ravel(), T * K).reshape(T, K)
-    kind_mean = np.divide(kind_wc, kind_w, out=np.zeros_like(kind_w), where=kind_w > 0)
-    return c - kind_mean.take(kind_of_acc, axis=1)
-
-
 class BatchElasticity:
-    """Per-accelerator coefficients on the centred batch growth (module docstring); owned by ``PooledCorrection``."""
+    """Per-accelerator coefficients on the centred batch growth (module docstring); owned by ``PooledCorrection``,
+    its centred growth and coefficients refitted in its slopes block (``slope_kernels.centre_growth``,
+    ``elastic_fit``)."""
 
     def __init__(self, n_targets: int, k: float = ELASTICITY_K) -> None:
         self.n_targets = n_targets
@@ -86,16 +71,6 @@ class BatchElasticity:
         self.centre[g] = self.centre_ids.setdefault(centre_key, len(self.centre_ids))
         self.n_groups = g + 1
 
-    def centred(self, shape: np.ndarray) -> np.ndarray:
-        """Centred growth per shape group (T, groups) given the shape effects; kept for predictions."""
-        n, h = self.n_groups, self.centre[: self.n_groups]
-        growth = self.growth[:, :n] + shape[:, :n]
-        H, T = len(self.centre_ids), self.n_targets
-        flat = (h[None, :] + H * np.arange(T)[:, None]).ravel()
-        self.mean = np.bincount(flat, growth.ravel(), T * H).reshape(T, H) / np.maximum(np.bincount(h, minlength=H), 1)
-        self.x[:, :n] = growth - self.mean.take(h, axis=1)
-        return self.x[:, :n]
-
     def coefficients(self, n_acc: int) -> np.ndarray:
         self.coef = _grown(self.coef, n_acc)
         return self.coef[:, :n_acc]
@@ -106,8 +81,8 @@ class BatchElasticity:
         centred per kind by their weights."""
         # bounded to a latency growing 0.1-2x as fast as the kind's: a first full-batch measurement of a new
         # accelerator, before the other effects have taken their share of its residual, must not tilt it wildly
-        slopes = slopes_within_kind(x_cell, N, residual_sums, acc_of_cell, kind_of_acc, self.k)
-        self.coefficients(len(kind_of_acc))[:] = np.clip(slopes, *BOUNDS)
+        self.coefficients(len(kind_of_acc))
+        elastic_fit(self.coef, x_cell, N, residual_sums, acc_of_cell, kind_of_acc, self.k, *BOUNDS)
 
     def term(self, acc_group: int | None, shape_group: int | None, centre_key: str,
              growth: np.ndarray | None) -> np.ndarray | float:

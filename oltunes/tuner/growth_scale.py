@@ -45,7 +45,7 @@ __all__ = ["GROWTH_SCALE_K", "GrowthScale"]
 
 # A handful of measurements at two batch sizes should settle a family's scale (it carries to every variant and batch
 # size of the family): a weak pseudo-count, as the elasticity's. Each measured shape group weighs at most the shape
-# effects' own pseudo-count (0.1) x its growth^2 here (``PooledCorrection._refit_slopes``), so 1 or 10 shrink the scale
+# effects' own pseudo-count (0.1) x its growth^2 here (``PooledCorrection._fit``), so 1 or 10 shrink the scale
 # most of the way back to 0: benchmarks.sim_quality mean cold violations, shipped / held-out, seeds 0-2: 0.323 / 0.489
 # with 0.01, 0.363 / 0.501 with 1, 0.340 / 0.533 with 10; seeds 3-5: 0.296 / 0.419, 0.321 / 0.451, 0.334 / 0.478.
 GROWTH_SCALE_K = 0.01
@@ -55,7 +55,7 @@ GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
 
 class GrowthScale:
     """Per-(kind x family) coefficients on the prior's latency growth (module docstring); owned by
-    ``PooledCorrection``, indexed by its "fam" groups."""
+    ``PooledCorrection``, indexed by its "fam" groups, fitted in its slopes block (``slope_kernels.scale_fit``)."""
 
     def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K) -> None:
         self.n_targets = n_targets
@@ -75,16 +75,6 @@ class GrowthScale:
     def x(growth: np.ndarray | None) -> float:
         """What the coefficient multiplies, from a configuration's prior growth (per target; none: 0)."""
         return 0.0 if growth is None else float(growth[GROWTH_TARGET])
-
-    def fit(self, x: np.ndarray, weights: np.ndarray, residual_sums: np.ndarray, fam_of: np.ndarray) -> None:
-        """Ridge coefficients given everything else, from per-group data: ``x`` (groups,) the prior's growth,
-        ``weights`` (T, groups) what each group's data weighs, ``residual_sums`` (T, groups) their weighted sums less
-        the other effects, ``fam_of`` (groups,) each group's family group."""
-        T, F = self.n_targets, self.coef.shape[1]
-        by_fam = (fam_of[None, :] + F * np.arange(T)[:, None]).ravel()  # one bincount for every target
-        w = np.bincount(by_fam, (weights * (x * x)).ravel(), T * F).reshape(T, F)
-        xy = np.bincount(by_fam, (x * residual_sums).ravel(), T * F).reshape(T, F)
-        self.coef[:] = np.clip(xy / (w + self.k), *BOUNDS)
 
     def state_dict(self) -> dict:
         return {"coef": pack_floats(self.coef)}

@@ -18,8 +18,9 @@ level, which the accelerator effect carries. A variant whose intensity is unknow
 nothing and teaches nothing; with none known the term is absent (the same floats as without it).
 
 Fitted, as the family growth scale is, on the accelerator x variant groups' data with their own effects and their
-configurations' integrated out (``IntensitySlope.refit``): on the configurations' raw residuals the
-accelerator x variant effects took most of each measured variant's deviation first.
+configurations' integrated out (``slope_kernels.intensity_fit``, in ``PooledCorrection._fit``): on the
+configurations' raw residuals the accelerator x variant effects took most of each measured variant's deviation
+first.
 
 Measured (``learner_accuracy --split accelerator --seeds 20``, paired by seed against the correction without it):
 the tuner's MAPE 31.3 -> 28.1 % (mean over seeds; -3.2 +- 0.6, lower in 18 of 20 seeds), its median APE unchanged
@@ -33,17 +34,11 @@ no change the runs can tell.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
-from oltunes.tuner.correction_trees import ACCELERATOR_TREE
-from oltunes.tuner.elasticity import slopes_within_kind
 from oltunes.types import Variant
-
-if TYPE_CHECKING:
-    from oltunes.tuner.correction import PooledCorrection
 
 __all__ = ["INTENSITY_K", "IntensitySlope", "log_intensity"]
 
@@ -103,47 +98,6 @@ class IntensitySlope:
             for i, name in enumerate(self._names):
                 if name == v.name:
                     self.x[i], self.known[i] = x, 1.0
-
-    def refit(self, pc: PooledCorrection, st: dict[str, Any], residual_sums: np.ndarray) -> None:
-        """The slopes given everything else of ``pc``'s fit (``residual_sums``: its configurations' sums less all its
-        other effects and terms; ``st``: its index structure), fitted on the accelerator x variant groups' sums with
-        their own effects and their configurations' integrated out (as the growth scale on the shape groups':
-        against the fitted accelerator x variant effects, which take most of what a measured variant shows, the
-        slope would see a fraction of it each round)."""
-        idx, T = st["idx"], self.n_targets
-        counts = pc._fit_counts[ACCELERATOR_TREE]
-        own = pc._effects["acc_var"].take(idx["acc_var"], axis=1) + pc._effects["cfg"].take(idx["cfg"], axis=1)
-        r = residual_sums + pc._counts[:, :st["n_cells"]] * own  # the sums less all but those two effects
-        s = pc._sum_by(st["up"]["cfg"], pc._leaf_sum(ACCELERATOR_TREE, st, r) * counts["cfg"][2], T)
-        n, _, share, _ = counts["acc_var"]
-        self.fit_groups(n * share, s * share, idx["acc_var"], st["parent"]["acc_var"], st["parent"]["acc_fam"],
-                        st["parent"]["acc"])
-
-    def fit_groups(self, weights: np.ndarray, residual_sums: np.ndarray, acc_var_of_cell: np.ndarray,
-                   fam_of_acc_var: np.ndarray, acc_of_acc_fam: np.ndarray, kind_of_acc: np.ndarray) -> None:
-        """Ridge coefficients given everything else, from per-(accelerator x variant) group data: ``weights`` (T,
-        groups) what each group's data weighs, ``residual_sums`` (T, groups) their weighted sums less the other
-        effects; the groups' parents give each one's accelerator and kind. Then centred per kind by their weights;
-        accelerators with no known intensity keep 0."""
-        T, A, G = self.n_targets, len(kind_of_acc), weights.shape[1]
-        n_cells = len(acc_var_of_cell)
-        known_cells = self.known[:n_cells]
-        n_known = np.bincount(acc_var_of_cell, known_cells, G)
-        known = (n_known > 0).astype(float)  # a group's cells share its variant: all known or none
-        x = np.divide(np.bincount(acc_var_of_cell, self.x[:n_cells] * known_cells, G), n_known,
-                      out=np.zeros(G), where=n_known > 0)
-        acc_of = acc_of_acc_fam.take(fam_of_acc_var)
-        rows = np.arange(T)[:, None]
-        by_acc = (acc_of[None, :] + A * rows).ravel()
-        n = weights * known
-        n_acc = np.bincount(by_acc, n.ravel(), T * A).reshape(T, A)
-        has = n_acc > 0
-        mean = np.divide(np.bincount(by_acc, (n * x).ravel(), T * A).reshape(T, A), n_acc,
-                         out=np.zeros_like(n_acc), where=has)
-        xc = (x - mean.take(acc_of, axis=1)) * known
-        slopes = slopes_within_kind(xc, weights, residual_sums, acc_of, kind_of_acc, self.k)
-        self.coef = np.where(has, np.clip(slopes, *BOUNDS), 0.0)
-        self.mean = mean
 
     def cells(self, acc_of_cell: np.ndarray) -> np.ndarray:
         """The term per configuration (T, cells), as of the last fit (0 before the first)."""

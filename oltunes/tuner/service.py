@@ -56,6 +56,7 @@ from oltunes.tuner.lease_api import lease_router
 from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner.metrics import TunerMetrics
 from oltunes.tuner.served import Persister, ServedTuner, TunerService
+from oltunes.tuner.warmup import warm_up
 from oltunes.types import Pool
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        warm_up()  # the kernels compiled (or loaded) before the first request: no client times out on a compiler
         try:
             service.persist()  # compact what the journal restored
         except Exception:

@@ -12,6 +12,16 @@ from oltunes.learner.ftml import FTML
 
 
 class PlainFTML(FTML):
+    """The row path and the rule in numpy (the compiled ``ftml_kernel`` must equal them)."""
+
+    def _update(self, theta, g, t, v, d_prev, z, lr):
+        b1, b2 = self.beta_1, self.beta_2
+        v = b2 * v + (1.0 - b2) * g * g
+        d = (1.0 - b1**t) / lr * (np.sqrt(v / (1.0 - b2**t)) + self.eps)
+        sigma = d - b1 * d_prev
+        z = b1 * z + (1.0 - b1) * g - sigma * theta
+        return -z / d, v, d, z
+
     def step_rows(self, table, rows, g, key=None):
         st = self._grow("plain", table.shape) if self._rows is None else self._rows["plain"]
         if st["v"].shape[0] < table.shape[0]:
