@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from oltunes.learner.fm_kernels import MAX_FACTORS, part_sums
+
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise dot products of latent sums: (i, T, k) x (j, T, k) -> (T, i, j) (matmul: cheaper than einsum)."""
@@ -23,18 +25,18 @@ class FMScoring:
 
     def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """Raw outputs (n, n_targets) for padded index arrays."""
-        W, V = self._W, self._V
-        lin = (W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
-        xv = V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
-        s = xv.sum(axis=1)
-        inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
-        return self._unscale(W[0] + lin + inter)
+        lin, _, _, inter = self._part_sums(rows, vals)
+        return self._unscale(self._W[0] + lin + inter)
 
     def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
-        lin = (self._W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
-        xv = self._V.take(rows, axis=0) * vals[:, :, None, None]
-        return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
+        return self._part_sums(rows, vals)[:3]
+
+    def _part_sums(self, rows: np.ndarray, vals: np.ndarray) -> tuple:
+        """``part_terms`` and the part's own interaction ½(‖s‖² − q) (n, T), compiled (``fm_kernels``)."""
+        if self._V.shape[2] > MAX_FACTORS:
+            raise ValueError(f"n_factors above {MAX_FACTORS} is not supported")
+        return part_sums(self._W, self._V, rows, vals)
 
     def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
         """Part terms, with neighbouring parts merged while their product is small (e.g. the single job row
@@ -147,10 +149,10 @@ class FMScoring:
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
         rows_a, vals_a, rows_d, vals_d, a_at = plan
-        lin_a, s_a, q_a = self.part_terms(rows_a, vals_a)
-        lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
-        y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
-        y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
+        lin_a, s_a, _, inter_a = self._part_sums(rows_a, vals_a)
+        lin_d, s_d, _, inter_d = self._part_sums(rows_d, vals_d)
+        y_a = self._W[0] + lin_a + inter_a  # n_a, T
+        y_d = lin_d + inter_d  # n_d, T
         out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
         if a_at is not None:  # overlap correction for keys present in both a and d
             norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T
