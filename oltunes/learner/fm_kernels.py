@@ -19,7 +19,7 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["MAX_FACTORS", "part_sums"]
+__all__ = ["MAX_FACTORS", "grid_sum", "part_sums"]
 
 MAX_FACTORS = 128  # numpy sums up to 128 numbers with one fixed pattern (``_pairwise``)
 
@@ -88,3 +88,28 @@ def part_sums(W: np.ndarray, V: np.ndarray, rows: np.ndarray,
                 sq[c] = s[i, t, c] * s[i, t, c]
             inter[i, t] = 0.5 * (_pairwise(sq) - qt)
     return lin, s, q, inter
+
+
+@compiled
+def grid_sum(block: np.ndarray, w0: np.ndarray, unary: np.ndarray, cross: np.ndarray, at: np.ndarray,
+             sd: np.ndarray, mu: np.ndarray, scale: bool) -> np.ndarray:
+    """The candidate grid (T, D, S) in one pass: per cell, ``block[t, s] + w0[t]``, then the dynamic group's own
+    term ``unary[t, d]`` (none when ``unary`` has no columns), then its cross term with each static group m in
+    order, ``cross[t, d, at[m, s]]``, then ``x * sd[t] + mu[t]`` if ``scale``: the additions ``raw_grid``'s
+    broadcasts made, in their order, without their passes over the grid and temporaries."""
+    T, S = block.shape
+    D = max(unary.shape[1], 1)
+    M = at.shape[0]
+    out = np.empty((T, D, S))
+    for t in range(T):
+        for d in range(D):
+            for s in range(S):
+                x = block[t, s] + w0[t]
+                if unary.shape[1]:
+                    x += unary[t, d]
+                    for m in range(M):
+                        x += cross[t, d, at[m, s]]
+                if scale:
+                    x = x * sd[t] + mu[t]
+                out[t, d, s] = x
+    return out

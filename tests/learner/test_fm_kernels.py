@@ -1,5 +1,6 @@
-"""The compiled per-row FM sums (``fm_kernels.part_sums``) against the numpy expressions they replaced, bit for
-bit (signs of zeros included): on random tables and index arrays, and on every call a simulated run makes."""
+"""The compiled FM pieces against the numpy code they replaced, bit for bit (signs of zeros included): the per-row
+sums (``fm_kernels.part_sums``) and the candidate grid's assembly (``raw_grid`` through ``fm_kernels.grid_sum``),
+on random tables and index arrays, and on every call a simulated run makes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import numpy as np
 import pytest
 
 from oltunes.learner import fm_kernels, fm_scoring
+from oltunes.learner.fm import MultiFMRegressor
 from oltunes.learner.fm_kernels import part_sums
+from oltunes.learner.fm_scoring import _cross
 
 
 def numpy_part_sums(W, V, rows, vals):
@@ -17,6 +20,28 @@ def numpy_part_sums(W, V, rows, vals):
     s = xv.sum(axis=1)
     q = (xv * xv).sum(axis=(1, 3))
     return lin, s, q, 0.5 * ((s * s).sum(-1) - q)
+
+
+def numpy_raw_grid(fm, parts, n_static):
+    """The numpy reference of ``raw_grid`` as it was: one broadcast pass over the grid per term."""
+    T = fm._n_targets
+    sizes = [rows.shape[0] for rows, _ in parts]
+    n_dyn = len(parts) - n_static
+    dyn = fm._merged_terms(parts[:n_dyn])
+    sta = fm._merged_terms(parts[n_dyn:]) if n_static else []
+    block = np.zeros((T, *(g[0].shape[0] for g in sta)))
+    fm._accumulate(block, sta, 0, len(sta))
+    p = len(dyn) + len(sta)
+    out = np.empty((T, *(g[0].shape[0] for g in dyn), *(g[0].shape[0] for g in sta)))
+    out[...] = block.reshape(T, *([1] * len(dyn)), *block.shape[1:])
+    out += fm._W[0].reshape(T, *([1] * p))
+    fm._accumulate(out, dyn, 0, p)
+    for j, gd in enumerate(dyn):
+        for m, gs in enumerate(sta):
+            shape = [1] * p
+            shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
+            out += _cross(gd[1], gs[1]).reshape(T, *shape)
+    return fm._unscale(out.reshape(T, *sizes), axis=0)
 
 
 def _same(got, want) -> bool:
@@ -69,3 +94,56 @@ def test_factors_beyond_the_fixed_summation_pattern_are_refused():
     rows, vals = fm.index([{"x": 1.0}])
     with pytest.raises(ValueError):
         fm.predict_many(rows, vals)
+
+
+def _random_fm(rng, standardize: bool, n_features: int = 30) -> MultiFMRegressor:
+    fm = MultiFMRegressor(targets=("a", "b", "c"), n_factors=8, seed=int(rng.integers(1000)), standardize=standardize)
+    for _ in range(60):  # learnt parameters and target scales (not the initial ones)
+        x = {f"f{i}": float(rng.normal()) for i in rng.choice(n_features, 4, replace=False)}
+        fm.learn_one(x, {"a": float(rng.normal(3.0)), "b": float(rng.normal(-1.0, 5.0)), "c": float(rng.normal())})
+    return fm
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("n_static", [0, 1, 2, 3])
+def test_raw_grid_is_the_numpy_assembly_for_the_tuners_shape_of_parts(seed, n_static):
+    """The tuner's parts: a single job row, then placements (merged into one dynamic group), then static parts of
+    any size (merged while small, as before); with and without target standardisation, with and without the
+    static memo."""
+    rng = np.random.default_rng(seed)
+    fm = _random_fm(rng, standardize=bool(seed % 2))
+
+    def part(n):
+        return fm.index([{f"f{i}": float(rng.choice([1.0, rng.normal(), 0.0]))
+                          for i in rng.choice(30, int(rng.integers(1, 5)), replace=False)} for _ in range(n)])
+
+    parts = [part(1), part(int(rng.integers(1, 40)))] + [part(int(rng.integers(1, 12))) for _ in range(n_static)]
+    want = numpy_raw_grid(fm, parts, n_static)
+    cache: dict = {}
+    for _ in range(2):  # the memo's miss, then its hit
+        got = fm.raw_grid(parts, n_static=n_static, cache=cache)
+        assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    only_static = fm.raw_grid(parts[2:], n_static=n_static) if n_static else None
+    if only_static is not None:
+        assert only_static.tobytes() == numpy_raw_grid(fm, parts[2:], n_static).tobytes()
+
+
+def test_raw_grid_is_the_numpy_assembly_on_a_simulated_runs_grids(monkeypatch):
+    from oltunes.policies import Policy
+    from oltunes.sim.scenario import load_scenario
+    from oltunes.simulation import context, prepare, simulator
+
+    compiled_grid = fm_scoring.FMScoring.raw_grid
+    shapes = []
+
+    def checked(self, parts, n_static=0, cache=None):
+        got = compiled_grid(self, parts, n_static, cache)
+        assert got.tobytes() == numpy_raw_grid(self, parts, n_static).tobytes()
+        shapes.append(got.shape)
+        return got
+
+    monkeypatch.setattr(fm_scoring.FMScoring, "raw_grid", checked)
+    prep = prepare(load_scenario("bursty"))
+    sim = simulator(prep)
+    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    assert len(shapes) > 50 and max(s[2] for s in shapes) > 1
