@@ -92,11 +92,12 @@ def part_sums(W: np.ndarray, V: np.ndarray, rows: np.ndarray,
 
 @compiled
 def grid_sum(block: np.ndarray, w0: np.ndarray, unary: np.ndarray, cross: np.ndarray, at: np.ndarray,
-             sd: np.ndarray, mu: np.ndarray, scale: bool) -> np.ndarray:
+             sd: np.ndarray, mu: np.ndarray, scale: bool, plus_a: np.ndarray, plus_b: np.ndarray) -> np.ndarray:
     """The candidate grid (T, D, S) in one pass: per cell, ``block[t, s] + w0[t]``, then the dynamic group's own
     term ``unary[t, d]`` (none when ``unary`` has no columns), then its cross term with each static group m in
-    order, ``cross[t, d, at[m, s]]``, then ``x * sd[t] + mu[t]`` if ``scale``: the additions ``raw_grid``'s
-    broadcasts made, in their order, without their passes over the grid and temporaries."""
+    order, ``cross[t, d, at[m, s]]``, then ``x * sd[t] + mu[t]`` if ``scale``, then ``plus_a[t, d, s]`` and
+    ``plus_b[t, d, s]`` (each skipped when empty): the additions ``raw_grid``'s broadcasts (and its caller's
+    sums) made, in their order, without their passes over the grid and temporaries."""
     T, S = block.shape
     D = max(unary.shape[1], 1)
     M = at.shape[0]
@@ -111,5 +112,9 @@ def grid_sum(block: np.ndarray, w0: np.ndarray, unary: np.ndarray, cross: np.nda
                         x += cross[t, d, at[m, s]]
                 if scale:
                     x = x * sd[t] + mu[t]
+                if plus_a.size:
+                    x = x + plus_a[t, d, s]
+                if plus_b.size:
+                    x = x + plus_b[t, d, s]
                 out[t, d, s] = x
     return out

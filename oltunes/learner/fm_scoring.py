@@ -21,6 +21,9 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.transpose(1, 0, 2), b.transpose(1, 2, 0))
 
 
+_NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add"
+
+
 def _static_columns(sizes: Sequence[int]) -> np.ndarray:
     """For each static group m and each flat (C-order) cell of the static axes, the column of ``grid_sum``'s
     concatenated cross terms to read: group m's offset + the cell's index along m's axis."""
@@ -89,7 +92,7 @@ class FMScoring:
                 out += _cross(groups[j][1], groups[m][1]).reshape(T, *shape)
 
     def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], n_static: int = 0,
-                 cache: dict | None = None) -> np.ndarray:
+                 cache: dict | None = None, plus: Sequence[np.ndarray] = ()) -> np.ndarray:
         """Raw outputs over the outer product of disjoint parts: shape (n_targets, n_0, ..., n_{p-1}).
 
         Equal (to rounding) to ``predict_many`` on the concatenated features of every combination: with
@@ -101,7 +104,8 @@ class FMScoring:
         have their terms and mutual block memoised in ``cache`` until the parameters change. The others (the
         tuner's job row and placements) are merged into one group, so every cell is the static block, the bias,
         that group's own term and its cross terms with the static groups, added in one compiled pass
-        (``fm_kernels.grid_sum``).
+        (``fm_kernels.grid_sum``). ``plus``: up to two arrays with the grid's cells in its order (e.g. the
+        prior's and the correction's grids), added to it in that pass, as ``raw_grid(..) + a + b`` would.
         """
         if self._index is None:
             self._init_state()
@@ -125,7 +129,10 @@ class FMScoring:
                      else np.empty((T, lin.shape[0], 0)))  # T, D, sum of the static groups' sizes
         else:
             unary, cross = np.empty((T, 0)), np.empty((T, 1, 0))
-        out = grid_sum(block.reshape(T, -1), self._W[0], unary, cross, at, self._sd, self._mu, bool(self.standardize))
+        D, S = max(unary.shape[1], 1), at.shape[1]
+        a, b = (*(np.asarray(x, dtype=float).reshape(T, D, S) for x in plus), _NONE, _NONE)[:2]
+        out = grid_sum(block.reshape(T, -1), self._W[0], unary, cross, at, self._sd, self._mu, bool(self.standardize),
+                       a, b)
         return out.reshape(T, *sizes)
 
     def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:

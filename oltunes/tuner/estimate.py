@@ -268,9 +268,11 @@ class Estimator:
 
     def _score_grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
         static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
-        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
         regions = [o.pool.accelerator.name for o in options]
-        logp = raw + self.priors.grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
+        prior, corr = self.priors.grid(options, variants, ctx), self._correction_grid(regions, variants)
+        # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
+        logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
+                                   plus=(prior, np.broadcast_to(corr, prior.shape)))[:, 0]
         marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)

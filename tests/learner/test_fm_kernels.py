@@ -22,8 +22,9 @@ def numpy_part_sums(W, V, rows, vals):
     return lin, s, q, 0.5 * ((s * s).sum(-1) - q)
 
 
-def numpy_raw_grid(fm, parts, n_static):
-    """The numpy reference of ``raw_grid`` as it was: one broadcast pass over the grid per term."""
+def numpy_raw_grid(fm, parts, n_static, plus=()):
+    """The numpy reference of ``raw_grid`` as it was (one broadcast pass over the grid per term), then its
+    caller's sums ``+ a + b``."""
     T = fm._n_targets
     sizes = [rows.shape[0] for rows, _ in parts]
     n_dyn = len(parts) - n_static
@@ -41,7 +42,10 @@ def numpy_raw_grid(fm, parts, n_static):
             shape = [1] * p
             shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
             out += _cross(gd[1], gs[1]).reshape(T, *shape)
-    return fm._unscale(out.reshape(T, *sizes), axis=0)
+    out = fm._unscale(out.reshape(T, *sizes), axis=0)
+    for a in plus:
+        out = out + np.reshape(a, out.shape)
+    return out
 
 
 def _same(got, want) -> bool:
@@ -123,6 +127,13 @@ def test_raw_grid_is_the_numpy_assembly_for_the_tuners_shape_of_parts(seed, n_st
     for _ in range(2):  # the memo's miss, then its hit
         got = fm.raw_grid(parts, n_static=n_static, cache=cache)
         assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    # the caller's sums (the tuner's prior and correction grids; a scalar correction broadcast), signed zeros too
+    prior = rng.normal(size=want.shape) * 10.0 ** rng.integers(-3, 4, size=want.shape)
+    prior.flat[:: 7] = -0.0
+    for corr in (rng.normal(size=want.shape), np.broadcast_to(0.0, want.shape), np.broadcast_to(-0.0, want.shape)):
+        got = fm.raw_grid(parts, n_static=n_static, cache=cache, plus=(prior, corr))
+        assert got.tobytes() == numpy_raw_grid(fm, parts, n_static, (prior, corr)).tobytes()
+    assert fm.raw_grid(parts, n_static=n_static, plus=(prior,)).tobytes() == (want + prior).tobytes()
     only_static = fm.raw_grid(parts[2:], n_static=n_static) if n_static else None
     if only_static is not None:
         assert only_static.tobytes() == numpy_raw_grid(fm, parts[2:], n_static).tobytes()
@@ -136,9 +147,9 @@ def test_raw_grid_is_the_numpy_assembly_on_a_simulated_runs_grids(monkeypatch):
     compiled_grid = fm_scoring.FMScoring.raw_grid
     shapes = []
 
-    def checked(self, parts, n_static=0, cache=None):
-        got = compiled_grid(self, parts, n_static, cache)
-        assert got.tobytes() == numpy_raw_grid(self, parts, n_static).tobytes()
+    def checked(self, parts, n_static=0, cache=None, plus=()):
+        got = compiled_grid(self, parts, n_static, cache, plus)
+        assert got.tobytes() == numpy_raw_grid(self, parts, n_static, plus).tobytes()
         shapes.append(got.shape)
         return got
 
