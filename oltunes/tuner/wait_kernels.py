@@ -18,6 +18,20 @@ __all__ = ["request_waits"]
 
 
 @compiled
+def _divide(a: float, b: float) -> float:
+    """``a / b`` as numpy divides (numba raises on a zero divisor): +-inf, a NaN ``a`` itself, and for 0 / 0 the
+    processor's default NaN (x86: the sign bit set). (Kept beside each kernel that needs it: numba's cache
+    notices changes to the kernel's own module only.)"""
+    if b == 0.0:
+        if math.isnan(a):
+            return a
+        if a == 0.0:
+            return math.copysign(math.nan, -1.0)
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+@compiled
 def request_waits(batch_lat: np.ndarray, thr: np.ndarray, fill: np.ndarray, conc: np.ndarray, rate: float,
                   queueing: bool, burst: float, ln100: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(req, queue, req + queue) over (P, V, B, C): ``req = batch_lat + fill[b]``; with ``queueing``,
@@ -35,9 +49,7 @@ def request_waits(batch_lat: np.ndarray, thr: np.ndarray, fill: np.ndarray, conc
                     r = lat + fill[b]
                     q = 0.0
                     if queueing:
-                        t = thr[p, v, b, c]
-                        # (numba raises on a division by zero, numpy gives +-inf: the rate is > 0 here)
-                        rho = rate / t if t != 0.0 else math.copysign(math.inf, t)
+                        rho = _divide(rate, thr[p, v, b, c])
                         if not (rho <= 0.999 or math.isnan(rho)):  # np.minimum: NaN propagates
                             rho = 0.999
                         q = lat / conc[c] * rho / (1.0 - rho) * burst / 2.0 * ln100
