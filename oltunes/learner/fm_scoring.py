@@ -8,9 +8,12 @@ A mixin over :class:`~oltunes.learner.fm_state.FMState`'s tables.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from oltunes.learner.fm_kernels import MAX_FACTORS, grid_sum, part_sums
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -18,27 +21,44 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.transpose(1, 0, 2), b.transpose(1, 2, 0))
 
 
+_NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add"
+
+
+def _static_columns(sizes: Sequence[int]) -> np.ndarray:
+    """For each static group m and each flat (C-order) cell of the static axes, the column of ``grid_sum``'s
+    concatenated cross terms to read: group m's offset + the cell's index along m's axis."""
+    S = math.prod(sizes)
+    flat, stride, offset = np.arange(S), S, 0
+    at = np.empty((len(sizes), S), dtype=np.intp)
+    for m, n in enumerate(sizes):
+        stride //= n
+        at[m] = offset + (flat // stride) % n
+        offset += n
+    return at
+
+
 class FMScoring:
     """Prediction methods of the dense FMs (needs :class:`~oltunes.learner.fm_state.FMState`)."""
 
     def _raw_many(self, rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """Raw outputs (n, n_targets) for padded index arrays."""
-        W, V = self._W, self._V
-        lin = (W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
-        xv = V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
-        s = xv.sum(axis=1)
-        inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(1, 3)))
-        return self._unscale(W[0] + lin + inter)
+        lin, _, _, inter = self._part_sums(rows, vals)
+        return self._unscale(self._W[0] + lin + inter)
 
     def part_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-item sums of one feature part: linear (n, T), latent sum (n, T, k), squared norm (n, T)."""
-        lin = (self._W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
-        xv = self._V.take(rows, axis=0) * vals[:, :, None, None]
-        return lin, xv.sum(axis=1), (xv * xv).sum(axis=(1, 3))
+        return self._part_sums(rows, vals)[:3]
 
-    def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
-        """Part terms, with neighbouring parts merged while their product is small (e.g. the single job row
-        into the placements, batch x concurrency): fewer, larger broadcasts are cheaper than many small ones."""
+    def _part_sums(self, rows: np.ndarray, vals: np.ndarray) -> tuple:
+        """``part_terms`` and the part's own interaction ½(‖s‖² − q) (n, T), compiled (``fm_kernels``)."""
+        if self._V.shape[2] > MAX_FACTORS:
+            raise ValueError(f"n_factors above {MAX_FACTORS} is not supported")
+        return part_sums(self._W, self._V, rows, vals)
+
+    def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], limit: float = 64) -> list[tuple]:
+        """Part terms, with neighbouring parts merged while their product is at most ``limit`` (e.g. the single
+        job row into the placements, batch x concurrency): fewer, larger broadcasts are cheaper than many small
+        ones."""
         T = self._n_targets
         merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         parts = list(parts)
@@ -48,7 +68,7 @@ class FMScoring:
             parts[:2] = [(np.hstack([np.repeat(r0, n, 0), r1]), np.hstack([np.repeat(v0, n, 0), v1]))]
         for rows, vals in parts:
             lin, s, q = self.part_terms(rows, vals)
-            if merged and merged[-1][0].shape[0] * rows.shape[0] <= 64:
+            if merged and merged[-1][0].shape[0] * rows.shape[0] <= limit:
                 lin0, s0, q0 = merged[-1]
                 merged[-1] = ((lin0[:, None] + lin[None]).reshape(-1, T),
                               (s0[:, None] + s[None]).reshape(-1, *s.shape[1:]),
@@ -72,7 +92,7 @@ class FMScoring:
                 out += _cross(groups[j][1], groups[m][1]).reshape(T, *shape)
 
     def raw_grid(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], n_static: int = 0,
-                 cache: dict | None = None) -> np.ndarray:
+                 cache: dict | None = None, plus: Sequence[np.ndarray] = ()) -> np.ndarray:
         """Raw outputs over the outer product of disjoint parts: shape (n_targets, n_0, ..., n_{p-1}).
 
         Equal (to rounding) to ``predict_many`` on the concatenated features of every combination: with
@@ -81,33 +101,39 @@ class FMScoring:
         is only a sum of broadcasts, never an (n_candidates x n_features x k) gather.
 
         The last ``n_static`` parts (e.g. variants x batch sizes x concurrencies, the same for every request)
-        have their terms and mutual block memoised in ``cache`` until the parameters change.
+        have their terms and mutual block memoised in ``cache`` until the parameters change. The others (the
+        tuner's job row and placements) are merged into one group, so every cell is the static block, the bias,
+        that group's own term and its cross terms with the static groups, added in one compiled pass
+        (``fm_kernels.grid_sum``). ``plus``: up to two arrays with the grid's cells in its order (e.g. the
+        prior's and the correction's grids), added to it in that pass, as ``raw_grid(..) + a + b`` would.
         """
         if self._index is None:
             self._init_state()
         T = self._n_targets
         sizes = [rows.shape[0] for rows, _ in parts]
         n_dyn = len(parts) - n_static
-        dyn = self._merged_terms(parts[:n_dyn])
+        dyn = self._merged_terms(parts[:n_dyn], limit=math.inf)  # at most one group
         if cache is not None and cache.get("version") == self._version and n_static:
-            sta, block = cache["terms"], cache["block"]
+            sta, block, at = cache["terms"], cache["block"], cache["at"]
         else:
             sta = self._merged_terms(parts[n_dyn:]) if n_static else []
             block = np.zeros((T, *(g[0].shape[0] for g in sta)))
             self._accumulate(block, sta, 0, len(sta))
+            at = _static_columns([g[0].shape[0] for g in sta])
             if cache is not None and n_static:
-                cache.update(version=self._version, terms=sta, block=block)
-        p = len(dyn) + len(sta)
-        out = np.empty((T, *(g[0].shape[0] for g in dyn), *(g[0].shape[0] for g in sta)))
-        out[...] = block.reshape(T, *([1] * len(dyn)), *block.shape[1:])
-        out += self._W[0].reshape(T, *([1] * p))
-        self._accumulate(out, dyn, 0, p)
-        for j, gd in enumerate(dyn):
-            for m, gs in enumerate(sta):
-                shape = [1] * p
-                shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
-                out += _cross(gd[1], gs[1]).reshape(T, *shape)
-        return self._unscale(out.reshape(T, *sizes), axis=0)
+                cache.update(version=self._version, terms=sta, block=block, at=at)
+        if dyn:
+            lin, s, q = dyn[0]
+            unary = np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - q)).T)  # T, D
+            cross = (np.concatenate([_cross(s, g[1]) for g in sta], axis=2) if sta
+                     else np.empty((T, lin.shape[0], 0)))  # T, D, sum of the static groups' sizes
+        else:
+            unary, cross = np.empty((T, 0)), np.empty((T, 1, 0))
+        D, S = max(unary.shape[1], 1), at.shape[1]
+        a, b = (*(np.asarray(x, dtype=float).reshape(T, D, S) for x in plus), _NONE, _NONE)[:2]
+        out = grid_sum(block.reshape(T, -1), self._W[0], unary, cross, at, self._sd, self._mu, bool(self.standardize),
+                       a, b)
+        return out.reshape(T, *sizes)
 
     def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:
         """Raw outputs (n_a, n_d, n_targets) for every feature-wise sum ``xa[i] + xd[j]`` (keys may overlap).
@@ -147,10 +173,10 @@ class FMScoring:
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
         rows_a, vals_a, rows_d, vals_d, a_at = plan
-        lin_a, s_a, q_a = self.part_terms(rows_a, vals_a)
-        lin_d, s_d, q_d = self.part_terms(rows_d, vals_d)
-        y_a = self._W[0] + lin_a + 0.5 * ((s_a * s_a).sum(-1) - q_a)  # n_a, T
-        y_d = lin_d + 0.5 * ((s_d * s_d).sum(-1) - q_d)  # n_d, T
+        lin_a, s_a, _, inter_a = self._part_sums(rows_a, vals_a)
+        lin_d, s_d, _, inter_d = self._part_sums(rows_d, vals_d)
+        y_a = self._W[0] + lin_a + inter_a  # n_a, T
+        y_d = lin_d + inter_d  # n_d, T
         out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
         if a_at is not None:  # overlap correction for keys present in both a and d
             norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T

@@ -61,7 +61,8 @@ def queue_wait_ms(batch_latency_ms: Any, rate: float, throughput: Any, concurren
     """Approximate p99 queueing delay of a streaming request (Kingman's G/G/1 mean wait with an exponential
     tail): ``lat/c * rho/(1-rho) * (1 + burstiness)/2 * ln(100)``, ``rho = rate / throughput`` (capped below
     1). ``burstiness`` is the squared coefficient of variation of inter-arrival times (1 = Poisson); batch
-    latencies in measurements exclude queueing, so this is the only place it enters the SLO check."""
+    latencies in measurements exclude queueing, so this is the only place it enters the SLO check. (The tuner's
+    grids get it from ``wait_kernels.request_waits``, the same arithmetic compiled, checked against this.)"""
     rho = np.minimum(rate / throughput, 0.999)
     return batch_latency_ms / concurrency * rho / (1.0 - rho) * (1.0 + burstiness) / 2.0 * np.log(100.0)
 

@@ -40,13 +40,14 @@ from oltunes.learner.features import (
 from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
 from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
-from oltunes.tuner.candidates import PlacementOption, fill_wait_ms, queue_wait_ms
+from oltunes.tuner.candidates import PlacementOption, fill_wait_ms
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
 from oltunes.tuner.jobs import JobMemory
 from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import PriorTable
+from oltunes.tuner.wait_kernels import request_waits
 from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
 
 __all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
@@ -268,9 +269,11 @@ class Estimator:
 
     def _score_grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
         static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
-        raw = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static)[:, 0]
         regions = [o.pool.accelerator.name for o in options]
-        logp = raw + self.priors.grid(options, variants, ctx) + self._correction_grid(regions, variants)  # 3,P,V,B,C
+        prior, corr = self.priors.grid(options, variants, ctx), self._correction_grid(regions, variants)
+        # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
+        logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
+                                   plus=(prior, np.broadcast_to(corr, prior.shape)))[:, 0]
         marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
@@ -295,12 +298,13 @@ class Estimator:
             return batch_lat
         waits = derived.get("waits")
         if waits is None:
-            req = batch_lat + fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate)[:, None]
-            queue = 0.0
-            if self.burstiness is not None:
-                queue = queue_wait_ms(batch_lat, rate, thr, np.array(self.concurrencies, dtype=float),
-                                      self.burstiness)
-            waits = derived["waits"] = (req, queue, req + queue)
+            # fill and Kingman's queueing (candidates.fill_wait_ms, queue_wait_ms) in one compiled pass
+            queueing = self.burstiness is not None
+            req, queue, total = request_waits(
+                batch_lat, thr, np.asarray(fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate), dtype=float),
+                np.array(self.concurrencies, dtype=float), float(rate), queueing,
+                1.0 + self.burstiness if queueing else 0.0, float(np.log(100.0)))
+            waits = derived["waits"] = (req, queue if queueing else 0.0, total)
             for a in waits:
                 if isinstance(a, np.ndarray):
                     a.flags.writeable = False

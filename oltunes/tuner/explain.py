@@ -10,6 +10,7 @@ import numpy as np
 
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.estimate import Estimate
+from oltunes.tuner.explain_kernels import pair_minima
 from oltunes.tuner.objectives import Objective
 from oltunes.tuner.selection import Index
 from oltunes.types import Alternative
@@ -23,26 +24,22 @@ def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.nd
     candidate (by objective) with the constraint it breaks."""
     out: list[Alternative] = []
     best = obj[idx]
-    P, V = obj.shape[:2]
-    o = np.where(verdict.feasible, obj, np.inf).reshape(P, V, -1)
-    # each pair's best: the minimum over its cells, taken across the transposed grid (numpy reduces short rows
-    # one by one; this is a few long vector minima, the same values)
-    per_pair = np.ascontiguousarray(o.reshape(P * V, -1).T).min(axis=0).reshape(P, V)
+    V = obj.shape[1]
+    feasible = verdict.feasible
+    # each pair's best feasible objective and the best infeasible cell, in one compiled scan of the grid
+    per_pair, flat_infeasible = pair_minima(feasible, obj)
     per_pair[idx[0], idx[1]] = np.inf
     for flat in np.argsort(per_pair, axis=None)[: k - 1]:
         p, v = divmod(int(flat), V)
         if not np.isfinite(per_pair[p, v]):
             break
-        j = (p, v, *divmod(int(o[p, v].argmin()), obj.shape[3]))
+        j = (p, v, *divmod(int(np.where(feasible[p, v], obj[p, v], np.inf).argmin()), obj.shape[3]))
         rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
         reason = f"{objective.worse} (+{rel:.1f}%)" if rel > near_equal * 100 else "near-equal, leaves more fragmentation"
         out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=reason))
-    inf = np.where(verdict.feasible, np.inf, obj)
-    flat = int(np.argmin(inf))
-    if np.isfinite(inf.flat[flat]):
-        j = tuple(int(i) for i in np.unravel_index(flat, inf.shape))
-        if j != idx:
-            out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=verdict.why(j)))
+    j = tuple(int(i) for i in np.unravel_index(flat_infeasible, obj.shape))
+    if not feasible[j] and np.isfinite(obj[j]) and j != idx:
+        out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=verdict.why(j)))
     return out
 
 

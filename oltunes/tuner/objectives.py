@@ -15,6 +15,7 @@ import numpy as np
 
 from oltunes.registry import Registered
 from oltunes.tuner.estimate import EN, THR, Estimate
+from oltunes.tuner.objective_kernels import effective_batch_cells
 from oltunes.types import JobSpec
 
 __all__ = ["Objective", "objective_for"]
@@ -89,16 +90,9 @@ def effective_batch_energy(est: Estimate) -> np.ndarray:
 
 
 def _effective_batch_energy(est: Estimate, rate: float) -> np.ndarray:
-    b = np.array(est.batch_sizes, dtype=float)
-    c = np.array(est.concurrencies, dtype=float)
-    # The largest configured batch <= min(b, b_eff) is min(b's own index, the largest <= b_eff): one search per
-    # (option, variant, concurrency) instead of per cell, the same indices as searching min(b, b_eff) per cell.
-    b_eff = 1.0 + rate * est.lat[:, :, :1, :] / 1000.0 / c  # P, V, 1, C
-    at = np.minimum(np.searchsorted(b, b_eff, side="right") - 1, np.arange(len(b))[:, None])  # P, V, B, C
-    np.maximum(at, 0, out=at)
-    P, V, B, C = est.energy.shape
-    cell = (np.arange(P * V) * (B * C)).reshape(P, V, 1, 1) + np.arange(C)  # flat index of (p, v, 0, c)
-    return est.energy.reshape(-1)[cell + at * C]
+    # one search per (option, variant, concurrency), its index capped by each cell's own batch (compiled)
+    return effective_batch_cells(est.energy, est.lat, np.array(est.batch_sizes, dtype=float),
+                                 np.array(est.concurrencies, dtype=float), float(rate))
 
 
 def objective_for(job: JobSpec) -> Objective:

@@ -28,6 +28,7 @@ import numpy as np
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.estimate import Estimate
 from oltunes.tuner.objectives import Objective
+from oltunes.tuner.selection_kernels import graded_violation
 from oltunes.types import Placement
 
 __all__ = ["INFEASIBLE_STAY", "Choice", "Selector", "lexsort_first"]
@@ -132,18 +133,15 @@ class Selector:
         the device (spread rather than pack), then the objective."""
         job = est.job
         shape = obj.shape
-        cap_fail = np.broadcast_to(~verdict.masks["memory"], shape)
-        co_fail = np.broadcast_to(~verdict.masks["co-runners"], shape)
-        shortfall = np.broadcast_to(np.array([max(0.0, job.accuracy_floor - v.accuracy) for v in est.variants])
-                                    [None, :, None, None], shape)
-        crowd = np.array([len(o.members) for o in est.options], dtype=float)[:, None, None, None]
-        over = np.maximum(0.0, est.req_lat / job.slo_ms - 1.0)
-        if job.kind == "streaming":  # the worse of the two: trading latency for throughput is no gain
-            over = np.maximum(over, job.arrival_rate_rps * self.throughput_headroom / est.pess_thr - 1.0)
-        graded = over + self.crowding * crowd + co_fail * 1.0
-        graded = np.broadcast_to(graded, shape)
-        first = lexsort_first((obj.ravel(), graded.ravel(), shortfall.ravel(), cap_fail.ravel()))
-        graded = np.where(cap_fail | (shortfall > 0), np.inf, graded)
+        shortfall = np.array([max(0.0, job.accuracy_floor - v.accuracy) for v in est.variants])
+        crowd = np.array([len(o.members) for o in est.options], dtype=float)
+        # over = max(0, latency / SLO - 1), streaming also max(that, rate x headroom / capacity - 1): the worse
+        # of the two (trading latency for throughput is no gain); one compiled pass (selection_kernels)
+        first, graded = graded_violation(
+            np.broadcast_to(est.req_lat, shape), np.broadcast_to(est.pess_thr, shape), obj,
+            np.broadcast_to(~verdict.masks["memory"], shape), np.broadcast_to(~verdict.masks["co-runners"], shape),
+            shortfall, crowd, float(job.slo_ms), job.kind == "streaming",
+            float(job.arrival_rate_rps * self.throughput_headroom), float(self.crowding))
         return tuple(int(i) for i in np.unravel_index(first, shape)), graded  # type: ignore[return-value]
 
 

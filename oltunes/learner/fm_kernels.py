@@ -1,0 +1,120 @@
+"""The dense FM's per-row sums as one compiled pass (numpy takes a dozen small calls for them per scoring).
+
+For padded index arrays (rows, vals) of shape (n, m), per row i and target t:
+
+* ``lin[i, t]`` = Σ_j W[rows[i, j], t]·vals[i, j], added to +0.0 in j's order (numpy's sum over a non-last axis);
+* ``s[i, t, :]`` = Σ_j V[rows[i, j], t, :]·vals[i, j], likewise;
+* ``q[i, t]`` = Σ_j ‖V[rows[i, j], t, :]·vals[i, j]‖², each j's squared norm a pairwise sum over the factors
+  (numpy's sum over the contiguous last axis) added to the running total in j's order: what
+  ``(xv * xv).sum(axis=(1, 3))`` does;
+* ``inter[i, t]`` = ½(‖s[i, t]‖² − q[i, t]), the norm again a pairwise sum.
+
+The same operations in the same order as the numpy expressions (``tests/learner/test_fm_kernels.py`` checks it bit
+for bit), so predictions and decisions do not move.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.jit import compiled
+
+__all__ = ["MAX_FACTORS", "grid_sum", "part_sums"]
+
+MAX_FACTORS = 128  # numpy sums up to 128 numbers with one fixed pattern (``_pairwise``)
+
+
+@compiled
+def _pairwise(a: np.ndarray) -> float:
+    """numpy's pairwise sum of a contiguous vector of at most 128 (``part_sums``' caller checks): below 8 in
+    order, else eight accumulators combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), the remainder added in order
+    (above 128 numpy halves recursively)."""
+    n = a.shape[0]
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]  # (locals: no allocation)
+    i = 8
+    while i < n - n % 8:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@compiled
+def part_sums(W: np.ndarray, V: np.ndarray, rows: np.ndarray,
+              vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lin, s, q, inter) of padded index arrays: shapes (n, T), (n, T, k), (n, T), (n, T)."""
+    n, m = rows.shape
+    T, k = V.shape[1], V.shape[2]
+    lin = np.empty((n, T))
+    s = np.empty((n, T, k))
+    q = np.empty((n, T))
+    inter = np.empty((n, T))
+    xv, sq = np.empty(k), np.empty(k)
+    for i in range(n):
+        for t in range(T):
+            r0, v0 = rows[i, 0], vals[i, 0]
+            acc = 0.0 + W[r0, t] * v0  # (numpy's reduction starts from +0.0: a -0.0 product comes out +0.0)
+            for c in range(k):
+                xv[c] = V[r0, t, c] * v0
+                s[i, t, c] = 0.0 + xv[c]
+                sq[c] = xv[c] * xv[c]
+            qt = _pairwise(sq)
+            for j in range(1, m):
+                r, v = rows[i, j], vals[i, j]
+                acc += W[r, t] * v
+                for c in range(k):
+                    xv[c] = V[r, t, c] * v
+                    s[i, t, c] += xv[c]
+                    sq[c] = xv[c] * xv[c]
+                qt += _pairwise(sq)
+            lin[i, t] = acc
+            q[i, t] = qt
+            for c in range(k):
+                sq[c] = s[i, t, c] * s[i, t, c]
+            inter[i, t] = 0.5 * (_pairwise(sq) - qt)
+    return lin, s, q, inter
+
+
+@compiled
+def grid_sum(block: np.ndarray, w0: np.ndarray, unary: np.ndarray, cross: np.ndarray, at: np.ndarray,
+             sd: np.ndarray, mu: np.ndarray, scale: bool, plus_a: np.ndarray, plus_b: np.ndarray) -> np.ndarray:
+    """The candidate grid (T, D, S) in one pass: per cell, ``block[t, s] + w0[t]``, then the dynamic group's own
+    term ``unary[t, d]`` (none when ``unary`` has no columns), then its cross term with each static group m in
+    order, ``cross[t, d, at[m, s]]``, then ``x * sd[t] + mu[t]`` if ``scale``, then ``plus_a[t, d, s]`` and
+    ``plus_b[t, d, s]`` (each skipped when empty): the additions ``raw_grid``'s broadcasts (and its caller's
+    sums) made, in their order, without their passes over the grid and temporaries."""
+    T, S = block.shape
+    D = max(unary.shape[1], 1)
+    M = at.shape[0]
+    out = np.empty((T, D, S))
+    for t in range(T):
+        for d in range(D):
+            for s in range(S):
+                x = block[t, s] + w0[t]
+                if unary.shape[1]:
+                    x += unary[t, d]
+                    for m in range(M):
+                        x += cross[t, d, at[m, s]]
+                if scale:
+                    x = x * sd[t] + mu[t]
+                if plus_a.size:
+                    x = x + plus_a[t, d, s]
+                if plus_b.size:
+                    x = x + plus_b[t, d, s]
+                out[t, d, s] = x
+    return out

@@ -1,0 +1,160 @@
+"""The compiled FM pieces against the numpy code they replaced, bit for bit (signs of zeros included): the per-row
+sums (``fm_kernels.part_sums``) and the candidate grid's assembly (``raw_grid`` through ``fm_kernels.grid_sum``),
+on random tables and index arrays, and on every call a simulated run makes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oltunes.learner import fm_kernels, fm_scoring
+from oltunes.learner.fm import MultiFMRegressor
+from oltunes.learner.fm_kernels import part_sums
+from oltunes.learner.fm_scoring import _cross
+
+
+def numpy_part_sums(W, V, rows, vals):
+    """The numpy reference: ``part_terms`` and ``_raw_many``'s interaction as they were written."""
+    lin = (W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+    xv = V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
+    s = xv.sum(axis=1)
+    q = (xv * xv).sum(axis=(1, 3))
+    return lin, s, q, 0.5 * ((s * s).sum(-1) - q)
+
+
+def numpy_raw_grid(fm, parts, n_static, plus=()):
+    """The numpy reference of ``raw_grid`` as it was (one broadcast pass over the grid per term), then its
+    caller's sums ``+ a + b``."""
+    T = fm._n_targets
+    sizes = [rows.shape[0] for rows, _ in parts]
+    n_dyn = len(parts) - n_static
+    dyn = fm._merged_terms(parts[:n_dyn])
+    sta = fm._merged_terms(parts[n_dyn:]) if n_static else []
+    block = np.zeros((T, *(g[0].shape[0] for g in sta)))
+    fm._accumulate(block, sta, 0, len(sta))
+    p = len(dyn) + len(sta)
+    out = np.empty((T, *(g[0].shape[0] for g in dyn), *(g[0].shape[0] for g in sta)))
+    out[...] = block.reshape(T, *([1] * len(dyn)), *block.shape[1:])
+    out += fm._W[0].reshape(T, *([1] * p))
+    fm._accumulate(out, dyn, 0, p)
+    for j, gd in enumerate(dyn):
+        for m, gs in enumerate(sta):
+            shape = [1] * p
+            shape[j], shape[len(dyn) + m] = gd[0].shape[0], gs[0].shape[0]
+            out += _cross(gd[1], gs[1]).reshape(T, *shape)
+    out = fm._unscale(out.reshape(T, *sizes), axis=0)
+    for a in plus:
+        out = out + np.reshape(a, out.shape)
+    return out
+
+
+def _same(got, want) -> bool:
+    return all(g.shape == w.shape and g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 7, 8, 9, 16, 21, 64, 128])
+@pytest.mark.parametrize("m", [1, 2, 7, 13])
+def test_part_sums_is_the_numpy_expression_on_random_tables(k, m):
+    rng = np.random.default_rng(1000 * k + m)
+    F, T, n = 40, 3, 11
+    # magnitudes over many decades (rounding shows in the order of additions), exact zeros and negative zeros
+    W = rng.normal(size=(F, T)) * 10.0 ** rng.integers(-6, 6, size=(F, T))
+    V = rng.normal(size=(F, T, k)) * 10.0 ** rng.integers(-6, 6, size=(F, T, k))
+    W[1], V[1] = 0.0, -0.0
+    rows = rng.integers(0, F, size=(n, m)).astype(np.intp)
+    vals = rng.normal(size=(n, m)) * 10.0 ** rng.integers(-3, 3, size=(n, m))
+    rows[:, m // 2 :] = np.where(rng.random((n, m - m // 2)) < 0.5, 0, rows[:, m // 2 :])  # padding: row 0, 0.0
+    vals[rows == 0] = 0.0
+    vals[0] = -0.0
+    assert _same(part_sums(W, V, rows, vals), numpy_part_sums(W, V, rows, vals))
+
+
+def test_part_sums_is_the_numpy_expression_on_a_simulated_runs_calls(monkeypatch):
+    """Every (tables, index arrays) the tuner scores in a simulated run (scenario ``light``): the compiled sums
+    equal numpy's, so its decisions are those the numpy scoring made."""
+    from oltunes.policies import Policy
+    from oltunes.sim.scenario import load_scenario
+    from oltunes.simulation import context, prepare, simulator
+
+    calls = []
+
+    def checked(W, V, rows, vals):
+        got = part_sums(W, V, rows, vals)
+        assert _same(got, numpy_part_sums(W, V, rows, vals))
+        calls.append(rows.shape)
+        return got
+
+    monkeypatch.setattr(fm_scoring, "part_sums", checked)
+    prep = prepare(load_scenario("light"))
+    sim = simulator(prep)
+    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    assert len(calls) > 100 and max(n for n, _ in calls) > 1 and max(m for _, m in calls) > 1
+
+
+def test_factors_beyond_the_fixed_summation_pattern_are_refused():
+    from oltunes.learner.fm import MultiFMRegressor
+
+    fm = MultiFMRegressor(targets=("a",), n_factors=fm_kernels.MAX_FACTORS + 1, seed=0)
+    rows, vals = fm.index([{"x": 1.0}])
+    with pytest.raises(ValueError):
+        fm.predict_many(rows, vals)
+
+
+def _random_fm(rng, standardize: bool, n_features: int = 30) -> MultiFMRegressor:
+    fm = MultiFMRegressor(targets=("a", "b", "c"), n_factors=8, seed=int(rng.integers(1000)), standardize=standardize)
+    for _ in range(60):  # learnt parameters and target scales (not the initial ones)
+        x = {f"f{i}": float(rng.normal()) for i in rng.choice(n_features, 4, replace=False)}
+        fm.learn_one(x, {"a": float(rng.normal(3.0)), "b": float(rng.normal(-1.0, 5.0)), "c": float(rng.normal())})
+    return fm
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("n_static", [0, 1, 2, 3])
+def test_raw_grid_is_the_numpy_assembly_for_the_tuners_shape_of_parts(seed, n_static):
+    """The tuner's parts: a single job row, then placements (merged into one dynamic group), then static parts of
+    any size (merged while small, as before); with and without target standardisation, with and without the
+    static memo."""
+    rng = np.random.default_rng(seed)
+    fm = _random_fm(rng, standardize=bool(seed % 2))
+
+    def part(n):
+        return fm.index([{f"f{i}": float(rng.choice([1.0, rng.normal(), 0.0]))
+                          for i in rng.choice(30, int(rng.integers(1, 5)), replace=False)} for _ in range(n)])
+
+    parts = [part(1), part(int(rng.integers(1, 40)))] + [part(int(rng.integers(1, 12))) for _ in range(n_static)]
+    want = numpy_raw_grid(fm, parts, n_static)
+    cache: dict = {}
+    for _ in range(2):  # the memo's miss, then its hit
+        got = fm.raw_grid(parts, n_static=n_static, cache=cache)
+        assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    # the caller's sums (the tuner's prior and correction grids; a scalar correction broadcast), signed zeros too
+    prior = rng.normal(size=want.shape) * 10.0 ** rng.integers(-3, 4, size=want.shape)
+    prior.flat[:: 7] = -0.0
+    for corr in (rng.normal(size=want.shape), np.broadcast_to(0.0, want.shape), np.broadcast_to(-0.0, want.shape)):
+        got = fm.raw_grid(parts, n_static=n_static, cache=cache, plus=(prior, corr))
+        assert got.tobytes() == numpy_raw_grid(fm, parts, n_static, (prior, corr)).tobytes()
+    assert fm.raw_grid(parts, n_static=n_static, plus=(prior,)).tobytes() == (want + prior).tobytes()
+    only_static = fm.raw_grid(parts[2:], n_static=n_static) if n_static else None
+    if only_static is not None:
+        assert only_static.tobytes() == numpy_raw_grid(fm, parts[2:], n_static).tobytes()
+
+
+def test_raw_grid_is_the_numpy_assembly_on_a_simulated_runs_grids(monkeypatch):
+    from oltunes.policies import Policy
+    from oltunes.sim.scenario import load_scenario
+    from oltunes.simulation import context, prepare, simulator
+
+    compiled_grid = fm_scoring.FMScoring.raw_grid
+    shapes = []
+
+    def checked(self, parts, n_static=0, cache=None, plus=()):
+        got = compiled_grid(self, parts, n_static, cache, plus)
+        assert got.tobytes() == numpy_raw_grid(self, parts, n_static, plus).tobytes()
+        shapes.append(got.shape)
+        return got
+
+    monkeypatch.setattr(fm_scoring.FMScoring, "raw_grid", checked)
+    prep = prepare(load_scenario("bursty"))
+    sim = simulator(prep)
+    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    assert len(shapes) > 50 and max(s[2] for s in shapes) > 1
