@@ -139,10 +139,16 @@ class Selector:
         # of the two (trading latency for throughput is no gain); one compiled pass (selection_kernels)
         first, graded = graded_violation(
             np.broadcast_to(est.req_lat, shape), np.broadcast_to(est.pess_thr, shape), obj,
-            np.broadcast_to(~verdict.masks["memory"], shape), np.broadcast_to(~verdict.masks["co-runners"], shape),
+            _grid(~verdict.masks["memory"], shape), _grid(~verdict.masks["co-runners"], shape),
             shortfall, crowd, float(job.slo_ms), job.kind == "streaming",
             float(job.arrival_rate_rps * self.throughput_headroom), float(self.crowding))
         return tuple(int(i) for i in np.unravel_index(first, shape)), graded  # type: ignore[return-value]
+
+
+def _grid(mask: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A mask over the whole grid as a new C-ordered array: a constraint's mask may be full or broadcastable, and the
+    kernel, compiled per array layout, then has one signature to compile (``warmup`` covers it)."""
+    return np.array(np.broadcast_to(mask, shape), order="C")
 
 
 def lexsort_first(keys: tuple[np.ndarray, ...]) -> int:

@@ -91,23 +91,3 @@ def test_compiled_fit_is_the_numpy_fit_on_a_simulated_runs_stream(monkeypatch):
     sim = simulator(prep)
     sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
     assert len(batches) > 50 and max(batches) > 1  # a real stream: many batches, some of several measurements
-
-
-def test_warm_up_leaves_nothing_to_compile_for_a_simulated_run():
-    """After ``warm_up`` (what the tuning service runs before it serves), a tuner learning and deciding through a
-    simulated run compiles no kernel again: the warm-up passed the tuner's own types."""
-    from oltunes.learner import ftml_kernel
-    from oltunes.policies import Policy
-    from oltunes.sim.scenario import load_scenario
-    from oltunes.simulation import context, prepare, simulator
-    from oltunes.tuner import correction_kernels, slope_kernels
-    from oltunes.tuner.warmup import warm_up
-
-    warm_up()
-    kernels = [getattr(m, name) for m in (correction_kernels, slope_kernels, ftml_kernel) for name in m.__all__]
-    before = {k.py_func.__name__: len(k.signatures) for k in kernels}
-    prep = prepare(load_scenario("tiny"))
-    sim = simulator(prep)
-    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
-    assert {k.py_func.__name__: len(k.signatures) for k in kernels} == before
-    assert all(before[name] for name in ("tree_counts", "fit_rounds", "refit_slopes", "cell_corrections", "ftml_rows"))
