@@ -122,7 +122,8 @@ class FTML(optim.base.Optimizer):
             if st is None:
                 st = self._keyed[i] = [0, 0.0, 0.0, 0.0]
             st[0] += 1
-            w[i], st[1], st[2], st[3] = self._update(w[i], gi, st[0], st[1], st[2], st[3], lr)
+            new, st[1], st[2], st[3] = self._update(w[i], gi, st[0], st[1], st[2], st[3], lr)
+            w[i] = np.float64(new)  # a numpy scalar, as numpy's rule gave (river's FM calls ``.item()`` on sums)
         return w
 
     def _step_with_vector(self, w: VectorLike, g: VectorLike) -> VectorLike:
