@@ -60,7 +60,7 @@ def slopes_within_kind(x, n, residual_sums, acc_of, kind_of_acc, k):
 
 @compiled
 def scale_fit(coef, x, weights, residual_sums, fam_of, k, lo, hi):
-    """The families' growth scales into ``coef`` (T, families) (``GrowthScale.fit``): ridge coefficients on the
+    """The families' growth scales into ``coef`` (T, families) (what ``GrowthScale`` holds): ridge coefficients on the
     prior's growth ``x`` per shape group, clipped to [lo, hi]."""
     T, F = coef.shape
     w, xy = np.zeros((T, F)), np.zeros((T, F))
