@@ -4,6 +4,7 @@ the first as a real co-running group, on the device the decision named, and both
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
@@ -27,6 +28,19 @@ def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_devi
     app = create_app(Tuner(variants, seed=0), state_path=tmp_path / "tuner.json", pools=load_inventory(inventory),
                      persist_every_s=0)
     book = app.state.service.leases
+    # The first job's lease answer is held until the second job has asked (at most 20 s, under the client's 30 s
+    # timeout): otherwise a slow start of one flow (seen in CI) lets the other finish first, and they never overlap.
+    asked, both_asked, acquire = set(), threading.Event(), book.acquire
+
+    def acquire_together(req):
+        asked.add(req.job.job_id)
+        if len(asked) > 1:
+            both_asked.set()
+        answer = acquire(req)
+        both_asked.wait(20.0)
+        return answer
+
+    monkeypatch.setattr(book, "acquire", acquire_together)
     with serve_in_thread(app) as url:
         monkeypatch.setenv("OLTUNES_TUNER_URL", url)
         # The service runs in this process's threads, beside both flows: under load its first answers can take
@@ -37,7 +51,7 @@ def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_devi
         def run(name: str):
             return asyncio.run(
                 batch_inference(family="cnn", dataset=str(dataset), output=str(tmp_path / name), slo_ms=60_000.0,
-                                job_id=name, inventory=str(inventory), items_per_worker=500, lease_ttl_s=30))
+                                job_id=name, inventory=str(inventory), items_per_worker=500, lease_ttl_s=120))
 
         # Two threads, not one event loop: a flow's body blocks its loop for seconds at a time (workers, MLflow), so
         # two flows gathered on one loop could run one after the other and never share the device (seen in CI).
