@@ -109,12 +109,6 @@ class IntensitySlope:
         x, known = self.x[:n_cells], self.known[:n_cells] * fitted
         return self.coef.take(a, axis=1) * ((x - self.mean.take(a, axis=1)) * known)
 
-    def cell(self, j: int, acc_group: int) -> np.ndarray | float:
-        """One configuration's term (``cells`` for one column, the same IEEE operations)."""
-        if acc_group >= self.coef.shape[1] or not self.known[j]:
-            return 0.0
-        return self.coef[:, acc_group] * (self.x[j] - self.mean[:, acc_group])
-
     def x_of(self, v: Variant) -> float | None:
         """``v``'s log intensity: its own figures', else what a restored state remembers of it (None: unknown)."""
         x = log_intensity(v)

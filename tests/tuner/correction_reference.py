@@ -107,7 +107,7 @@ class NumpyFit(PooledCorrection):
         term = self.elastic.term(groups[1], groups[4], "", None)  # acc, shape
         out = np.add(out, term) if isinstance(term, np.ndarray) else np.array(out) + term
         out = out + self.scale.of(groups[2]) * self._shape_growth(groups[4])  # fam, shape
-        return out + self.intensity.cell(j, groups[1]) if self.intensity.active else out
+        return out + _intensity_cell(self.intensity, j, groups[1]) if self.intensity.active else out
 
     def _fit(self):
         if self._fitted == self.version:
@@ -241,3 +241,10 @@ def intensity_fit_groups(it, weights, residual_sums, acc_var_of_cell, fam_of_acc
     slopes = slopes_within_kind(xc, weights, residual_sums, acc_of, kind_of_acc, it.k)
     it.coef = np.where(has, np.clip(slopes, *INTENSITY_BOUNDS), 0.0)
     it.mean = mean
+
+
+def _intensity_cell(it, j: int, acc_group: int):
+    """One configuration's intensity term (``IntensitySlope.cells`` for one column, the same IEEE operations)."""
+    if acc_group >= it.coef.shape[1] or not it.known[j]:
+        return 0.0
+    return it.coef[:, acc_group] * (it.x[j] - it.mean[:, acc_group])
