@@ -11,6 +11,9 @@ from collections.abc import Mapping
 import numpy as np
 from river import optim
 
+from oltunes.learner.ftml import FTML
+from oltunes.learner.ftml_kernel import fm_step_sums, fm_step_update
+
 _ROBUST_WARMUP = 20  # observations per target before robust down-weighting starts
 _ROBUST_RATE = 0.05  # decay of the running |residual| scale afterwards
 
@@ -46,25 +49,49 @@ class FMLearning:
 
     def _sgd_step(self, rows: np.ndarray, vals: np.ndarray, y: np.ndarray, mask: np.ndarray, w: float,
                   fresh: bool) -> np.ndarray:
-        W, V = self._W, self._V
+        W = self._W
         Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
-        Vr = V.take(rows, axis=0)  # m, T, k
-        xv = Vr * vals[:, None, None]
-        s = xv.sum(axis=0)  # T, k
-        yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+        s, inter = fm_step_sums(self._V, rows, vals)  # s: T, k
         # The per-target arithmetic (a handful of targets) in Python floats: the same IEEE operations, in the
-        # same order, as numpy's element-wise ones, without a numpy call's overhead per operation.
-        yh, ys, ms = yhat.tolist(), y.tolist(), mask.tolist()
+        # same order, as numpy's element-wise ones (``W[0] + vals @ Wr + inter``), without a numpy call's overhead
+        # per operation. The product stays numpy's (BLAS: its order of additions is its own).
+        yh = [a + b + c for a, b, c in zip(W[0].tolist(), (vals @ Wr).tolist(), inter.tolist())]
+        ys, ms = y.tolist(), mask.tolist()
         if self.standardize:  # the buffer holds raw targets: scaled with today's statistics, all alike
             mu, sd = self._mu.tolist(), self._sd.tolist()
             err = [a - (b - m) / d for a, b, m, d in zip(yh, ys, mu, sd)]
-            yhat = np.array([a * d + m for a, m, d in zip(yh, mu, sd)])
+            yh = [a * d + m for a, m, d in zip(yh, mu, sd)]
         else:
             err = [a - b for a, b in zip(yh, ys)]
         if self.robust is not None:
             err = [e * r for e, r in zip(err, self._robust_weight(err, ms, update=fresh))]
         c = self.clip_gradient
         g = np.array([min(max(w * e, -c), c) if m else 0.0 for e, m in zip(err, ms)])
+        if not self._compiled_step(rows, vals, s, g):
+            self._plain_step(rows, vals, Wr, s, g)
+        return np.array(yh)
+
+    def _compiled_step(self, rows: np.ndarray, vals: np.ndarray, s: np.ndarray, g: np.ndarray) -> bool:
+        """Both tables' gradient and FTML steps in one compiled call (``ftml_kernel.fm_step_update``), as
+        ``_plain_step`` makes them; False (nothing done) for other optimizers, or when the kernel declines."""
+        wopt, vopt = self._wopt, self._vopt
+        if type(wopt) is not FTML or type(vopt) is not FTML:
+            return False
+        # each optimizer's step counted as ``step_rows`` counts it (one instance may serve both tables)
+        w_args = wopt.rows_kernel_args(self._W)
+        wopt.n_iterations += 1
+        v_args = vopt.rows_kernel_args(self._V)
+        vopt.n_iterations += 1
+        if fm_step_update(self._W, self._V, rows, vals, s, g, float(self.l2_weight), float(self.l2_latent), w_args,
+                          v_args):
+            return True
+        wopt.n_iterations -= 1
+        vopt.n_iterations -= 1
+        return False
+
+    def _plain_step(self, rows: np.ndarray, vals: np.ndarray, Wr: np.ndarray, s: np.ndarray, g: np.ndarray) -> None:
+        """The gradient step through the optimizers' ``step_rows`` (or their keyed dict path)."""
+        Vr = self._V.take(rows, axis=0)  # m, T, k
         # Linear weights (bias row 0 included, not regularised).
         m = len(rows)
         wrows, x1 = np.zeros(m + 1, dtype=np.intp), np.ones(m + 1)  # the bias row (0, value 1) and the active rows
@@ -75,7 +102,6 @@ class FMLearning:
         # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
         gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
         self._step(self._vopt, self._V, rows, gV)
-        return yhat
 
     def _n_replays(self) -> int:
         """Replay steps for this observation: ``replay`` for the first ``replay_horizon`` (H) observations, then

@@ -142,10 +142,7 @@ class FTML(optim.base.Optimizer):
         State arrays grow with the table (new rows start at zero state, i.e. t = 0). ``key`` names the table's
         state (default: its row shape, so tables of different shapes never share state).
         """
-        key = key if key is not None else _shape_key(table.shape[1:])
-        st = (self._rows or {}).get(key)
-        if st is None or st["v"].shape[0] < table.shape[0] or st["v"].shape[1:] != table.shape[1:]:
-            st = self._grow(key, table.shape)  # refuses a row shape that is not the key's
+        st = self._table_state(table, key)
         lr, top = self.learning_rate, 0
         # one compiled call (``ftml_kernel.ftml_rows``); the powers' tables grow first when a row outgrows them
         while not ftml_rows(table, rows, g, st["t"], st["v"], st["d"], st["z"], *self._power_tables(top), lr,
@@ -153,6 +150,22 @@ class FTML(optim.base.Optimizer):
             top = int(st["t"].take(rows).max()) + 2  # the rows' next step counts, + 1
         self.n_iterations += 1
         return table
+
+    def _table_state(self, table: np.ndarray, key: str | None = None) -> dict[str, np.ndarray]:
+        """The row path's state of ``table`` (``step_rows``' ``key``), grown to the table's rows."""
+        key = key if key is not None else _shape_key(table.shape[1:])
+        st = (self._rows or {}).get(key)
+        if st is None or st["v"].shape[0] < table.shape[0] or st["v"].shape[1:] != table.shape[1:]:
+            st = self._grow(key, table.shape)  # refuses a row shape that is not the key's
+        return st
+
+    def rows_kernel_args(self, table: np.ndarray) -> tuple:
+        """What a compiled row step of ``table`` reads (``ftml_kernel.fm_step_update``'s ``w_opt, v_opt``): the
+        table's state (step counts, v, d, z), the powers' tables, and the rule's constants at this step. The caller
+        counts the step (``n_iterations``) as ``step_rows`` does, and takes ``step_rows`` when the kernel declines."""
+        st = self._table_state(table)
+        return (st["t"], st["v"], st["d"], st["z"], *self._power_tables(0), float(self.learning_rate),
+                float(self.beta_1), float(self.beta_2), float(self.eps))
 
     def _grow(self, key: str, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         if self._rows is None:

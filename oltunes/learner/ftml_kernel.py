@@ -15,7 +15,7 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["ftml_rows", "ftml_rule"]
+__all__ = ["fm_step_sums", "fm_step_update", "ftml_rows", "ftml_rule"]
 
 
 @compiled
@@ -48,4 +48,116 @@ def ftml_rows(table, rows, g, ts, v, d, z, p1s, p2s, lr, b1, b2, eps):
         for j in range(m):
             tf[r, j], vf[r, j], df[r, j], zf[r, j] = ftml_rule(tf[r, j], gf[i, j], p1, p2, vf[r, j], df[r, j],
                                                                zf[r, j], lr, b1, b2, eps)
+    return True
+
+
+# -- the dense FM's whole learning step around its one BLAS product (``fm_learning.FMLearning._sgd_step``) ---------------
+# Here, not in a module of its own: it runs ``ftml_rule``, and a kernel calls only kernels of its own module (numba's
+# cache sees changes to the kernel's own file only).
+
+
+@compiled
+def _pairwise(a):
+    """numpy's pairwise sum of a contiguous vector of at most 128 (as ``fm_kernels._pairwise``, which this module may
+    not call: see above): below 8 in order, else eight accumulators combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)),
+    the remainder added in order."""
+    n = a.shape[0]
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    while i < n - n % 8:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@compiled
+def fm_step_sums(V, rows, vals):
+    """One observation's latent sums: ``s[t, :]`` = Σ_j V[rows[j], t, :]·vals[j] (from +0.0, in j's order: numpy's
+    ``xv.sum(axis=0)``) and the interaction term ``inter[t]`` = ½(‖s[t]‖² − Σ_j ‖V[rows[j], t, :]·vals[j]‖²), each
+    squared norm a pairwise sum over the factors and the j's added in order (``(xv * xv).sum(axis=(0, 2))``).
+    Returns (s (T, k), inter (T,))."""
+    T, k = V.shape[1], V.shape[2]
+    s = np.zeros((T, k))
+    inter = np.empty(T)
+    sq = np.empty(k)
+    for t in range(T):
+        qt = 0.0
+        for j in range(rows.shape[0]):
+            r, x = rows[j], vals[j]
+            for c in range(k):
+                xv = V[r, t, c] * x
+                s[t, c] += xv
+                sq[c] = xv * xv
+            qt += _pairwise(sq)
+        for c in range(k):
+            sq[c] = s[t, c] * s[t, c]
+        inter[t] = 0.5 * (_pairwise(sq) - qt)
+    return s, inter
+
+
+@compiled
+def _ready(ts, rows, p1s):
+    """Whether every row's next step count is within the powers' tables (``ftml_rows``' check)."""
+    for r in rows:
+        if ts[r] + 1 >= len(p1s):
+            return False
+    return True
+
+
+@compiled
+def fm_step_update(W, V, rows, vals, s, g, l2_weight, l2_latent, w_opt, v_opt):
+    """The FM's gradient step on its weights ``W`` (bias row 0, then ``rows``) and latents ``V`` (``rows``), each table
+    updated in place by FTML's row path (``ftml_rows``) with its optimizer's state and constants ``w_opt, v_opt`` =
+    (step counts, v, d, z, beta_1**k, beta_2**k, lr, beta_1, beta_2, eps). The gradients as
+    ``FMLearning._sgd_step``'s numpy formulas make them, element by element: the bias row's ``1·g``, a weight row's
+    ``vals[i]·g + l2_weight·W[r]`` and a latent row's ``g·(vals[i]·s − V[r]·vals[i]²) + l2_latent·V[r]``, read before
+    the row is stepped (``rows`` unique, without 0). Returns False, changing nothing, when a row's next step count is
+    beyond an optimizer's powers' tables."""
+    wt, wv, wd, wz, wp1, wp2, wlr, wb1, wb2, weps = w_opt
+    vt, vv, vd, vz, vp1, vp2, vlr, vb1, vb2, veps = v_opt
+    if wt[0] + 1 >= len(wp1) or not _ready(wt, rows, wp1) or not _ready(vt, rows, vp1):
+        return False
+    T, k = V.shape[1], V.shape[2]
+    n = wt[0] + 1
+    wt[0] = n
+    p1, p2 = wp1[n], wp2[n]
+    for j in range(T):
+        W[0, j], wv[0, j], wd[0, j], wz[0, j] = ftml_rule(W[0, j], 1.0 * g[j], p1, p2, wv[0, j], wd[0, j], wz[0, j],
+                                                          wlr, wb1, wb2, weps)
+    for i in range(rows.shape[0]):
+        r, x = rows[i], vals[i]
+        n = wt[r] + 1
+        wt[r] = n
+        p1, p2 = wp1[n], wp2[n]
+        for j in range(T):
+            gw = x * g[j] + l2_weight * W[r, j]
+            W[r, j], wv[r, j], wd[r, j], wz[r, j] = ftml_rule(W[r, j], gw, p1, p2, wv[r, j], wd[r, j], wz[r, j],
+                                                              wlr, wb1, wb2, weps)
+    for i in range(rows.shape[0]):
+        r, x = rows[i], vals[i]
+        xx = x * x
+        n = vt[r] + 1
+        vt[r] = n
+        p1, p2 = vp1[n], vp2[n]
+        for j in range(T):
+            for c in range(k):
+                gv = g[j] * (x * s[j, c] - V[r, j, c] * xx) + l2_latent * V[r, j, c]
+                V[r, j, c], vv[r, j, c], vd[r, j, c], vz[r, j, c] = ftml_rule(
+                    V[r, j, c], gv, p1, p2, vv[r, j, c], vd[r, j, c], vz[r, j, c], vlr, vb1, vb2, veps)
     return True

@@ -1,0 +1,104 @@
+"""The FM's compiled learning step (``ftml_kernel.fm_step_sums``, ``fm_step_update``) against the numpy formulas it
+replaced, bit for bit (signs of zeros included), and a long stream learnt through it against the same stream learnt
+through the optimizers' ``step_rows`` (a shared optimizer with a schedule, and rows stepped past the powers' tables,
+where the kernel declines)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from river import optim
+
+from oltunes.learner.fm import MultiFMRegressor
+from oltunes.learner.ftml import FTML
+from oltunes.learner.ftml_kernel import fm_step_sums, fm_step_update
+from tests.learner.test_fm_step_equivalence import PlainFTML, _stream
+
+
+def _values(rng, shape):
+    """Magnitudes over many decades, exact and negative zeros."""
+    x = rng.normal(size=shape) * 10.0 ** rng.integers(-6, 6, size=shape)
+    x[rng.random(shape) < 0.1] = 0.0
+    x[rng.random(shape) < 0.1] = -0.0
+    return x
+
+
+def _same(a, b) -> bool:
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("k", [1, 3, 8, 9, 16, 21])
+@pytest.mark.parametrize("m", [0, 1, 2, 7, 13])
+def test_step_sums_are_the_numpy_expressions(k, m):
+    rng = np.random.default_rng(100 * k + m)
+    V = _values(rng, (30, 3, k))
+    rows = rng.choice(np.arange(1, 30), size=m, replace=False).astype(np.intp)
+    vals = _values(rng, m)  # (finite: the tuner refuses non-finite features, and a NaN's sign bit is the CPU's)
+    xv = V.take(rows, axis=0) * vals[:, None, None]
+    s = xv.sum(axis=0)
+    inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+    got_s, got_inter = fm_step_sums(V, rows, vals)
+    assert _same(got_s, s) and _same(got_inter, inter)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_update_is_the_numpy_gradients_and_ftml_rows(seed):
+    rng = np.random.default_rng(seed)
+    T, k, n, m = 3, 8, 25, int(rng.integers(0, 9))
+    W, V = _values(rng, (n, T)), _values(rng, (n, T, k))
+    rows = rng.choice(np.arange(1, n), size=m, replace=False).astype(np.intp)
+    vals, s, g = _values(rng, m), _values(rng, (T, k)), _values(rng, T)
+    l2w, l2l = (0.0, 1e-2) if seed % 2 else (1e-3, 0.0)
+    fast_w, fast_v = FTML(0.03), FTML(0.05, beta_1=0.5)
+    plain_w, plain_v = PlainFTML(0.03), PlainFTML(0.05, beta_1=0.5)
+    W2, V2 = W.copy(), V.copy()
+    for _ in range(3):  # states that have moved
+        Wr, Vr = W2.take(rows, axis=0), V2.take(rows, axis=0)
+        wrows = np.concatenate(([0], rows)).astype(np.intp)
+        gW = np.concatenate(([1.0], vals))[:, None] * g[None, :]
+        gW[1:] += l2w * Wr
+        gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + l2l * Vr
+        plain_w.step_rows(W2, wrows, gW)
+        plain_v.step_rows(V2, rows, gV)
+        assert fm_step_update(W, V, rows, vals, s, g, l2w, l2l, fast_w.rows_kernel_args(W),
+                              fast_v.rows_kernel_args(V))
+        assert _same(W, W2) and _same(V, V2)
+        for fast, plain in ((fast_w, plain_w), (fast_v, plain_v)):
+            st, ref = next(iter(fast._rows.values())), plain._rows["plain"]
+            assert all(_same(st[key], ref[key]) for key in ("t", "v", "d", "z"))
+
+
+def test_step_update_declines_past_the_powers_tables_and_changes_nothing():
+    W, V = np.ones((4, 3)), np.ones((4, 3, 2))
+    opt = FTML(0.03)
+    args = opt.rows_kernel_args(W)
+    args[0][2] = len(args[4]) - 1  # row 2's next step is beyond the tables
+    before = [a.copy() for a in args[:4]]
+    assert not fm_step_update(W, V, np.array([1, 2], dtype=np.intp), np.ones(2), np.ones((3, 2)), np.ones(3), 0.0,
+                              0.0, args, FTML(0.03).rows_kernel_args(V))
+    assert (W == 1.0).all() and (V == 1.0).all() and all(_same(a, b) for a, b in zip(args[:4], before))
+
+
+class StepRowsFM(MultiFMRegressor):
+    """Learns through the optimizers' ``step_rows`` only (the path other optimizers and declined steps take)."""
+
+    def _compiled_step(self, rows, vals, s, g):
+        return False
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_long_stream_learns_the_same_through_the_kernel_and_through_step_rows(shared):
+    def make(cls):
+        w = FTML(lr=optim.schedulers.InverseScaling(0.05, power=0.3))
+        v = w if shared else FTML(0.03)
+        return cls(targets=("a", "b", "c"), seed=5, weight_optimizer=w, latent_optimizer=v, l2_weight=1e-3,
+                   replay=1, robust=2.0, standardize=True)
+
+    fast, plain = make(MultiFMRegressor), make(StepRowsFM)
+    for x, y in _stream(11, 1300):  # the bias row steps past the first powers' tables (1,024 entries)
+        assert _same(fast.learn_predict_one(x, y), plain.learn_predict_one(x, y))
+    n = len(fast._index)
+    assert _same(fast._W[:n], plain._W[:n]) and _same(fast._V[:n], plain._V[:n])
+    assert fast._wopt.n_iterations == plain._wopt.n_iterations == (2 if shared else 1) * 2 * 1300
+    assert len(fast._wopt._pow_tables[1]) > 1024  # the kernel declined once, and step_rows grew the tables
+    assert fast.state_dict() == plain.state_dict()
