@@ -53,6 +53,7 @@ from oltunes.tuner.correction_trees import (
     VARIANT_TREE,
     TreeFit,
     groups_of,
+    kind_arrays,
     tree_arrays,
 )
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
@@ -61,7 +62,7 @@ from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
-from oltunes.tuner.slope_kernels import refit_slopes
+from oltunes.tuner.slope_kernels import fit_start, refit_slopes
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -291,19 +292,20 @@ class PooledCorrection(TreeFit):
         counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
         acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
         idx, it, el = st["idx"], self.intensity, self.elastic
-        # gathers along axis 1 by take: the same copy as x[:, idx], several times faster
-        var_side = sum(self._effects[e].take(idx[e], axis=1) for e in VARIANT_TREE)
         x_growth = el.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
         tilt = self._cell_tilt(st)
-        S_untilted = S - N * self._plus_intensity(tilt + self._cell_scale(idx, x_growth), idx)
+        # the sums less the slopes' terms, and the variant side, in one compiled pass
+        S_untilted, var_side = fit_start(S, N, tilt, self.scale.coef, x_growth, eff,
+                                         tree_arrays(VARIANT_TREE, st, self.effect_k)[5],
+                                         (idx["fam"], idx["acc"], tuple(idx[e] for e in VARIANT_TREE)),
+                                         (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
         n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
         mu_den = (n_top * share_top).sum(axis=1) + self.root_k  # mu's denominator, the same every round
         rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
         self._mu = self._mu.copy()  # updated in place by the rounds
         trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
-                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables,
-                 st["parent"]["fam_kind"].astype(np.intp), idx["kind"].astype(np.intp))
+                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables, *kind_arrays(st))
         fixed = self._slopes_inputs(st, S, N, x_growth, eff)
         for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
             acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
@@ -342,15 +344,6 @@ class PooledCorrection(TreeFit):
         self._effects.update({e: eff[:, o:o + t.shape[1]] for e, o, t in zip(EFFECTS, offsets, tables)})
         self._all = (eff, offsets)
         return eff
-
-    def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
-        """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
-        variant's intensity is known (nothing added: the same floats as without the term)."""
-        return per_cell + self.intensity.cells(idx["acc"]) if self.intensity.active else per_cell
-
-    def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
-        """The families' growth scales' term per configuration (T, cells)."""
-        return self.scale.coef.take(idx["fam"], axis=1) * x_growth
 
     def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
         """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from oltunes.types import Variant
 
 __all__ = ["ACCELERATOR_TREE", "EFFECTS", "PARENTS", "VARIANT_TREE", "TreeCounts", "TreeFit", "groups_of",
-           "tree_arrays"]
+           "kind_arrays", "levels_of", "tree_arrays"]
 
 # The effects in the order backfitting visits them (coarse first), and each one's group key.
 EFFECTS: tuple[str, ...] = ("kind", "acc", "fam", "var", "shape", "acc_fam", "acc_var", "cfg")
@@ -70,20 +70,46 @@ class TreeFit:
         data integrated over its own effect weighs n k / (n + k)), by ``correction_kernels.tree_counts``."""
         arrays = tree_arrays(tree, st, self.effect_k)
         n, share, npk = tree_counts(N, *arrays[:5])
-        out = TreeCounts()
+        out = TreeCounts(levels_of(tree, st, arrays))
         out.tables = (share, npk, n)
-        g_off, ks = arrays[3:5]
-        for level, e in enumerate(tree):
-            cols = slice(g_off[level], g_off[level + 1])
-            out[e] = (n[:, cols], float(ks[level]), share[:, cols], npk[:, cols])
         return out
 
 
 class TreeCounts(dict):
     """``_tree_counts``' levels (effect -> (n, k, share, n + k)) and ``tables``: the (share, n + k, n) tables of
-    every level side by side, as ``correction_kernels.fit_rounds`` reads them."""
+    every level side by side, as ``correction_kernels.fit_rounds`` reads them. A level's entry is made from the
+    tables when first asked for (``levels``: effect -> its columns and k; a fit reads three of eight)."""
 
     tables: tuple[np.ndarray, ...]
+
+    def __init__(self, levels: dict[str, tuple[slice, float]] | None = None) -> None:
+        super().__init__()
+        self._levels = levels or {}
+
+    def __missing__(self, e: str) -> tuple:
+        if e not in self._levels:
+            raise KeyError(e)
+        cols, k = self._levels[e]
+        share, npk, n = self.tables
+        out = self[e] = (n[:, cols], k, share[:, cols], npk[:, cols])
+        return out
+
+    def __contains__(self, e: object) -> bool:
+        return e in self._levels or dict.__contains__(self, e)
+
+    def get(self, e: str, default: Any = None) -> Any:
+        return self[e] if e in self else default
+
+
+def levels_of(tree: tuple[str, ...], st: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> dict[str, tuple]:
+    """Each level of ``tree`` (``tree_arrays``' ``arrays``): its columns in the counts' tables and its k, kept with the
+    structure ``st``."""
+    held = st.setdefault("levels", {})
+    levels = held.get(tree)
+    if levels is None:
+        g_off, ks = arrays[3:5]
+        levels = held[tree] = {e: (slice(int(g_off[i]), int(g_off[i + 1])), float(ks[i])) for i, e in enumerate(tree)}
+    return levels
 
 
 def tree_arrays(tree: tuple[str, ...], st: dict[str, Any], effect_k: dict[str, float]) -> tuple[np.ndarray, ...]:
@@ -102,3 +128,12 @@ def tree_arrays(tree: tuple[str, ...], st: dict[str, Any], effect_k: dict[str, f
                                np.cumsum([0, *ng]).astype(np.intp), ks,
                                np.array([eff_at[e] for e in tree], dtype=np.intp))
     return arrays
+
+
+def kind_arrays(st: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The kind of each family group and of each configuration (the families' centring in ``fit_rounds``), kept with
+    the structure ``st``."""
+    held = st.get("kinds")
+    if held is None:
+        held = st["kinds"] = (st["parent"]["fam_kind"].astype(np.intp), st["idx"]["kind"].astype(np.intp))
+    return held

@@ -99,16 +99,6 @@ class IntensitySlope:
                 if name == v.name:
                     self.x[i], self.known[i] = x, 1.0
 
-    def cells(self, acc_of_cell: np.ndarray) -> np.ndarray:
-        """The term per configuration (T, cells), as of the last fit (0 before the first)."""
-        n_cells = len(acc_of_cell)
-        if self.coef.shape[1] == 0:
-            return np.zeros((self.n_targets, n_cells))
-        a = np.minimum(acc_of_cell, self.coef.shape[1] - 1)
-        fitted = acc_of_cell < self.coef.shape[1]  # an accelerator newer than the last fit: 0
-        x, known = self.x[:n_cells], self.known[:n_cells] * fitted
-        return self.coef.take(a, axis=1) * ((x - self.mean.take(a, axis=1)) * known)
-
     def x_of(self, v: Variant) -> float | None:
         """``v``'s log intensity: its own figures', else what a restored state remembers of it (None: unknown)."""
         x = log_intensity(v)

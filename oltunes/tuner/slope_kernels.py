@@ -17,7 +17,8 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["centre_growth", "clip", "elastic_fit", "intensity_fit", "refit_slopes", "scale_fit", "slopes_within_kind"]
+__all__ = ["centre_growth", "clip", "elastic_fit", "fit_start", "intensity_fit", "refit_slopes", "scale_fit",
+           "slopes_within_kind"]
 
 
 @compiled
@@ -139,7 +140,7 @@ def intensity_fit(weights, residual_sums, acc_var_of_cell, fam_of_acc_var, acc_o
 
 @compiled
 def _intensity_term(coef, mean, x, known, a_cell, t, c):
-    """``IntensitySlope.cells`` of one (target, configuration): 0.0 before the slopes' first fit, and for an
+    """The intensity slopes' term of one (target, configuration): 0.0 before the slopes' first fit, and for an
     accelerator newer than it."""
     A = coef.shape[1]
     if A == 0:
@@ -244,3 +245,28 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
                 v = v + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
             out[t, c] = S[t, c] - N[t, c] * v
     return out, tilt, el_mean, i_coef, i_mean
+
+
+@compiled
+def fit_start(S, N, tilt, scale_coef, x_growth, eff, var_at, idx, intensity):
+    """What a fit starts from (``PooledCorrection._fit``), in one pass over the configurations: the sums less the slopes'
+    terms as of their last fit, ``S − N·((tilt + scale·growth) + intensity term)`` (the intensity term only where
+    ``active``), and the variant side, ``0 + fam + var + shape`` effects in that order (Python's ``sum`` of the three
+    gathered tables). ``var_at``: where those three effects start in ``eff``; ``idx``: per configuration, its
+    family, its accelerator and its (fam, var, shape) groups; ``intensity``: active, coef, mean, and x and known per
+    configuration (``_intensity_term``)."""
+    fam_of, acc_of, var_groups = idx
+    active, i_coef, i_mean, i_x, i_known = intensity
+    T, C = S.shape
+    untilted, var_side = np.empty((T, C)), np.empty((T, C))
+    for t in range(T):
+        for c in range(C):
+            v = tilt[t, c] + scale_coef[t, fam_of[c]] * x_growth[c]
+            if active:
+                v = v + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+            untilted[t, c] = S[t, c] - N[t, c] * v
+            side = 0.0
+            for e in range(len(var_at)):
+                side = side + eff[t, var_at[e] + var_groups[e][c]]
+            var_side[t, c] = side
+    return untilted, var_side

@@ -149,6 +149,15 @@ class NumpyFit(PooledCorrection):
             if converged:
                 break
 
+    def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
+        """(the numpy terms ``slope_kernels.fit_start`` adds in one pass) ``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
+        variant's intensity is known (nothing added: the same floats as without the term)."""
+        return per_cell + intensity_cells(self.intensity, idx["acc"]) if self.intensity.active else per_cell
+
+    def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
+        """The families' growth scales' term per configuration (T, cells)."""
+        return self.scale.coef.take(idx["fam"], axis=1) * x_growth
+
     def _refit_slopes(self, st, S, N, sides, x_growth, refit_tilt, eff=None):
         idx, el = st["idx"], self.elastic
         fam_of_shape = st["parent"]["var"].take(st["parent"]["shape"])
@@ -244,7 +253,18 @@ def intensity_fit_groups(it, weights, residual_sums, acc_var_of_cell, fam_of_acc
 
 
 def _intensity_cell(it, j: int, acc_group: int):
-    """One configuration's intensity term (``IntensitySlope.cells`` for one column, the same IEEE operations)."""
+    """One configuration's intensity term (``intensity_cells`` for one column, the same IEEE operations)."""
     if acc_group >= it.coef.shape[1] or not it.known[j]:
         return 0.0
     return it.coef[:, acc_group] * (it.x[j] - it.mean[:, acc_group])
+
+
+def intensity_cells(it, acc_of_cell: np.ndarray) -> np.ndarray:
+    """An ``IntensitySlope``'s term per configuration (T, cells), as of its last fit (0 before the first)."""
+    n_cells = len(acc_of_cell)
+    if it.coef.shape[1] == 0:
+        return np.zeros((it.n_targets, n_cells))
+    a = np.minimum(acc_of_cell, it.coef.shape[1] - 1)
+    fitted = acc_of_cell < it.coef.shape[1]  # an accelerator newer than the last fit: 0
+    x, known = it.x[:n_cells], it.known[:n_cells] * fitted
+    return it.coef.take(a, axis=1) * ((x - it.mean.take(a, axis=1)) * known)

@@ -91,3 +91,39 @@ def test_compiled_fit_is_the_numpy_fit_on_a_simulated_runs_stream(monkeypatch):
     sim = simulator(prep)
     sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
     assert len(batches) > 50 and max(batches) > 1  # a real stream: many batches, some of several measurements
+
+
+@pytest.mark.parametrize("active", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_fit_start_is_the_numpy_terms(active, seed):
+    """``slope_kernels.fit_start`` against the numpy expressions it replaced (``NumpyFit``'s ``S_untilted`` and the
+    variant side), signed zeros included, an accelerator newer than the slopes' last fit and unknown intensities."""
+    from oltunes.tuner.slope_kernels import fit_start
+    from tests.tuner.correction_reference import intensity_cells
+
+    rng = np.random.default_rng(seed)
+    T, C, F, A, G = 3, 40, 5, 4, 30
+
+    def vals(*shape):
+        x = rng.normal(size=shape) * np.exp(rng.normal(0, 3, size=shape))
+        x[rng.random(shape) < 0.15] = 0.0
+        x[rng.random(shape) < 0.15] = -0.0
+        return x
+
+    S, N, tilt, x_growth, eff = vals(T, C), np.abs(vals(T, C)), vals(T, C), vals(C), vals(T, 3 * G)
+    scale_coef = vals(T, F)
+    fam_of, acc_of = rng.integers(0, F, C).astype(np.intp), rng.integers(0, A, C).astype(np.intp)
+    groups = tuple(rng.integers(0, G, C).astype(np.intp) for _ in range(3))
+    var_at = np.array([0, G, 2 * G], dtype=np.intp)
+
+    class It:  # an IntensitySlope's arrays: slopes fitted for the first A - 1 accelerators only
+        n_targets, coef, mean = T, vals(T, A - 1), vals(T, A - 1)
+        x, known = vals(C), (rng.random(C) > 0.3).astype(float)
+
+    it = It()
+    got_s, got_v = fit_start(S, N, tilt, scale_coef, x_growth, eff, var_at, (fam_of, acc_of, groups),
+                             (active, it.coef, it.mean, it.x, it.known))
+    per_cell = tilt + scale_coef.take(fam_of, axis=1) * x_growth
+    want_s = S - N * (per_cell + intensity_cells(it, acc_of) if active else per_cell)
+    want_v = sum(eff[:, var_at[e]:var_at[e] + G].take(groups[e], axis=1) for e in range(3))
+    assert got_s.tobytes() == want_s.tobytes() and got_v.tobytes() == want_v.tobytes()

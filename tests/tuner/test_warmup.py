@@ -33,6 +33,7 @@ def test_warm_up_leaves_nothing_to_compile_for_simulated_runs():
     called = ("fm_kernels.grid_sum", "fm_kernels.part_sums", "ftml_kernel.ftml_rows", "ftml_kernel.fm_step_sums",
               "ftml_kernel.fm_step_update", "correction_kernels.tree_counts",
               "correction_kernels.fit_rounds", "correction_kernels.cell_corrections", "slope_kernels.refit_slopes",
+              "slope_kernels.fit_start",
               "explain_kernels.pair_minima", "objective_kernels.effective_batch_cells",
               "selection_kernels.graded_violation", "wait_kernels.request_waits")  # (the rest run inside these)
     assert all(n for k, n in before.items() if k.split(".", 2)[2] in called), before
