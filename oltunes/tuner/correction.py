@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import cell_corrections, fit_rounds
+from oltunes.tuner.correction_kernels import add_measurements, cell_corrections, fit_rounds
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -180,34 +180,34 @@ class PooledCorrection(TreeFit):
         cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
         self._fit()
         before = self._cell_corrections(cells)
-        for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
-            self._add(j, y, mask, full_batches)
+        self._add_all(cells, measurements)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
         after = self._cell_corrections(cells)
         n = len(cells)
         return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
 
-    def _add(self, j: int, y: np.ndarray, mask: np.ndarray, full_batches: bool) -> None:
-        """One measurement into configuration ``j``'s decayed sums and counts (no refit)."""
-        # per target in Python floats (the same IEEE operations as the array form, without a dozen small numpy
-        # calls): decayed sums, counts and full-batch counts of the measured targets
-        m, d = np.asarray(mask, dtype=bool).tolist(), self.decay
-        ys = np.asarray(y, dtype=float).tolist()
-        s, n, t = self._sums[:, j].tolist(), self._counts[:, j].tolist(), self._tilt_counts[:, j].tolist()
-        self._sums[:, j] = [d * s[i] + ys[i] if m[i] else s[i] for i in range(self.n_targets)]
-        self._counts[:, j] = [d * n[i] + 1.0 if m[i] else n[i] for i in range(self.n_targets)]
-        self._tilt_counts[:, j] = [d * t[i] + full_batches if m[i] else t[i] for i in range(self.n_targets)]
-        self._tilt_news += bool(full_batches and any(m))
-        self.version += 1
+    def _add_all(self, cells: list[int], measurements: Sequence[tuple]) -> None:
+        """The measurements (``learn_many``'s) into their configurations' decayed sums and counts, in order, in one
+        compiled call (``correction_kernels.add_measurements``; no refit)."""
+        ys = np.array([m[4] for m in measurements], dtype=float).reshape(len(cells), self.n_targets)
+        masks = np.array([m[5] for m in measurements], dtype=bool).reshape(len(cells), self.n_targets)
+        full = [bool(m[7]) for m in measurements]
+        add_measurements(self._sums, self._counts, self._tilt_counts, np.array(cells, dtype=np.intp), ys, masks,
+                         np.array(full, dtype=float), self.decay)
+        self._tilt_news += int(np.count_nonzero(masks.any(axis=1) & full))
+        self.version += len(cells)
 
     def _cell_corrections(self, cells: list[int]) -> list[np.ndarray]:
         """``_current`` of known configurations by their columns, as the effects stand: the same additions in the
         same order, in one compiled call (``correction_kernels.cell_corrections``)."""
         effects, offsets = self._all_effects()
         el, it, n_cells = self.elastic, self.intensity, len(self._cells)
-        out = cell_corrections(np.array(cells, dtype=np.intp), tuple(self._idx[e][:n_cells] for e in EFFECTS), effects,
-                               tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
-                               (self.scale.coef, el.growth[GROWTH_TARGET]),
+        st = self._structure()
+        groups = st.get("groups")
+        if groups is None:  # every effect's group per configuration, kept with the structure
+            groups = st["groups"] = tuple(st["idx"][e] for e in EFFECTS)
+        out = cell_corrections(np.array(cells, dtype=np.intp), groups, effects, tuple(offsets), self._mu,
+                               (el.coef, el.x, el.n_groups), (self.scale.coef, el.growth[GROWTH_TARGET]),
                                (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
         return list(out)
 

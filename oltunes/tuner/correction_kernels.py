@@ -29,7 +29,7 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["cell_corrections", "fit_rounds", "tree_counts"]
+__all__ = ["add_measurements", "cell_corrections", "fit_rounds", "tree_counts"]
 
 
 @compiled
@@ -253,3 +253,18 @@ def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
                 v = v + (i_coef[t, acc] * (i_x[j] - i_mean[t, acc]) if acc < i_coef.shape[1] and i_known[j] else 0.0)
             out[i, t] = v
     return out
+
+
+@compiled
+def add_measurements(sums, counts, tilt_counts, cells, ys, masks, full, decay):
+    """Measurements, in order, into their configurations' decayed sums, counts and full-batch counts (T, columns),
+    in place (``PooledCorrection._add_all``): for each measured target, ``decay · s + y``, ``decay · n + 1`` and
+    ``decay · f + full``; unmeasured ones left as they are. ``cells``: each measurement's column; ``ys, masks``:
+    (measurements, T); ``full``: 1.0 for a measurement of full batches, else 0.0."""
+    for i in range(len(cells)):
+        j = cells[i]
+        for t in range(sums.shape[0]):
+            if masks[i, t]:
+                sums[t, j] = decay * sums[t, j] + ys[i, t]
+                counts[t, j] = decay * counts[t, j] + 1.0
+                tilt_counts[t, j] = decay * tilt_counts[t, j] + full[i]

@@ -334,18 +334,21 @@ class Estimator:
         before = after = [np.zeros(n)] * len(rows)
         if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
             before, after = self.correction.learn_many([
-                (c.accelerator, c.variant, c.batch_size, c.concurrency, np.array([y[t] or 0.0 for t in TARGETS]),
-                 np.array([y[t] is not None for t in TARGETS]),
-                 self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
+                (c.accelerator, c.variant, c.batch_size, c.concurrency, [y[t] or 0.0 for t in TARGETS],
+                 [y[t] is not None for t in TARGETS], self.priors.growth(c.accelerator, c.variant, c.batch_size),
+                 m.kind != "streaming")
                 for m, c, _, y in rows])
+        # per target in Python floats: the same IEEE operations as on numpy's scalars
         for (m, c, x, y), corr_before, corr_after in zip(rows, before, after):
-            fm_before = self.model.learn_predict_one(x, {t: None if y[t] is None else y[t] - corr_after[i]
-                                                         for i, t in enumerate(TARGETS)})
-            for i, t in enumerate(TARGETS):
-                if y[t] is not None:  # progressive validation: the error of the prediction made before learning
-                    err = y[t] - corr_before[i] - fm_before[i]
+            ys, cb, ca = [y[t] for t in TARGETS], corr_before.tolist(), corr_after.tolist()
+            fm_before = self.model.learn_predict_one(
+                x, {t: None if v is None else v - a for t, v, a in zip(TARGETS, ys, ca)}).tolist()
+            region = f"{c.accelerator}/{c.variant.family}"
+            for t, v, b, f in zip(TARGETS, ys, cb, fm_before):
+                if v is not None:  # progressive validation: the error of the prediction made before learning
+                    err = v - b - f
                     self.residuals[t].update(c.accelerator, err)
-                    self.residuals[t].update(f"{c.accelerator}/{c.variant.family}", err)
+                    self.residuals[t].update(region, err)
             key = f"{c.accelerator}/{c.variant.name}"
             self.visits[key] = self.visits.get(key, 0) + 1
             self.jobs.learn(m)
@@ -356,7 +359,7 @@ class Estimator:
         c = m.candidate
         ctx = job_context(m)
         x = encode(ctx, c)
-        prior = self.priors.log(c, ctx)
+        prior = self.priors.log(c, ctx).tolist()  # Python floats: the same values, cheaper arithmetic
         capacity = m.throughput_items_per_s > 0 and (
             m.kind != "streaming" or (m.gpu_util is not None and m.gpu_util >= self.saturated_util))
         y: dict[str, float | None] = {
@@ -365,8 +368,8 @@ class Estimator:
             "log_throughput": math.log(m.throughput_items_per_s) - prior[THR] if capacity else None,
         }
         # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
-        bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
-        if bad:
+        if not (all(map(math.isfinite, x.values())) and all(v is None or math.isfinite(v) for v in y.values())):
+            bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
             raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
         return m, c, x, y
 
