@@ -149,6 +149,19 @@ class NumpyFit(PooledCorrection):
             if converged:
                 break
 
+    def _add_all(self, cells, measurements):
+        """Each measurement into its configuration's decayed sums and counts, one at a time in Python floats (what
+        ``correction_kernels.add_measurements`` does in one call)."""
+        for j, (*_, y, mask, _, full_batches) in zip(cells, measurements):
+            m, d = np.asarray(mask, dtype=bool).tolist(), self.decay
+            ys = np.asarray(y, dtype=float).tolist()
+            s, n, t = self._sums[:, j].tolist(), self._counts[:, j].tolist(), self._tilt_counts[:, j].tolist()
+            self._sums[:, j] = [d * s[i] + ys[i] if m[i] else s[i] for i in range(self.n_targets)]
+            self._counts[:, j] = [d * n[i] + 1.0 if m[i] else n[i] for i in range(self.n_targets)]
+            self._tilt_counts[:, j] = [d * t[i] + full_batches if m[i] else t[i] for i in range(self.n_targets)]
+            self._tilt_news += bool(full_batches and any(m))
+            self.version += 1
+
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
         """(the numpy terms ``slope_kernels.fit_start`` adds in one pass) ``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
         variant's intensity is known (nothing added: the same floats as without the term)."""

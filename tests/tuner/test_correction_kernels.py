@@ -25,7 +25,8 @@ def _state(pc: PooledCorrection) -> list[bytes]:
     it, el = pc.intensity, pc.elastic
     return [pc._mu.tobytes(), *(pc._effects[e].tobytes() for e in sorted(pc._effects)), pc.scale.coef.tobytes(),
             el.coef.tobytes(), el.x.tobytes(), el.mean.tobytes(), it.coef.tobytes(), it.mean.tobytes(),
-            pc._cell_tilt(pc._structure()).tobytes(), str((pc._tilt_fits, pc._tilt_news)).encode()]
+            pc._cell_tilt(pc._structure()).tobytes(), str((pc._tilt_fits, pc._tilt_news, pc.version)).encode(),
+            pc._sums.tobytes(), pc._counts.tobytes(), pc._tilt_counts.tobytes()]
 
 
 def test_row_sum_is_numpys_pairwise_sum():
