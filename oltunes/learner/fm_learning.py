@@ -11,11 +11,9 @@ from collections.abc import Mapping
 import numpy as np
 from river import optim
 
+from oltunes.learner.fm_step_kernels import fm_step_error
 from oltunes.learner.ftml import FTML
-from oltunes.learner.ftml_kernel import fm_step_sums, fm_step_update
-
-_ROBUST_WARMUP = 20  # observations per target before robust down-weighting starts
-_ROBUST_RATE = 0.05  # decay of the running |residual| scale afterwards
+from oltunes.learner.ftml_kernel import fm_step_update
 
 
 class FMLearning:
@@ -51,25 +49,15 @@ class FMLearning:
                   fresh: bool) -> np.ndarray:
         W = self._W
         Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
-        s, inter = fm_step_sums(self._V, rows, vals)  # s: T, k
-        # The per-target arithmetic (a handful of targets) in Python floats: the same IEEE operations, in the
-        # same order, as numpy's element-wise ones (``W[0] + vals @ Wr + inter``), without a numpy call's overhead
-        # per operation. The product stays numpy's (BLAS: its order of additions is its own).
-        yh = [a + b + c for a, b, c in zip(W[0].tolist(), (vals @ Wr).tolist(), inter.tolist())]
-        ys, ms = y.tolist(), mask.tolist()
-        if self.standardize:  # the buffer holds raw targets: scaled with today's statistics, all alike
-            mu, sd = self._mu.tolist(), self._sd.tolist()
-            err = [a - (b - m) / d for a, b, m, d in zip(yh, ys, mu, sd)]
-            yh = [a * d + m for a, m, d in zip(yh, mu, sd)]
-        else:
-            err = [a - b for a, b in zip(yh, ys)]
-        if self.robust is not None:
-            err = [e * r for e, r in zip(err, self._robust_weight(err, ms, update=fresh))]
-        c = self.clip_gradient
-        g = np.array([min(max(w * e, -c), c) if m else 0.0 for e, m in zip(err, ms)])
+        # the prediction, the error (standardised, robustly weighted: ``fm_step_kernels``) and the clipped gradient in
+        # one compiled call; the linear term's product stays numpy's (BLAS: its order of additions is its own)
+        robust = self.robust is not None
+        yhat, g, s = fm_step_error(W, vals @ Wr, self._V, rows, vals, y, mask, float(w), float(self.clip_gradient),
+                                   bool(self.standardize), self._mu, self._sd, robust,
+                                   float(self.robust) if robust else 0.0, self._scale, self._n_scale, fresh)
         if not self._compiled_step(rows, vals, s, g):
             self._plain_step(rows, vals, Wr, s, g)
-        return np.array(yh)
+        return yhat
 
     def _compiled_step(self, rows: np.ndarray, vals: np.ndarray, s: np.ndarray, g: np.ndarray) -> bool:
         """Both tables' gradient and FTML steps in one compiled call (``ftml_kernel.fm_step_update``), as
@@ -113,40 +101,6 @@ class FMLearning:
             return int(self.replay)
         r = self.replay * (self.replay_horizon / n) ** 2
         return int(r) + int(self._replay_rng.random() < r - int(r))
-
-    def _robust_weight(self, err: list[float], mask: list[bool], update: bool) -> list[float]:
-        """Down-weight residuals beyond ``robust`` x the running mean |residual| (per target).
-
-        Adaptive optimizers (FTML, Adam) normalise the gradient's size away, so clipping it (Huber) does not
-        stop one failed measurement (e.g. a run that swapped: 400x its neighbours) from pulling the model as
-        hard as a good one — and a replay buffer would pull again and again. Weight ``(c s / |r|)^2`` beyond
-        ``c s`` makes such a point's pull fade like a redescending M-estimator. The scale ``s`` follows the
-        fresh (pre-update) residuals: a plain mean over the first ``_ROBUST_WARMUP`` (no weighting yet: a
-        cold model is wrong everywhere), then an exponential average of ``min(|r|, 4 s)``, so that a real
-        level shift raises ``s`` within tens of observations and is learned, not rejected.
-        """
-        scale, n_scale = self._scale.tolist(), self._n_scale.tolist()
-        c = self.robust
-        wt = []
-        for e, s, n in zip(err, scale, n_scale):
-            a, lim = abs(e), c * s
-            if n >= _ROBUST_WARMUP and a > lim:
-                r = lim / max(a, 1e-12)
-                wt.append(r * r)
-            else:
-                wt.append(1.0)
-        if update:
-            for t, (e, s, n, m) in enumerate(zip(err, scale, n_scale, mask)):
-                ready, n = n >= _ROBUST_WARMUP, n + m
-                n_scale[t] = n
-                if m:
-                    a = abs(e)
-                    rate = _ROBUST_RATE if ready else 1.0 / max(n, 1)
-                    capped = min(a, 4.0 * s) if ready else a
-                    scale[t] = s + rate * (capped - s)
-            self._scale = np.array(scale)
-            self._n_scale = np.array(n_scale, dtype=np.int64)
-        return wt
 
     @staticmethod
     def _step(opt: optim.base.Optimizer, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["fm_step_sums", "fm_step_update", "ftml_rows", "ftml_rule"]
+__all__ = ["fm_step_update", "ftml_rows", "ftml_rule"]
 
 
 @compiled
@@ -51,64 +51,9 @@ def ftml_rows(table, rows, g, ts, v, d, z, p1s, p2s, lr, b1, b2, eps):
     return True
 
 
-# -- the dense FM's whole learning step around its one BLAS product (``fm_learning.FMLearning._sgd_step``) ---------------
-# Here, not in a module of its own: it runs ``ftml_rule``, and a kernel calls only kernels of its own module (numba's
-# cache sees changes to the kernel's own file only).
-
-
-@compiled
-def _pairwise(a):
-    """numpy's pairwise sum of a contiguous vector of at most 128 (as ``fm_kernels._pairwise``, which this module may
-    not call: see above): below 8 in order, else eight accumulators combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)),
-    the remainder added in order."""
-    n = a.shape[0]
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    while i < n - n % 8:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return res
-
-
-@compiled
-def fm_step_sums(V, rows, vals):
-    """One observation's latent sums: ``s[t, :]`` = Σ_j V[rows[j], t, :]·vals[j] (from +0.0, in j's order: numpy's
-    ``xv.sum(axis=0)``) and the interaction term ``inter[t]`` = ½(‖s[t]‖² − Σ_j ‖V[rows[j], t, :]·vals[j]‖²), each
-    squared norm a pairwise sum over the factors and the j's added in order (``(xv * xv).sum(axis=(0, 2))``).
-    Returns (s (T, k), inter (T,))."""
-    T, k = V.shape[1], V.shape[2]
-    s = np.zeros((T, k))
-    inter = np.empty(T)
-    sq = np.empty(k)
-    for t in range(T):
-        qt = 0.0
-        for j in range(rows.shape[0]):
-            r, x = rows[j], vals[j]
-            for c in range(k):
-                xv = V[r, t, c] * x
-                s[t, c] += xv
-                sq[c] = xv * xv
-            qt += _pairwise(sq)
-        for c in range(k):
-            sq[c] = s[t, c] * s[t, c]
-        inter[t] = 0.5 * (_pairwise(sq) - qt)
-    return s, inter
+# -- the dense FM's parameter step given its gradient (``fm_learning.FMLearning._sgd_step``; the gradient is
+# ``fm_step_kernels.fm_step_error``'s). Here, not in a module of its own: it runs ``ftml_rule``, and a kernel calls only
+# kernels of its own module (numba's cache sees changes to the kernel's own file only).
 
 
 @compiled

@@ -43,7 +43,11 @@ from typing import Any
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import add_measurements, cell_corrections, fit_rounds
+from oltunes.tuner.correction_kernels import (
+    add_measurements,
+    cell_corrections,
+    fit_rounds,
+)
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (

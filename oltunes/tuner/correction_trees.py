@@ -98,7 +98,7 @@ class TreeCounts(dict):
         return e in self._levels or dict.__contains__(self, e)
 
     def get(self, e: str, default: Any = None) -> Any:
-        return self[e] if e in self else default
+        return self[e] if e in self else default  # noqa: SIM401 (``self.get`` is this)
 
 
 def levels_of(tree: tuple[str, ...], st: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> dict[str, tuple]:

@@ -249,10 +249,10 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
 
 @compiled
 def fit_start(S, N, tilt, scale_coef, x_growth, eff, var_at, idx, intensity):
-    """What a fit starts from (``PooledCorrection._fit``), in one pass over the configurations: the sums less the slopes'
-    terms as of their last fit, ``S − N·((tilt + scale·growth) + intensity term)`` (the intensity term only where
-    ``active``), and the variant side, ``0 + fam + var + shape`` effects in that order (Python's ``sum`` of the three
-    gathered tables). ``var_at``: where those three effects start in ``eff``; ``idx``: per configuration, its
+    """What a fit starts from (``PooledCorrection._fit``), in one pass over the configurations: the sums less the
+    slopes' terms as of their last fit, ``S − N·((tilt + scale·growth) + intensity term)`` (the intensity term only
+    where ``active``), and the variant side, ``0 + fam + var + shape`` effects in that order (Python's ``sum`` of the
+    three gathered tables). ``var_at``: where those three effects start in ``eff``; ``idx``: per configuration, its
     family, its accelerator and its (fam, var, shape) groups; ``intensity``: active, coef, mean, and x and known per
     configuration (``_intensity_term``)."""
     fam_of, acc_of, var_groups = idx

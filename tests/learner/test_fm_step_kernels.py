@@ -1,7 +1,7 @@
-"""The FM's compiled learning step (``ftml_kernel.fm_step_sums``, ``fm_step_update``) against the numpy formulas it
-replaced, bit for bit (signs of zeros included), and a long stream learnt through it against the same stream learnt
-through the optimizers' ``step_rows`` (a shared optimizer with a schedule, and rows stepped past the powers' tables,
-where the kernel declines)."""
+"""The FM's compiled learning step (``fm_step_kernels.fm_step_error``, ``ftml_kernel.fm_step_update``) against the
+numpy formulas it replaced, bit for bit (signs of zeros included), and a long stream learnt through it against the
+same stream learnt through the optimizers' ``step_rows`` (a shared optimizer with a schedule, and rows stepped past
+the powers' tables, where the kernel declines)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from river import optim
 
 from oltunes.learner.fm import MultiFMRegressor
+from oltunes.learner.fm_step_kernels import fm_step_error
 from oltunes.learner.ftml import FTML
-from oltunes.learner.ftml_kernel import fm_step_sums, fm_step_update
-from tests.learner.test_fm_step_equivalence import PlainFTML, _stream
+from oltunes.learner.ftml_kernel import fm_step_update
+from tests.learner.test_fm_step_equivalence import PlainFM, PlainFTML, _stream
 
 
 def _values(rng, shape):
@@ -29,16 +30,46 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize("k", [1, 3, 8, 9, 16, 21])
 @pytest.mark.parametrize("m", [0, 1, 2, 7, 13])
-def test_step_sums_are_the_numpy_expressions(k, m):
+@pytest.mark.parametrize("settings", [{}, {"standardize": True}, {"robust": 2.0}, {"robust": 0.0, "standardize": True}])
+def test_step_error_is_the_numpy_step(k, m, settings):
+    """Prediction, gradient, latent sums and the robust scales as ``PlainFM``'s numpy step makes them, over fresh and
+    replayed steps (the scales move on fresh ones only), past the robust warm-up, with masked targets."""
     rng = np.random.default_rng(100 * k + m)
-    V = _values(rng, (30, 3, k))
-    rows = rng.choice(np.arange(1, 30), size=m, replace=False).astype(np.intp)
-    vals = _values(rng, m)  # (finite: the tuner refuses non-finite features, and a NaN's sign bit is the CPU's)
-    xv = V.take(rows, axis=0) * vals[:, None, None]
-    s = xv.sum(axis=0)
-    inter = 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
-    got_s, got_inter = fm_step_sums(V, rows, vals)
-    assert _same(got_s, s) and _same(got_inter, inter)
+    T = 3
+    plain = PlainFM(targets=("a", "b", "c"), n_factors=k, **settings)
+    plain._init_state()
+    scale, n_scale = np.abs(_values(rng, T)), rng.integers(0, 40, T).astype(np.int64)
+    mu, sd = _values(rng, T), np.abs(_values(rng, T)) + 0.5
+    V, W = _values(rng, (30, T, k)), _values(rng, (30, T))
+    for step in range(8):
+        rows = rng.choice(np.arange(1, 30), size=m, replace=False).astype(np.intp)
+        vals = _values(rng, m)  # (finite: the tuner refuses non-finite features, and a NaN's sign bit is the CPU's)
+        y, mask = _values(rng, T) * 10.0 ** rng.integers(-2, 3), rng.random(T) > 0.2
+        w, fresh = (0.5 if step % 3 else 1.0), step % 2 == 0
+        plain._W, plain._V, plain._mu, plain._sd = W, V, mu, sd
+        plain._scale, plain._n_scale = scale.copy(), n_scale.copy()
+        Wr = W.take(rows, axis=0)
+        xv = V.take(rows, axis=0) * vals[:, None, None]
+        s = xv.sum(axis=0)
+        want = _plain_error(plain, W, Wr, vals, s, xv, y, mask, w, fresh)
+        robust = plain.robust is not None
+        got = fm_step_error(W, vals @ Wr, V, rows, vals, y, mask, w, plain.clip_gradient, plain.standardize, mu, sd,
+                            robust, float(plain.robust) if robust else 0.0, scale, n_scale, fresh)
+        assert all(_same(a, b) for a, b in zip(got, (*want, s)))
+        assert _same(scale, plain._scale) and _same(n_scale, plain._n_scale)
+
+
+def _plain_error(fm, W, Wr, vals, s, xv, y, mask, w, fresh):
+    """``PlainFM._sgd_step`` up to its gradient (its numpy formulas)."""
+    yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+    if fm.standardize:
+        err = yhat - (y - fm._mu) / fm._sd
+        yhat = yhat * fm._sd + fm._mu
+    else:
+        err = yhat - y
+    if fm.robust is not None:
+        err = err * fm._robust_weight(err, mask, update=fresh)
+    return yhat, np.where(mask, np.clip(w * err, -fm.clip_gradient, fm.clip_gradient), 0.0)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -163,8 +163,9 @@ class NumpyFit(PooledCorrection):
             self.version += 1
 
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
-        """(the numpy terms ``slope_kernels.fit_start`` adds in one pass) ``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
-        variant's intensity is known (nothing added: the same floats as without the term)."""
+        """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
+        variant's intensity is known (nothing added: the same floats as without the term). (With ``_cell_scale``:
+        the numpy terms ``slope_kernels.fit_start`` adds in one pass.)"""
         return per_cell + intensity_cells(self.intensity, idx["acc"]) if self.intensity.active else per_cell
 
     def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:
