@@ -96,6 +96,8 @@ class FTML(optim.base.Optimizer):
         # table key -> {"t", "v", "d", "z"} shaped like that table
         self._rows: dict[str, dict[str, np.ndarray]] | None = None
         self._pow_tables: tuple | None = None  # ((beta_1, beta_2), beta_1**k, beta_2**k for k = 0, 1, ...)
+        # ``rows_kernel_args``' last table and what it handed out for it (not state: dropped from pickles)
+        self._kernel_args: tuple | None = None
 
     # -- the rule, shared by all three paths (works on scalars and arrays alike) -------------------------
     def _update(self, theta, g, t, v, d_prev, z, lr):
@@ -162,10 +164,20 @@ class FTML(optim.base.Optimizer):
     def rows_kernel_args(self, table: np.ndarray) -> tuple:
         """What a compiled row step of ``table`` reads (``ftml_kernel.fm_step_update``'s ``w_opt, v_opt``): the
         table's state (step counts, v, d, z), the powers' tables, and the rule's constants at this step. The caller
-        counts the step (``n_iterations``) as ``step_rows`` does, and takes ``step_rows`` when the kernel declines."""
-        st = self._table_state(table)
-        return (st["t"], st["v"], st["d"], st["z"], *self._power_tables(0), float(self.learning_rate),
-                float(self.beta_1), float(self.beta_2), float(self.eps))
+        counts the step (``n_iterations``) as ``step_rows`` does, and takes ``step_rows`` when the kernel declines.
+        The arrays handed out for the last table are kept while its state and the powers' tables are the same objects
+        (a step asks for them twice per observation)."""
+        hit, tab = getattr(self, "_kernel_args", None), self._pow_tables
+        if (hit is None or hit[0] is not table or hit[3] is not tab or tab[0] != (self.beta_1, self.beta_2)
+                or self._rows is None or self._rows.get(hit[1]) is not hit[2]):
+            key = _shape_key(table.shape[1:])
+            st = self._table_state(table, key)
+            powers = self._power_tables(0)
+            hit = self._kernel_args = (table, key, st, self._pow_tables, (st["t"], st["v"], st["d"], st["z"], *powers))
+        return (*hit[4], float(self.learning_rate), float(self.beta_1), float(self.beta_2), float(self.eps))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_kernel_args": None}  # (it holds a table)
 
     def _grow(self, key: str, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         if self._rows is None:

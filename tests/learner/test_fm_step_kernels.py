@@ -133,3 +133,22 @@ def test_a_long_stream_learns_the_same_through_the_kernel_and_through_step_rows(
     assert fast._wopt.n_iterations == plain._wopt.n_iterations == (2 if shared else 1) * 2 * 1300
     assert len(fast._wopt._pow_tables[1]) > 1024  # the kernel declined once, and step_rows grew the tables
     assert fast.state_dict() == plain.state_dict()
+
+
+def test_kernel_args_follow_the_optimizers_state():
+    """``FTML.rows_kernel_args`` hands out the table's current state: kept between calls, renewed when the state grows
+    with a larger table, is restored, or the powers' tables grow; a pickle leaves the kept arrays out."""
+    import pickle
+
+    opt = FTML(0.03)
+    W = np.zeros((4, 3))
+    first = opt.rows_kernel_args(W)
+    assert first[0] is opt.rows_kernel_args(W)[0] is next(iter(opt._rows.values()))["t"]
+    W2 = np.zeros((40, 3))
+    grown = opt.rows_kernel_args(W2)
+    assert grown[0] is not first[0] and grown[0].shape == (40,) and grown[0] is next(iter(opt._rows.values()))["t"]
+    opt.load_state_dict(opt.state_dict())
+    assert opt.rows_kernel_args(W2)[0] is next(iter(opt._rows.values()))["t"] is not grown[0]
+    opt._power_tables(5000)
+    assert len(opt.rows_kernel_args(W2)[4]) > 5000
+    assert pickle.loads(pickle.dumps(opt))._kernel_args is None
