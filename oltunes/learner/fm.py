@@ -162,9 +162,9 @@ class MultiFMRegressor(FMScoring, FMLearning, FMState, base.MultiTargetRegressor
     def learn_predict_one(self, x: dict, y: dict, w: float = 1.0) -> np.ndarray:
         """Learn the targets in ``y``; return the raw predictions made just before the update (progressive
         validation without a second gather)."""
-        yv = np.array([float(y[t]) if y.get(t) is not None else 0.0 for t in self.targets])
-        mask = np.array([y.get(t) is not None for t in self.targets])
-        return self._learn(x, yv, mask, w)
+        given = [y.get(t) for t in self.targets]
+        yv = np.array([0.0 if v is None else float(v) for v in given])
+        return self._learn(x, yv, np.array([v is not None for v in given]), w)
 
     def predict_one(self, x: dict) -> dict[str, float]:
         rows, vals = self.index([x])

@@ -24,13 +24,12 @@ class FMLearning:
         on observations drawn from the recent-observation buffer. Returns the pre-update prediction."""
         if self._index is None:
             self._init_state()
-        items = [(k, v) for k, v in x.items() if v != 0.0]
-        idx = self._index
-        known = [idx.get(k) for k, _ in items]
+        keys = [k for k, v in x.items() if v != 0.0]
+        known = list(map(self._index.get, keys))
         if None in known:  # new features get rows (and latent draws) in the order they appear
-            known = [self._row(k) for k, _ in items]
+            known = list(map(self._row, keys))
         rows = np.array(known, dtype=np.intp)
-        vals = np.array([v for _, v in items], dtype=float)
+        vals = np.array([v for v in x.values() if v != 0.0], dtype=float)
         if self.standardize:
             self._update_target_stats(y, mask)
         yhat = self._sgd_step(rows, vals, y, mask, w, fresh=True)
