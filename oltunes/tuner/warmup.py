@@ -50,10 +50,9 @@ def warm_up() -> None:
     for job in (stream, batch):  # nothing feasible
         tuner.decide(job.model_copy(update={"job_id": f"{job.job_id}-late", "slo_ms": 1e-3}), busy)
     # The FM's step runs FTML in its own kernel; past the powers' tables (a row's 1,024th step) it goes through the
-    # optimizers' ``step_rows`` once: its weights' and its latents' tables, as the FM passes them.
-    fm = tuner.estimator.model
-    for table in (fm._W, fm._V):
-        FTML().step_rows(table.copy(), np.zeros(1, dtype=np.intp), np.zeros((1, *table.shape[1:])))
+    # optimizers' ``step_rows`` once: on its weights' (2-D) and its latents' (3-D) tables.
+    for shape in ((1, 3), (1, 3, 2)):
+        FTML().step_rows(np.zeros(shape), np.zeros(1, dtype=np.intp), np.zeros(shape))
 
 
 def _measured(job: JobSpec, c: Candidate, latency_ms: float, mid: str) -> Measurement:
