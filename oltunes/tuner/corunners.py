@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,17 +73,105 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
 
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
                    job: JobSpec) -> MemberChecks:
-    members = [(p, o, mem) for p, o in enumerate(options) for mem in o.members]
-    if not members:
+    shared = [(p, o) for p, o in enumerate(options) if o.members]
+    if not shared:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})
     sizes = tuple(sorted({v.size for v in variants}))
-    parts = [_option_members(est, o) for o in options if o.members]
-    key = ("members", job.family, sizes, tuple(chain.from_iterable(part[1] for part in parts)))
-    # The outcome depends on these members, the newcomer's family and the model's state (``member_memo``'s
-    # version): a burst of recommendations between two observations computes it once.
-    hit = est.member_memo.get((key, tuple((o.pool.name, o.device) for o in options)),
-                              lambda: _compute(est, key, members, parts, options, variants, job, sizes))
-    return MemberChecks(hit.ok.copy(), hit.by_option, hit.slow, hit.sizes)
+    xd_key = (job.family, sizes)
+    # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
+    # a decision re-reads the options that did not change and stacks them; only the sums that mix every member
+    # (the FM's cross terms, a BLAS product whose rounding depends on the stack) are made per decision.
+    table = est.member_memo.table("option_terms")
+    parts = [_option_terms(est, table, o, xd_key) for _, o in shared]
+    return _checks_of(est, options, variants, shared, parts, xd_key)
+
+
+def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple) -> MemberChecks:
+    sizes = xd_key[1]
+    L = len(LOAD_LEVELS)
+    T = parts[0].packed.shape[1] - L - 5  # (the FM's targets: ``_OptionTerms``' columns)
+    packed = parts[0].packed if len(parts) == 1 else np.concatenate([t.packed for t in parts])
+    s_a = parts[0].s_a if len(parts) == 1 else np.concatenate([t.s_a for t in parts])
+    M = packed.shape[0]
+    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
+    a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
+    if any(t.overlap is not None for t in parts):
+        a_at = np.zeros((M, *rows_d.shape))
+        at = 0
+        for t in parts:
+            if t.overlap is not None:
+                a_at[at:at + len(t.job_ids)] = t.overlap
+            at += len(t.job_ids)
+    d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
+    raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
+    prior_with, (waits, slos, margins, corr, log_alone) = packed[:, T:T + L], packed[:, T + L:].T
+    log_with = raw[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :] + corr[:, None, None]
+    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
+    slow = np.exp(log_with - log_alone[:, None, None])
+    ok = np.ones((len(options), len(variants), L), dtype=bool)
+    if not good.all():
+        vsize = [sizes.index(v.size) for v in variants]
+        at_option = np.repeat([p for p, _ in shared], [len(t.job_ids) for t in parts])
+        np.logical_and.at(ok, at_option, good[:, vsize, :])
+    by_option: dict[int, list[tuple[str, int]]] = {}
+    i = 0
+    for (p, _), t in zip(shared, parts):
+        by_option[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
+        i += len(t.job_ids)
+    return MemberChecks(ok, by_option, slow, sizes)
+
+
+class _OptionTerms(NamedTuple):
+    """One shared option's members as the checks read them, row per member: ``packed`` = the FM's own output of
+    the member beside its co-runners (``row_terms``, T columns), its prior log latency per newcomer load level
+    (L), batch-fill wait, SLO, log latency margin, pooled correction and log latency alone; ``s_a`` its latent
+    sums; ``overlap`` its keys' overlap with the newcomer's (``sums_plan``'s ``a_at``; None: none)."""
+
+    job_ids: tuple[str, ...]
+    packed: np.ndarray
+    s_a: np.ndarray
+    overlap: np.ndarray | None
+
+
+def _option_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) -> _OptionTerms:
+    """An option's terms, kept per option object (a pool that did not change hands the next decision the same
+    options) and per what they read (a new object for the same members, e.g. a load re-read unchanged)."""
+    hit = table.get((id(o), xd_key))
+    if hit is not None and hit[0] is o:
+        return hit[1]
+    _, key_part, rows = _option_members(est, o)
+    acc = o.pool.accelerator
+    content = (xd_key, acc.name, acc.max_w, key_part)
+    terms = table.get(content)
+    if terms is None:
+        terms = put_bounded(table, content, _build_option_terms(est, o, rows, xd_key))
+    put_bounded(table, (id(o), xd_key), (o, terms))  # holds o: its id stays unique meanwhile
+    return terms
+
+
+def _build_option_terms(est: Estimator, o: PlacementOption, rows: Sequence[_MemberRow], xd_key: tuple) -> _OptionTerms:
+    """The option's rows planned (each member's index arrays are kept with its row, ``_index_new_rows``) and
+    scored: every value is computed row by row, so stacking options' terms gives what scoring the stacked rows
+    would (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
+    _index_new_rows(est, rows, xd_key)
+    pieces = [r.plans[xd_key] for r in rows]
+    y_a, s_a = est.model.row_terms(*_stack([(p[0], p[1]) for p in pieces]))
+    overlap = None
+    if any(p[2] is not None for p in pieces):
+        overlap = np.zeros((len(rows), *next(p[2] for p in pieces if p[2] is not None).shape))
+        for i, p in enumerate(pieces):
+            if p[2] is not None:
+                overlap[i] = p[2]
+    memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
+    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in o.members)))
+    log_alone = est.model.predict_many(*_stack([r.alone for r in rows]))[:, LAT] + np.array(
+        [r.prior_alone for r in rows]) + corr
+    T, L = y_a.shape[1], len(LOAD_LEVELS)
+    packed = np.empty((len(rows), T + L + 5))
+    packed[:, :T] = y_a
+    packed[:, T:T + L] = [r.prior_with for r in rows]
+    packed[:, T + L:] = np.stack([[r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone], axis=1)
+    return _OptionTerms(tuple(m.job_id for m in o.members), packed, s_a, overlap)
 
 
 def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[_MemberRow]]:
@@ -102,28 +189,6 @@ def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption
     return hit
 
 
-def _compute(est: Estimator, key, members, parts, options, variants, job, sizes) -> MemberChecks:
-    L = len(LOAD_LEVELS)
-    ok = np.ones((len(options), len(variants), L), dtype=bool)
-    plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
-        key, lambda: _plan(est, members, [r for part in parts for r in part[2]], job.family, sizes))
-    terms = est.per_observation.table("member_terms")
-    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, terms, c) for c in cands)))
-    M = len(members)
-    log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
-                + corr[:, None, None])
-    log_alone = est.model.predict_many(*alone_idx)[:, LAT] + prior_alone + corr
-    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
-    slow = np.exp(log_with - log_alone[:, None, None])
-    if not good.all():
-        vsize = [sizes.index(v.size) for v in variants]
-        np.logical_and.at(ok, np.array([p for p, _, _ in members]), good[:, vsize, :])
-    by_option: dict[int, list[tuple[str, int]]] = {}
-    for i, (p, _, mem) in enumerate(members):
-        by_option.setdefault(p, []).append((mem.job_id, i))
-    return MemberChecks(ok, by_option, slow, sizes)
-
-
 def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, float]:
     """A member's log latency margin and pooled correction: they change with every observation, not with the
     cluster, so a burst of decisions between two observations reads them once per configuration (``memo``: the
@@ -133,29 +198,6 @@ def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, floa
     if hit is None:
         hit = memo[key] = (est.latency_margin(c), np.reshape(est.correction_of(c), -1)[LAT])
     return hit
-
-
-def _plan(est: Estimator, members, rows: Sequence[_MemberRow], family: str, sizes: Sequence[str]):
-    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes) from the
-    members' rows (``_option_members``). Each member's index arrays are kept with its row (``_MemberRow``), so
-    a cluster that changed elsewhere indexes only its new rows and stacks the rest: the arrays are exactly those
-    ``sums_plan`` and ``index`` give for the whole list."""
-    xd_key = (family, tuple(sizes))
-    _index_new_rows(est, rows, xd_key)
-    pieces = [r.plans[xd_key] for r in rows]
-    rows_a, vals_a = _stack([(p[0], p[1]) for p in pieces])
-    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
-    a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
-    if any(p[2] is not None for p in pieces):
-        a_at = np.zeros((len(rows), *rows_d.shape))
-        for i, p in enumerate(pieces):
-            if p[2] is not None:
-                a_at[i] = p[2]
-    plan = (rows_a, vals_a, rows_d, vals_d, a_at)
-    alone_idx = _stack([r.alone for r in rows])
-    cands = [mem.candidate for _, _, mem in members]  # margins and corrections move per observation
-    return (plan, alone_idx, np.array([r.prior_with for r in rows]), np.array([r.prior_alone for r in rows]),
-            np.array([r.wait for r in rows]), np.array([r.slo for r in rows]), cands)
 
 
 def _newcomer(est: Estimator, xd_key: tuple) -> list[dict[str, float]]:

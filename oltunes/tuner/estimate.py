@@ -240,8 +240,12 @@ class Estimator:
         return [job, place, var, bat, con]
 
     def _log_items_per_batch(self) -> np.ndarray:
-        """log(batch x concurrency) over the grid's (B, C) axes."""
-        return np.log(np.outer(self.batch_sizes, self.concurrencies).astype(float))
+        """log(batch x concurrency) over the grid's (B, C) axes (read-only, made once: both axes are fixed)."""
+        out = self.__dict__.get("_items_log")
+        if out is None:
+            out = self._items_log = np.log(np.outer(self.batch_sizes, self.concurrencies).astype(float))
+            out.flags.writeable = False
+        return out
 
     def estimate(self, job: JobSpec, options: list[PlacementOption], variants: list[Variant],
                  no_capacity: bool = False) -> Estimate:
@@ -274,7 +278,8 @@ class Estimator:
         # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
         logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
                                    plus=(prior, np.broadcast_to(corr, prior.shape)))[:, 0]
-        marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
+        by_region = {r: self.margins(r, variants[0].family) for r in dict.fromkeys(regions)}  # (few types)
+        marg = np.array([by_region[r] for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
         lat, energy, thr = np.exp(logp)
