@@ -29,6 +29,18 @@ def _prefixed(row: np.ndarray, block: np.ndarray) -> np.ndarray:
     return out
 
 
+def stack_indexed(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One-row (rows, vals) index arrays (``index`` of one feature dict each) stacked and zero-padded to the
+    widest: what ``index`` gives for all the dicts at once."""
+    m = max(r.shape[1] for r, _ in indexed)
+    rows = np.zeros((len(indexed), m), dtype=np.intp)
+    vals = np.zeros((len(indexed), m))
+    for i, (r, v) in enumerate(indexed):
+        rows[i, : r.shape[1]] = r[0]
+        vals[i, : v.shape[1]] = v[0]
+    return rows, vals
+
+
 _NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import is_
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,6 +24,7 @@ from oltunes.learner.features import (
     placement_features,
     variant_features,
 )
+from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.memo import put_bounded
@@ -135,16 +137,23 @@ class _OptionTerms(NamedTuple):
 
 def _option_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) -> _OptionTerms:
     """An option's terms, kept per option object (a pool that did not change hands the next decision the same
-    options) and per what they read (a new object for the same members, e.g. a load re-read unchanged)."""
+    options), per its placements (a new object for the same ones: placements are frozen, so the same objects on
+    the same device at the same loads read the same) and per what they read (members moved back where they were)."""
     hit = table.get((id(o), xd_key))
     if hit is not None and hit[0] is o:
         return hit[1]
-    _, key_part, rows = _option_members(est, o)
     acc = o.pool.accelerator
-    content = (xd_key, acc.name, acc.max_w, key_part)
-    terms = table.get(content)
-    if terms is None:
-        terms = put_bounded(table, content, _build_option_terms(est, o, rows, xd_key))
+    same = (xd_key, o.pool.name, acc.name, acc.max_w, o.device, o.loads, tuple(map(id, o.members)))
+    kept = table.get(same)
+    if kept is not None and all(map(is_, kept[0], o.members)):
+        terms = kept[1]
+    else:
+        _, key_part, rows = _option_members(est, o)
+        content = (xd_key, acc.name, acc.max_w, key_part)
+        terms = table.get(content)
+        if terms is None:
+            terms = put_bounded(table, content, _build_option_terms(est, o, rows, xd_key))
+        put_bounded(table, same, (o.members, terms))  # holds the members: their ids stay unique meanwhile
     put_bounded(table, (id(o), xd_key), (o, terms))  # holds o: its id stays unique meanwhile
     return terms
 
@@ -155,7 +164,7 @@ def _build_option_terms(est: Estimator, o: PlacementOption, rows: Sequence[_Memb
     would (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
     _index_new_rows(est, rows, xd_key)
     pieces = [r.plans[xd_key] for r in rows]
-    y_a, s_a = est.model.row_terms(*_stack([(p[0], p[1]) for p in pieces]))
+    y_a, s_a = est.model.row_terms(*stack_indexed([(p[0], p[1]) for p in pieces]))
     overlap = None
     if any(p[2] is not None for p in pieces):
         overlap = np.zeros((len(rows), *next(p[2] for p in pieces if p[2] is not None).shape))
@@ -164,7 +173,7 @@ def _build_option_terms(est: Estimator, o: PlacementOption, rows: Sequence[_Memb
                 overlap[i] = p[2]
     memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
     margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in o.members)))
-    log_alone = est.model.predict_many(*_stack([r.alone for r in rows]))[:, LAT] + np.array(
+    log_alone = est.model.predict_many(*stack_indexed([r.alone for r in rows]))[:, LAT] + np.array(
         [r.prior_alone for r in rows]) + corr
     T, L = y_a.shape[1], len(LOAD_LEVELS)
     packed = np.empty((len(rows), T + L + 5))
@@ -228,17 +237,6 @@ def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -
         if r.alone is None:
             w = len(r.x_alone) or 1
             r.alone = (alone_rows[i : i + 1, :w], alone_vals[i : i + 1, :w])
-
-
-def _stack(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """One-row (rows, vals) index arrays stacked and zero-padded to the widest (what ``index`` gives for all)."""
-    m = max(r.shape[1] for r, _ in indexed)
-    rows = np.zeros((len(indexed), m), dtype=np.intp)
-    vals = np.zeros((len(indexed), m))
-    for i, (r, v) in enumerate(indexed):
-        rows[i, : r.shape[1]] = r[0]
-        vals[i, : v.shape[1]] = v[0]
-    return rows, vals
 
 
 class _MemberRow:

@@ -38,8 +38,10 @@ from oltunes.learner.features import (
     variant_features,
 )
 from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
+from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
+from oltunes.tuner import built
 from oltunes.tuner.candidates import PlacementOption, fill_wait_ms
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
@@ -95,9 +97,8 @@ class Estimate:
         return [o.pool.accelerator.name for o in self.options]
 
     def prediction(self, idx: tuple[int, ...]) -> Prediction:
-        return Prediction(latency_p99_ms=float(self.lat[idx]), energy_j_per_item=float(self.energy[idx]),
-                          throughput_items_per_s=float(self.thr[idx]),
-                          margin_ms=float(self.pess_lat[idx] - self.lat[idx]))
+        return built.prediction(float(self.lat[idx]), float(self.energy[idx]), float(self.thr[idx]),
+                                float(self.pess_lat[idx] - self.lat[idx]))
 
     def key(self, idx: tuple[int, ...]) -> str:
         """``pool/variant/b<batch>/c<concurrency>/dev<device>[+shared]`` of one cell."""
@@ -109,8 +110,8 @@ class Estimate:
     def candidate(self, idx: tuple[int, ...]) -> Candidate:
         p, v, b, c = idx
         o = self.options[p]
-        return Candidate(pool=o.pool.name, accelerator=o.pool.accelerator.name, variant=self.variants[v],
-                         batch_size=self.batch_sizes[b], concurrency=self.concurrencies[c], co_runners=o.co_runners)
+        return built.candidate(o.pool.name, o.pool.accelerator.name, self.variants[v], self.batch_sizes[b],
+                               self.concurrencies[c], o.co_runners)
 
 
 class Estimator:
@@ -213,16 +214,14 @@ class Estimator:
             c, self.priors.growth(c.accelerator, c.variant, c.batch_size))
 
     def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
+        """The correction depends on an option's accelerator type only, and many options share one (40 pools,
+        8 types): each type's rows are computed once per observation (kept per the types in order of first
+        appearance, which few option lists differ in) and copied to its options (the same numbers)."""
         if self.correction is None:
             return 0.0
-        return self.per_observation.get(("correction", tuple(regions), variants[0].family),
-                                        lambda: self._build_correction_grid(regions, variants))
-
-    def _build_correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
-        """The correction depends on an option's accelerator type only, and many options share one (40 pools,
-        8 types): each type's rows are computed once and copied to its options (the same numbers)."""
-        unique = list(dict.fromkeys(regions))
-        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies, self.priors.growth)
+        unique = tuple(dict.fromkeys(regions))
+        grid = self.per_observation.get(("correction", unique, variants[0].family), lambda: self.correction.grid(
+            unique, variants, self.batch_sizes, self.concurrencies, self.priors.growth))
         if len(unique) == len(regions):
             return grid
         at = {r: i for i, r in enumerate(unique)}
@@ -230,10 +229,19 @@ class Estimator:
 
     def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
         m = self.model
-        job = m.index([job_features(ctx)])
-        place = self.memo.get(("place", tuple(o.model_key for o in options)),
-                              lambda: m.index([placement_features(o.pool.name, o.pool.accelerator.name,
-                                                                  o.co_features) for o in options]))
+        # index arrays per job context and per option (row by row: stacked, the rows ``index`` gives for all)
+        jobs, places = self.memo.table("job_rows"), self.memo.table("place_rows")
+        job = jobs.get(ctx)
+        if job is None:
+            job = put_bounded(jobs, ctx, m.index([job_features(ctx)]))
+        rows = []
+        for o in options:
+            row = places.get(o.model_key)
+            if row is None:
+                row = put_bounded(places, o.model_key, m.index([placement_features(
+                    o.pool.name, o.pool.accelerator.name, o.co_features)]))
+            rows.append(row)
+        place = stack_indexed(rows)
         var = self.memo.get(("var", variants[0].family), lambda: m.index([variant_features(v) for v in variants]))
         bat = self.memo.get(("batch",), lambda: m.index([batch_features(b) for b in self.batch_sizes]))
         con = self.memo.get(("conc",), lambda: m.index([concurrency_features(c) for c in self.concurrencies]))

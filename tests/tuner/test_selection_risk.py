@@ -141,7 +141,7 @@ def test_runner_ups_name_the_best_cell_of_the_best_other_pairs(monkeypatch):
     verdict = SimpleNamespace(feasible=feasible, why=lambda j: "why")
     objective = SimpleNamespace(worse="more")
     made = []
-    monkeypatch.setattr(explain, "Alternative", lambda **kw: made.append(kw["candidate_key"]) or kw)
+    monkeypatch.setattr(explain.built, "alternative", lambda key, prediction, reason: made.append(key) or key)
     explain.runner_ups(est, verdict, objective, obj, idx, 0.02)
     best = {(p, v): min((obj[p, v, b, c], (p, v, b, c)) for b in range(5) for c in range(2) if feasible[p, v, b, c])
             for p in range(6) for v in range(4) if feasible[p, v].any() and (p, v) != idx[:2]}
