@@ -27,16 +27,18 @@ from oltunes.types import (
     Decision,
     DecisionSource,
     Explanation,
+    Precision,
     Prediction,
     Variant,
     new_id,
 )
 
-__all__ = ["alternative", "candidate", "decision", "explanation", "prediction"]
+__all__ = ["alternative", "candidate", "co_runner", "decision", "explanation", "prediction"]
 
 M = TypeVar("M", bound=BaseModel)
 _ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))  # fullmatch: "$" would pass a final newline
 _SOURCES = frozenset(get_args(DecisionSource))
+_PRECISIONS = frozenset(get_args(Precision))
 _setattr = object.__setattr__
 
 
@@ -68,6 +70,20 @@ def _text(x: Any) -> bool:
 
 def _id(x: Any) -> bool:
     return type(x) is str and len(x) <= MAX_ID_CHARS and _ID.fullmatch(x) is not None
+
+
+def _label(x: Any) -> bool:
+    return type(x) is str and 1 <= len(x) <= MAX_ID_CHARS
+
+
+def co_runner(job_id: Any, family: Any, variant: Any, size: Any, precision: Any, batch_size: Any,
+              load: Any) -> CoRunner:
+    values = {"job_id": job_id, "family": family, "variant": variant, "size": size, "precision": precision,
+              "batch_size": batch_size, "load": load}
+    if (_id(job_id) and _id(family) and _id(variant) and _label(size) and type(precision) is str
+            and precision in _PRECISIONS and _setting(batch_size) and _quantity(load)):
+        return _made(CoRunner, values, set(values))
+    return CoRunner(**values)
 
 
 def prediction(latency_p99_ms: Any, energy_j_per_item: Any, throughput_items_per_s: Any, margin_ms: Any) -> Prediction:

@@ -179,7 +179,8 @@ def _build_option_terms(est: Estimator, o: PlacementOption, rows: Sequence[_Memb
     packed = np.empty((len(rows), T + L + 5))
     packed[:, :T] = y_a
     packed[:, T:T + L] = [r.prior_with for r in rows]
-    packed[:, T + L:] = np.stack([[r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone], axis=1)
+    for i, col in enumerate(([r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
+        packed[:, T + L + i] = col
     return _OptionTerms(tuple(m.job_id for m in o.members), packed, s_a, overlap)
 
 
@@ -280,8 +281,14 @@ def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
         own = put_bounded(static, key, _member_own(est, o, mem))
     base_x, lat0, en0, lat1, en1, rate, wait = own
     co = [CoLite(f, s, load) for f, s, load in others]
-    load = np.concatenate([[0.0], sum(c.load for c in co) + LOAD_LEVELS])
-    plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+    co_load = sum(c.load for c in co)
+    # the prior reads the co-runners' summed load only, which many co-runner sets share
+    plat = static.get((key, co_load))
+    if plat is None:
+        load = np.concatenate([[0.0], co_load + LOAD_LEVELS])
+        plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+        plat.flags.writeable = False
+        put_bounded(static, (key, co_load), plat)
     return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
 
 

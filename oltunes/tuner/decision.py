@@ -90,5 +90,5 @@ class DecisionBuilder:
         # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
         key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
                est.priors.accelerator(cand.accelerator))
-        return self._alone.get(key, lambda: est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[
-            0, LAT])
+        return self._alone.get(key, lambda: est.predict_log([ctx], [built.candidate(
+            cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency, ())])[0, LAT])

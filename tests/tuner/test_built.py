@@ -117,3 +117,15 @@ def test_decision(source, job_id):
             assert out.decision_id != want.decision_id  # a fresh id, as the default factory gives
             out.__dict__["decision_id"] = want.decision_id  # (the rest compared as it is)
             _same(out, want)
+
+
+@pytest.mark.parametrize("name", IDS)
+@pytest.mark.parametrize("load", [0.05, 1.0, 1, -0.5, float("nan"), 2.0])
+def test_co_runner(name, load):
+    for precision in ("fp16", "int4"):
+        for size in ("s", "", "x" * 129):
+            kw = {"job_id": name, "family": "cnn", "variant": "cnn-s", "size": size, "precision": precision,
+                  "batch_size": 4, "load": load}
+            _built_or_error(lambda kw=kw: built.co_runner(*kw.values()), lambda kw=kw: CoRunner(**kw))
+            kw.update(family=name, job_id="j")
+            _built_or_error(lambda kw=kw: built.co_runner(*kw.values()), lambda kw=kw: CoRunner(**kw))

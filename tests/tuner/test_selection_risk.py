@@ -148,3 +148,13 @@ def test_runner_ups_name_the_best_cell_of_the_best_other_pairs(monkeypatch):
     want = [cell for _, cell in sorted(best.values())[:3]]
     infeasible = min((obj[j], j) for j in np.ndindex(shape) if not feasible[j])[1]
     assert made == [*want, infeasible]
+
+
+def test_unravel_is_numpys_unravel_index_as_ints():
+    from oltunes.tuner.selection import unravel
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        shape = tuple(int(n) for n in rng.integers(1, 7, size=4))
+        flat = int(rng.integers(0, int(np.prod(shape))))
+        got = unravel(flat, shape)
+        assert got == tuple(int(i) for i in np.unravel_index(flat, shape)) and all(type(i) is int for i in got)
