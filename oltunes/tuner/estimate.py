@@ -234,14 +234,18 @@ class Estimator:
         job = jobs.get(ctx)
         if job is None:
             job = put_bounded(jobs, ctx, m.index([job_features(ctx)]))
-        rows = []
-        for o in options:
-            row = places.get(o.model_key)
-            if row is None:
-                row = put_bounded(places, o.model_key, m.index([placement_features(
-                    o.pool.name, o.pool.accelerator.name, o.co_features)]))
-            rows.append(row)
-        place = stack_indexed(rows)
+
+        def stacked():
+            rows = []
+            for o in options:
+                row = places.get(o.model_key)
+                if row is None:
+                    row = put_bounded(places, o.model_key, m.index([placement_features(
+                        o.pool.name, o.pool.accelerator.name, o.co_features)]))
+                rows.append(row)
+            return stack_indexed(rows)
+
+        place = self.memo.get(("place", tuple(o.model_key for o in options)), stacked)
         var = self.memo.get(("var", variants[0].family), lambda: m.index([variant_features(v) for v in variants]))
         bat = self.memo.get(("batch",), lambda: m.index([batch_features(b) for b in self.batch_sizes]))
         con = self.memo.get(("conc",), lambda: m.index([concurrency_features(c) for c in self.concurrencies]))
