@@ -111,15 +111,15 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
     slow = np.exp(log_with - log_alone[:, None, None])
     ok = np.ones((len(options), len(variants), L), dtype=bool)
-    if not good.all():
-        vsize = [sizes.index(v.size) for v in variants]
-        at_option = np.repeat([p for p, _ in shared], [len(t.job_ids) for t in parts])
-        np.logical_and.at(ok, at_option, good[:, vsize, :])
+    good_v = None if good.all() else good[:, [sizes.index(v.size) for v in variants], :]  # M, V, L
     by_option: dict[int, list[tuple[str, int]]] = {}
     i = 0
     for (p, _), t in zip(shared, parts):
+        n = len(t.job_ids)
         by_option[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
-        i += len(t.job_ids)
+        if good_v is not None:
+            ok[p] = good_v[i:i + n].all(axis=0)  # every member of the option keeps its SLO
+        i += n
     return MemberChecks(ok, by_option, slow, sizes)
 
 
