@@ -209,9 +209,18 @@ class Estimator:
         return out
 
     def correction_of(self, c: Candidate) -> np.ndarray | float:
-        """The pooled correction (log, per target) of one candidate (0 without one)."""
-        return 0.0 if self.correction is None else self.correction.predict_candidate(
-            c, self.priors.growth(c.accelerator, c.variant, c.batch_size))
+        """The pooled correction (log, per target) of one candidate (0 without one); read-only, kept per what it
+        reads until the next observation (decisions in between ask for the same configurations again)."""
+        if self.correction is None:
+            return 0.0
+        memo = self.per_observation.table("corrections")
+        key = (c.accelerator, c.variant, c.batch_size, c.concurrency)
+        out = memo.get(key)
+        if out is None:
+            out = self.correction.predict_candidate(c, self.priors.growth(c.accelerator, c.variant, c.batch_size))
+            out.flags.writeable = False
+            memo[key] = out
+        return out
 
     def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
         """The correction depends on an option's accelerator type only, and many options share one (40 pools,
