@@ -84,7 +84,11 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
     # a decision re-reads the options that did not change and stacks them; only the sums that mix every member
     # (the FM's cross terms, a BLAS product whose rounding depends on the stack) are made per decision.
     table = est.member_memo.table("option_terms")
-    parts = [_option_terms(est, table, o, xd_key) for _, o in shared]
+    parts = [_kept_terms(est, table, o, xd_key) for _, o in shared]
+    pending = [i for i, t in enumerate(parts) if type(t) is _Pending]
+    if pending:  # the options met for the first time, built together (every value is computed row by row)
+        for i, terms in zip(pending, _build_terms(est, [parts[i] for i in pending], xd_key)):
+            parts[i] = _keep(table, parts[i], terms, xd_key)
     return _checks_of(est, options, variants, shared, parts, xd_key)
 
 
@@ -135,10 +139,20 @@ class _OptionTerms(NamedTuple):
     overlap: np.ndarray | None
 
 
-def _option_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) -> _OptionTerms:
+class _Pending(NamedTuple):
+    """An option whose terms are to be built: its members' rows, and the keys they will be kept under."""
+
+    option: PlacementOption
+    rows: list[_MemberRow]
+    same: tuple
+    content: tuple
+
+
+def _kept_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) -> _OptionTerms | _Pending:
     """An option's terms, kept per option object (a pool that did not change hands the next decision the same
     options), per its placements (a new object for the same ones: placements are frozen, so the same objects on
-    the same device at the same loads read the same) and per what they read (members moved back where they were)."""
+    the same device at the same loads read the same) and per what they read (members moved back where they were);
+    else what building them needs."""
     hit = table.get((id(o), xd_key))
     if hit is not None and hit[0] is o:
         return hit[1]
@@ -152,27 +166,31 @@ def _option_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple
         content = (xd_key, acc.name, acc.max_w, key_part)
         terms = table.get(content)
         if terms is None:
-            terms = put_bounded(table, content, _build_option_terms(est, o, rows, xd_key))
+            return _Pending(o, rows, same, content)
         put_bounded(table, same, (o.members, terms))  # holds the members: their ids stay unique meanwhile
     put_bounded(table, (id(o), xd_key), (o, terms))  # holds o: its id stays unique meanwhile
     return terms
 
 
-def _build_option_terms(est: Estimator, o: PlacementOption, rows: Sequence[_MemberRow], xd_key: tuple) -> _OptionTerms:
-    """The option's rows planned (each member's index arrays are kept with its row, ``_index_new_rows``) and
-    scored: every value is computed row by row, so stacking options' terms gives what scoring the stacked rows
-    would (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
+def _keep(table: dict, pending: _Pending, terms: _OptionTerms, xd_key: tuple) -> _OptionTerms:
+    o = pending.option
+    put_bounded(table, pending.content, terms)
+    put_bounded(table, pending.same, (o.members, terms))
+    put_bounded(table, (id(o), xd_key), (o, terms))
+    return terms
+
+
+def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> list[_OptionTerms]:
+    """The options' rows planned (each member's index arrays are kept with its row, ``_index_new_rows``) and
+    scored together: every value is computed row by row, so any stack of options' terms is what scoring the
+    stacked rows gives (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
+    rows = [r for p in pending for r in p.rows]
+    members = [m for p in pending for m in p.option.members]
     _index_new_rows(est, rows, xd_key)
     pieces = [r.plans[xd_key] for r in rows]
     y_a, s_a = est.model.row_terms(*stack_indexed([(p[0], p[1]) for p in pieces]))
-    overlap = None
-    if any(p[2] is not None for p in pieces):
-        overlap = np.zeros((len(rows), *next(p[2] for p in pieces if p[2] is not None).shape))
-        for i, p in enumerate(pieces):
-            if p[2] is not None:
-                overlap[i] = p[2]
     memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
-    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in o.members)))
+    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in members)))
     log_alone = est.model.predict_many(*stack_indexed([r.alone for r in rows]))[:, LAT] + np.array(
         [r.prior_alone for r in rows]) + corr
     T, L = y_a.shape[1], len(LOAD_LEVELS)
@@ -181,7 +199,20 @@ def _build_option_terms(est: Estimator, o: PlacementOption, rows: Sequence[_Memb
     packed[:, T:T + L] = [r.prior_with for r in rows]
     for i, col in enumerate(([r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
         packed[:, T + L + i] = col
-    return _OptionTerms(tuple(m.job_id for m in o.members), packed, s_a, overlap)
+    out, at = [], 0
+    for p in pending:
+        n = len(p.rows)
+        mine = pieces[at:at + n]
+        overlap = None
+        if any(q[2] is not None for q in mine):
+            overlap = np.zeros((n, *next(q[2] for q in mine if q[2] is not None).shape))
+            for i, q in enumerate(mine):
+                if q[2] is not None:
+                    overlap[i] = q[2]
+        out.append(_OptionTerms(tuple(m.job_id for m in p.option.members), packed[at:at + n], s_a[at:at + n],
+                                overlap))
+        at += n
+    return out
 
 
 def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[_MemberRow]]:
