@@ -21,6 +21,26 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.transpose(1, 0, 2), b.transpose(1, 2, 0))
 
 
+def _prefixed(row: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """``block`` with the one-row ``row`` before every row: ``np.hstack([np.repeat(row, n, 0), block])``."""
+    out = np.empty((block.shape[0], row.shape[1] + block.shape[1]), dtype=np.result_type(row, block))
+    out[:, :row.shape[1]] = row
+    out[:, row.shape[1]:] = block
+    return out
+
+
+def stack_indexed(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One-row (rows, vals) index arrays (``index`` of one feature dict each) stacked and zero-padded to the
+    widest: what ``index`` gives for all the dicts at once."""
+    m = max(r.shape[1] for r, _ in indexed)
+    rows = np.zeros((len(indexed), m), dtype=np.intp)
+    vals = np.zeros((len(indexed), m))
+    for i, (r, v) in enumerate(indexed):
+        rows[i, : r.shape[1]] = r[0]
+        vals[i, : v.shape[1]] = v[0]
+    return rows, vals
+
+
 _NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add"
 
 
@@ -64,8 +84,7 @@ class FMScoring:
         parts = list(parts)
         if len(parts) > 1 and parts[0][0].shape[0] == 1:  # a single-row part (the job): append its features
             (r0, v0), (r1, v1) = parts[0], parts[1]
-            n = r1.shape[0]
-            parts[:2] = [(np.hstack([np.repeat(r0, n, 0), r1]), np.hstack([np.repeat(v0, n, 0), v1]))]
+            parts[:2] = [(_prefixed(r0, r1), _prefixed(v0, v1))]
         for rows, vals in parts:
             lin, s, q = self.part_terms(rows, vals)
             if merged and merged[-1][0].shape[0] * rows.shape[0] <= limit:
@@ -173,12 +192,26 @@ class FMScoring:
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
         rows_a, vals_a, rows_d, vals_d, a_at = plan
-        lin_a, s_a, _, inter_a = self._part_sums(rows_a, vals_a)
+        return self.raw_sums_of(self.row_terms(rows_a, vals_a), self.newcomer_terms(rows_d, vals_d), vals_d, a_at)
+
+    def row_terms(self, rows: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What :meth:`raw_sums` reads of its ``xa`` rows: each row's own output (bias, linear and interaction
+        terms) (n, T) and latent sum (n, T, k). Row by row (a row's terms are the same in any stack of rows, at
+        any padding), so the terms of stacked rows are the stacked terms of their parts."""
+        lin, s, _, inter = self._part_sums(rows, vals)
+        return self._W[0] + lin + inter, s
+
+    def newcomer_terms(self, rows_d: np.ndarray, vals_d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What :meth:`raw_sums` reads of its ``xd`` rows (``newcomer_plan``'s index arrays): their own output
+        less the bias (n_d, T), latent sums (n_d, T, k) and each entry's squared latent norm (n_d, m_d, T)."""
         lin_d, s_d, _, inter_d = self._part_sums(rows_d, vals_d)
-        y_a = self._W[0] + lin_a + inter_a  # n_a, T
-        y_d = lin_d + inter_d  # n_d, T
+        return lin_d + inter_d, s_d, (self._V[rows_d] ** 2).sum(-1)
+
+    def raw_sums_of(self, a_terms: tuple, d_terms: tuple, vals_d: np.ndarray, a_at: np.ndarray | None) -> np.ndarray:
+        """:meth:`raw_sums_planned` from the rows' ``row_terms`` and the newcomers' ``newcomer_terms``."""
+        y_a, s_a = a_terms
+        y_d, s_d, norms = d_terms
         out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
         if a_at is not None:  # overlap correction for keys present in both a and d
-            norms = (self._V[rows_d] ** 2).sum(-1)  # n_d, m_d, T
             out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
         return self._unscale(out)

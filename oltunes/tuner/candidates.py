@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from oltunes.tuner import built
 from oltunes.tuner.occupancy import MAX_MEMO, Occupancy
 from oltunes.types import CoRunner, Placement, Pool, Variant
 
@@ -71,8 +72,8 @@ def co_runner_of(p: Placement, load: float = 1.0) -> CoRunner:
     """How a placed job appears to a job sharing its device (default load 1: assume it keeps the device busy;
     the tuner passes a measured or estimated load when it has one)."""
     c = p.candidate
-    return CoRunner(job_id=p.job_id, family=c.variant.family, variant=c.variant.name, size=c.variant.size,
-                    precision=c.variant.precision, batch_size=c.batch_size, load=load)
+    return built.co_runner(p.job_id, c.variant.family, c.variant.name, c.variant.size, c.variant.precision,
+                           c.batch_size, load)
 
 
 class CoLite(NamedTuple):

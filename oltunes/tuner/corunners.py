@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
-from typing import Any
+from operator import is_
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from oltunes.learner.features import (
     placement_features,
     variant_features,
 )
+from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.memo import put_bounded
@@ -74,17 +75,144 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
 
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
                    job: JobSpec) -> MemberChecks:
-    members = [(p, o, mem) for p, o in enumerate(options) for mem in o.members]
-    if not members:
+    shared = [(p, o) for p, o in enumerate(options) if o.members]
+    if not shared:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})
     sizes = tuple(sorted({v.size for v in variants}))
-    parts = [_option_members(est, o) for o in options if o.members]
-    key = ("members", job.family, sizes, tuple(chain.from_iterable(part[1] for part in parts)))
-    # The outcome depends on these members, the newcomer's family and the model's state (``member_memo``'s
-    # version): a burst of recommendations between two observations computes it once.
-    hit = est.member_memo.get((key, tuple((o.pool.name, o.device) for o in options)),
-                              lambda: _compute(est, key, members, parts, options, variants, job, sizes))
-    return MemberChecks(hit.ok.copy(), hit.by_option, hit.slow, hit.sizes)
+    xd_key = (job.family, sizes)
+    # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
+    # a decision re-reads the options that did not change and stacks them; only the sums that mix every member
+    # (the FM's cross terms, a BLAS product whose rounding depends on the stack) are made per decision.
+    table = est.member_memo.table("option_terms")
+    parts = [_kept_terms(est, table, o, xd_key) for _, o in shared]
+    pending = [i for i, t in enumerate(parts) if type(t) is _Pending]
+    if pending:  # the options met for the first time, built together (every value is computed row by row)
+        for i, terms in zip(pending, _build_terms(est, [parts[i] for i in pending], xd_key)):
+            parts[i] = _keep(table, parts[i], terms, xd_key)
+    return _checks_of(est, options, variants, shared, parts, xd_key)
+
+
+def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple) -> MemberChecks:
+    sizes = xd_key[1]
+    L = len(LOAD_LEVELS)
+    T = parts[0].packed.shape[1] - L - 5  # (the FM's targets: ``_OptionTerms``' columns)
+    packed = parts[0].packed if len(parts) == 1 else np.concatenate([t.packed for t in parts])
+    s_a = parts[0].s_a if len(parts) == 1 else np.concatenate([t.s_a for t in parts])
+    M = packed.shape[0]
+    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
+    a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
+    if any(t.overlap is not None for t in parts):
+        a_at = np.zeros((M, *rows_d.shape))
+        at = 0
+        for t in parts:
+            if t.overlap is not None:
+                a_at[at:at + len(t.job_ids)] = t.overlap
+            at += len(t.job_ids)
+    d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
+    raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
+    prior_with, (waits, slos, margins, corr, log_alone) = packed[:, T:T + L], packed[:, T + L:].T
+    log_with = raw[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :] + corr[:, None, None]
+    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
+    slow = np.exp(log_with - log_alone[:, None, None])
+    ok = np.ones((len(options), len(variants), L), dtype=bool)
+    good_v = None if good.all() else good[:, [sizes.index(v.size) for v in variants], :]  # M, V, L
+    by_option: dict[int, list[tuple[str, int]]] = {}
+    i = 0
+    for (p, _), t in zip(shared, parts):
+        n = len(t.job_ids)
+        by_option[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
+        if good_v is not None:
+            ok[p] = good_v[i:i + n].all(axis=0)  # every member of the option keeps its SLO
+        i += n
+    return MemberChecks(ok, by_option, slow, sizes)
+
+
+class _OptionTerms(NamedTuple):
+    """One shared option's members as the checks read them, row per member: ``packed`` = the FM's own output of
+    the member beside its co-runners (``row_terms``, T columns), its prior log latency per newcomer load level
+    (L), batch-fill wait, SLO, log latency margin, pooled correction and log latency alone; ``s_a`` its latent
+    sums; ``overlap`` its keys' overlap with the newcomer's (``sums_plan``'s ``a_at``; None: none)."""
+
+    job_ids: tuple[str, ...]
+    packed: np.ndarray
+    s_a: np.ndarray
+    overlap: np.ndarray | None
+
+
+class _Pending(NamedTuple):
+    """An option whose terms are to be built: its members' rows, and the keys they will be kept under."""
+
+    option: PlacementOption
+    rows: list[_MemberRow]
+    same: tuple
+    content: tuple
+
+
+def _kept_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) -> _OptionTerms | _Pending:
+    """An option's terms, kept per option object (a pool that did not change hands the next decision the same
+    options), per its placements (a new object for the same ones: placements are frozen, so the same objects on
+    the same device at the same loads read the same) and per what they read (members moved back where they were);
+    else what building them needs."""
+    hit = table.get((id(o), xd_key))
+    if hit is not None and hit[0] is o:
+        return hit[1]
+    acc = o.pool.accelerator
+    same = (xd_key, o.pool.name, acc.name, acc.max_w, o.device, o.loads, tuple(map(id, o.members)))
+    kept = table.get(same)
+    if kept is not None and all(map(is_, kept[0], o.members)):
+        terms = kept[1]
+    else:
+        _, key_part, rows = _option_members(est, o)
+        content = (xd_key, acc.name, acc.max_w, key_part)
+        terms = table.get(content)
+        if terms is None:
+            return _Pending(o, rows, same, content)
+        put_bounded(table, same, (o.members, terms))  # holds the members: their ids stay unique meanwhile
+    put_bounded(table, (id(o), xd_key), (o, terms))  # holds o: its id stays unique meanwhile
+    return terms
+
+
+def _keep(table: dict, pending: _Pending, terms: _OptionTerms, xd_key: tuple) -> _OptionTerms:
+    o = pending.option
+    put_bounded(table, pending.content, terms)
+    put_bounded(table, pending.same, (o.members, terms))
+    put_bounded(table, (id(o), xd_key), (o, terms))
+    return terms
+
+
+def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> list[_OptionTerms]:
+    """The options' rows planned (each member's index arrays are kept with its row, ``_index_new_rows``) and
+    scored together: every value is computed row by row, so any stack of options' terms is what scoring the
+    stacked rows gives (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
+    rows = [r for p in pending for r in p.rows]
+    members = [m for p in pending for m in p.option.members]
+    _index_new_rows(est, rows, xd_key)
+    pieces = [r.plans[xd_key] for r in rows]
+    y_a, s_a = est.model.row_terms(*stack_indexed([(p[0], p[1]) for p in pieces]))
+    memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
+    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in members)))
+    log_alone = est.model.predict_many(*stack_indexed([r.alone for r in rows]))[:, LAT] + np.array(
+        [r.prior_alone for r in rows]) + corr
+    T, L = y_a.shape[1], len(LOAD_LEVELS)
+    packed = np.empty((len(rows), T + L + 5))
+    packed[:, :T] = y_a
+    packed[:, T:T + L] = [r.prior_with for r in rows]
+    for i, col in enumerate(([r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
+        packed[:, T + L + i] = col
+    out, at = [], 0
+    for p in pending:
+        n = len(p.rows)
+        mine = pieces[at:at + n]
+        overlap = None
+        if any(q[2] is not None for q in mine):
+            overlap = np.zeros((n, *next(q[2] for q in mine if q[2] is not None).shape))
+            for i, q in enumerate(mine):
+                if q[2] is not None:
+                    overlap[i] = q[2]
+        out.append(_OptionTerms(tuple(m.job_id for m in p.option.members), packed[at:at + n], s_a[at:at + n],
+                                overlap))
+        at += n
+    return out
 
 
 def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[_MemberRow]]:
@@ -102,28 +230,6 @@ def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption
     return hit
 
 
-def _compute(est: Estimator, key, members, parts, options, variants, job, sizes) -> MemberChecks:
-    L = len(LOAD_LEVELS)
-    ok = np.ones((len(options), len(variants), L), dtype=bool)
-    plan, alone_idx, prior_with, prior_alone, waits, slos, cands = est.memo.get(
-        key, lambda: _plan(est, members, [r for part in parts for r in part[2]], job.family, sizes))
-    terms = est.per_observation.table("member_terms")
-    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, terms, c) for c in cands)))
-    M = len(members)
-    log_with = (est.model.raw_sums_planned(plan)[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :]
-                + corr[:, None, None])
-    log_alone = est.model.predict_many(*alone_idx)[:, LAT] + prior_alone + corr
-    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
-    slow = np.exp(log_with - log_alone[:, None, None])
-    if not good.all():
-        vsize = [sizes.index(v.size) for v in variants]
-        np.logical_and.at(ok, np.array([p for p, _, _ in members]), good[:, vsize, :])
-    by_option: dict[int, list[tuple[str, int]]] = {}
-    for i, (p, _, mem) in enumerate(members):
-        by_option.setdefault(p, []).append((mem.job_id, i))
-    return MemberChecks(ok, by_option, slow, sizes)
-
-
 def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, float]:
     """A member's log latency margin and pooled correction: they change with every observation, not with the
     cluster, so a burst of decisions between two observations reads them once per configuration (``memo``: the
@@ -133,29 +239,6 @@ def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, floa
     if hit is None:
         hit = memo[key] = (est.latency_margin(c), np.reshape(est.correction_of(c), -1)[LAT])
     return hit
-
-
-def _plan(est: Estimator, members, rows: Sequence[_MemberRow], family: str, sizes: Sequence[str]):
-    """Parameter-independent inputs of the member checks (memoised until the vocabulary changes) from the
-    members' rows (``_option_members``). Each member's index arrays are kept with its row (``_MemberRow``), so
-    a cluster that changed elsewhere indexes only its new rows and stacks the rest: the arrays are exactly those
-    ``sums_plan`` and ``index`` give for the whole list."""
-    xd_key = (family, tuple(sizes))
-    _index_new_rows(est, rows, xd_key)
-    pieces = [r.plans[xd_key] for r in rows]
-    rows_a, vals_a = _stack([(p[0], p[1]) for p in pieces])
-    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
-    a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
-    if any(p[2] is not None for p in pieces):
-        a_at = np.zeros((len(rows), *rows_d.shape))
-        for i, p in enumerate(pieces):
-            if p[2] is not None:
-                a_at[i] = p[2]
-    plan = (rows_a, vals_a, rows_d, vals_d, a_at)
-    alone_idx = _stack([r.alone for r in rows])
-    cands = [mem.candidate for _, _, mem in members]  # margins and corrections move per observation
-    return (plan, alone_idx, np.array([r.prior_with for r in rows]), np.array([r.prior_alone for r in rows]),
-            np.array([r.wait for r in rows]), np.array([r.slo for r in rows]), cands)
 
 
 def _newcomer(est: Estimator, xd_key: tuple) -> list[dict[str, float]]:
@@ -186,17 +269,6 @@ def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -
         if r.alone is None:
             w = len(r.x_alone) or 1
             r.alone = (alone_rows[i : i + 1, :w], alone_vals[i : i + 1, :w])
-
-
-def _stack(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """One-row (rows, vals) index arrays stacked and zero-padded to the widest (what ``index`` gives for all)."""
-    m = max(r.shape[1] for r, _ in indexed)
-    rows = np.zeros((len(indexed), m), dtype=np.intp)
-    vals = np.zeros((len(indexed), m))
-    for i, (r, v) in enumerate(indexed):
-        rows[i, : r.shape[1]] = r[0]
-        vals[i, : v.shape[1]] = v[0]
-    return rows, vals
 
 
 class _MemberRow:
@@ -240,8 +312,14 @@ def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
         own = put_bounded(static, key, _member_own(est, o, mem))
     base_x, lat0, en0, lat1, en1, rate, wait = own
     co = [CoLite(f, s, load) for f, s, load in others]
-    load = np.concatenate([[0.0], sum(c.load for c in co) + LOAD_LEVELS])
-    plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+    co_load = sum(c.load for c in co)
+    # the prior reads the co-runners' summed load only, which many co-runner sets share
+    plat = static.get((key, co_load))
+    if plat is None:
+        load = np.concatenate([[0.0], co_load + LOAD_LEVELS])
+        plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+        plat.flags.writeable = False
+        put_bounded(static, (key, co_load), plat)
     return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
 
 

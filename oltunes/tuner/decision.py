@@ -16,14 +16,14 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from oltunes.learner.features import job_context
-from oltunes.tuner import explain
+from oltunes.tuner import built, explain
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.estimate import LAT, Estimate, Estimator
 from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import Objective
 from oltunes.tuner.selection import Choice
-from oltunes.types import Candidate, ColocationGroup, Decision, Explanation, JobSpec
+from oltunes.types import Candidate, ColocationGroup, Decision, JobSpec
 
 __all__ = ["MIN_MODEL_OBS", "DecisionBuilder"]
 
@@ -78,11 +78,9 @@ class DecisionBuilder:
             text += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
         elif choice.stayed:
             text += "; kept the current placement (moving would not make it clearly less infeasible)"
-        expl = Explanation(predicted=est.prediction(idx), n_candidates=verdict.n_candidates,
-                           n_feasible=verdict.n_feasible, note=text,
-                           runner_ups=tuple(explain.runner_ups(est, verdict, objective, obj, idx, self.near_equal)))
-        return Decision(job_id=job.job_id, candidate=cand, group=group, source=source,
-                        feasible=bool(verdict.n_feasible), explanation=expl)
+        expl = built.explanation(est.prediction(idx), verdict.n_candidates, verdict.n_feasible, text,
+                                 tuple(explain.runner_ups(est, verdict, objective, obj, idx, self.near_equal)))
+        return built.decision(job.job_id, cand, group, source, bool(verdict.n_feasible), expl)
 
     def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:
         """Log latency of the chosen configuration alone on its device (its slowdown's denominator): the same
@@ -92,5 +90,5 @@ class DecisionBuilder:
         # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
         key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
                est.priors.accelerator(cand.accelerator))
-        return self._alone.get(key, lambda: est.predict_log([ctx], [cand.model_copy(update={"co_runners": ()})])[
-            0, LAT])
+        return self._alone.get(key, lambda: est.predict_log([ctx], [built.candidate(
+            cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency, ())])[0, LAT])

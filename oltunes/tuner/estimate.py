@@ -38,8 +38,10 @@ from oltunes.learner.features import (
     variant_features,
 )
 from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
+from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
+from oltunes.tuner import built
 from oltunes.tuner.candidates import PlacementOption, fill_wait_ms
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
@@ -95,9 +97,8 @@ class Estimate:
         return [o.pool.accelerator.name for o in self.options]
 
     def prediction(self, idx: tuple[int, ...]) -> Prediction:
-        return Prediction(latency_p99_ms=float(self.lat[idx]), energy_j_per_item=float(self.energy[idx]),
-                          throughput_items_per_s=float(self.thr[idx]),
-                          margin_ms=float(self.pess_lat[idx] - self.lat[idx]))
+        return built.prediction(float(self.lat[idx]), float(self.energy[idx]), float(self.thr[idx]),
+                                float(self.pess_lat[idx] - self.lat[idx]))
 
     def key(self, idx: tuple[int, ...]) -> str:
         """``pool/variant/b<batch>/c<concurrency>/dev<device>[+shared]`` of one cell."""
@@ -109,8 +110,8 @@ class Estimate:
     def candidate(self, idx: tuple[int, ...]) -> Candidate:
         p, v, b, c = idx
         o = self.options[p]
-        return Candidate(pool=o.pool.name, accelerator=o.pool.accelerator.name, variant=self.variants[v],
-                         batch_size=self.batch_sizes[b], concurrency=self.concurrencies[c], co_runners=o.co_runners)
+        return built.candidate(o.pool.name, o.pool.accelerator.name, self.variants[v], self.batch_sizes[b],
+                               self.concurrencies[c], o.co_runners)
 
 
 class Estimator:
@@ -208,21 +209,28 @@ class Estimator:
         return out
 
     def correction_of(self, c: Candidate) -> np.ndarray | float:
-        """The pooled correction (log, per target) of one candidate (0 without one)."""
-        return 0.0 if self.correction is None else self.correction.predict_candidate(
-            c, self.priors.growth(c.accelerator, c.variant, c.batch_size))
-
-    def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
+        """The pooled correction (log, per target) of one candidate (0 without one); read-only, kept per what it
+        reads until the next observation (decisions in between ask for the same configurations again)."""
         if self.correction is None:
             return 0.0
-        return self.per_observation.get(("correction", tuple(regions), variants[0].family),
-                                        lambda: self._build_correction_grid(regions, variants))
+        memo = self.per_observation.table("corrections")
+        key = (c.accelerator, c.variant, c.batch_size, c.concurrency)
+        out = memo.get(key)
+        if out is None:
+            out = self.correction.predict_candidate(c, self.priors.growth(c.accelerator, c.variant, c.batch_size))
+            out.flags.writeable = False
+            memo[key] = out
+        return out
 
-    def _build_correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
+    def _correction_grid(self, regions: Sequence[str], variants: Sequence[Variant]) -> np.ndarray | float:
         """The correction depends on an option's accelerator type only, and many options share one (40 pools,
-        8 types): each type's rows are computed once and copied to its options (the same numbers)."""
-        unique = list(dict.fromkeys(regions))
-        grid = self.correction.grid(unique, variants, self.batch_sizes, self.concurrencies, self.priors.growth)
+        8 types): each type's rows are computed once per observation (kept per the types in order of first
+        appearance, which few option lists differ in) and copied to its options (the same numbers)."""
+        if self.correction is None:
+            return 0.0
+        unique = tuple(dict.fromkeys(regions))
+        grid = self.per_observation.get(("correction", unique, variants[0].family), lambda: self.correction.grid(
+            unique, variants, self.batch_sizes, self.concurrencies, self.priors.growth))
         if len(unique) == len(regions):
             return grid
         at = {r: i for i, r in enumerate(unique)}
@@ -230,18 +238,35 @@ class Estimator:
 
     def _part_arrays(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]):
         m = self.model
-        job = m.index([job_features(ctx)])
-        place = self.memo.get(("place", tuple(o.model_key for o in options)),
-                              lambda: m.index([placement_features(o.pool.name, o.pool.accelerator.name,
-                                                                  o.co_features) for o in options]))
+        # index arrays per job context and per option (row by row: stacked, the rows ``index`` gives for all)
+        jobs, places = self.memo.table("job_rows"), self.memo.table("place_rows")
+        job = jobs.get(ctx)
+        if job is None:
+            job = put_bounded(jobs, ctx, m.index([job_features(ctx)]))
+
+        def stacked():
+            rows = []
+            for o in options:
+                row = places.get(o.model_key)
+                if row is None:
+                    row = put_bounded(places, o.model_key, m.index([placement_features(
+                        o.pool.name, o.pool.accelerator.name, o.co_features)]))
+                rows.append(row)
+            return stack_indexed(rows)
+
+        place = self.memo.get(("place", tuple(o.model_key for o in options)), stacked)
         var = self.memo.get(("var", variants[0].family), lambda: m.index([variant_features(v) for v in variants]))
         bat = self.memo.get(("batch",), lambda: m.index([batch_features(b) for b in self.batch_sizes]))
         con = self.memo.get(("conc",), lambda: m.index([concurrency_features(c) for c in self.concurrencies]))
         return [job, place, var, bat, con]
 
     def _log_items_per_batch(self) -> np.ndarray:
-        """log(batch x concurrency) over the grid's (B, C) axes."""
-        return np.log(np.outer(self.batch_sizes, self.concurrencies).astype(float))
+        """log(batch x concurrency) over the grid's (B, C) axes (read-only, made once: both axes are fixed)."""
+        out = self.__dict__.get("_items_log")
+        if out is None:
+            out = self._items_log = np.log(np.outer(self.batch_sizes, self.concurrencies).astype(float))
+            out.flags.writeable = False
+        return out
 
     def estimate(self, job: JobSpec, options: list[PlacementOption], variants: list[Variant],
                  no_capacity: bool = False) -> Estimate:
@@ -274,7 +299,8 @@ class Estimator:
         # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
         logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
                                    plus=(prior, np.broadcast_to(corr, prior.shape)))[:, 0]
-        marg = np.array([self.margins(r, variants[0].family) for r in regions])  # P, 3
+        by_region = {r: self.margins(r, variants[0].family) for r in dict.fromkeys(regions)}  # (few types)
+        marg = np.array([by_region[r] for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
         lat, energy, thr = np.exp(logp)

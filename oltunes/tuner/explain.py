@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from oltunes.tuner import built
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.estimate import Estimate
 from oltunes.tuner.explain_kernels import pair_minima
 from oltunes.tuner.objectives import Objective
-from oltunes.tuner.selection import Index
+from oltunes.tuner.selection import Index, unravel
 from oltunes.types import Alternative
 
 __all__ = ["runner_ups", "note"]
@@ -36,10 +37,10 @@ def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.nd
         j = (p, v, *divmod(int(np.where(feasible[p, v], obj[p, v], np.inf).argmin()), obj.shape[3]))
         rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
         reason = f"{objective.worse} (+{rel:.1f}%)" if rel > near_equal * 100 else "near-equal, leaves more fragmentation"
-        out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=reason))
-    j = tuple(int(i) for i in np.unravel_index(flat_infeasible, obj.shape))
+        out.append(built.alternative(est.key(j), est.prediction(j), reason))
+    j = unravel(int(flat_infeasible), obj.shape)
     if not feasible[j] and np.isfinite(obj[j]) and j != idx:
-        out.append(Alternative(candidate_key=est.key(j), prediction=est.prediction(j), reason=verdict.why(j)))
+        out.append(built.alternative(est.key(j), est.prediction(j), verdict.why(j)))
     return out
 
 

@@ -104,24 +104,37 @@ class PriorTable:
                              lambda: self._build_grid(options, variants, sig, rate))
 
     def _build_grid(self, options, variants, sig, rate: float) -> np.ndarray:
-        base, lat1, en1 = self.memo.get(("prior_base", variants[0].family, tuple(x[:2] for x in sig)),
-                                        lambda: self._base_grid(options, variants))
-        load = np.array([x[2] for x in sig], dtype=float)[:, None, None, None]
-        b = np.array(self.batch_sizes, dtype=float)[None, None, :, None]
-        c = np.array(self.concurrencies, dtype=float)[None, None, None, :]
-        out = np.empty((3, len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)))
-        for i, a in enumerate(Prior.adjust(base[..., 0][..., None], base[..., 1][..., None], b, c, load, lat1, en1,
-                                           rate)):
-            out[i] = a  # broadcast into the grid
-        return out
+        """The grid stacked from each option's block (3, V, B, C), kept per what it reads (accelerator, co-load,
+        family, rate): a new list of options mostly repeats blocks (every cell is an element-wise function of its
+        option's figures, so a block is the same alone or in any grid)."""
+        family = variants[0].family
+        # (the pools' accelerators are registered when a list of them is first met, as they always were)
+        self.memo.get(("prior_base", family, tuple(x[:2] for x in sig)), lambda: self._register(options))
+        blocks = self.memo.table("prior_blocks")
+        out = []
+        for o, x in zip(options, sig):
+            key = (family, x, rate)
+            block = blocks.get(key)
+            if block is None:
+                block = put_bounded(blocks, key, self._block(o.pool.accelerator, variants, x[2], rate))
+            out.append(block)
+        return np.stack(out, axis=1)
 
-    def _base_grid(self, options: Sequence[PlacementOption], variants: Sequence[Variant]):
-        """Base (latency, energy) table (P, V, B, 2), and the batch-1 latency and energy (P, V, 1, 1)."""
-        bases = []
+    def _register(self, options: Sequence[PlacementOption]) -> bool:
         for o in options:
-            acc = o.pool.accelerator
-            self.accelerators[acc.name] = acc  # the pool's own figures win (a measurement names only the type)
-            bases.append(self.memo.get(("prior", acc.name, acc.max_w, variants[0].family), lambda acc=acc: np.array(
-                [[self.prior.base(acc, v, b) for b in (1, *self.batch_sizes)] for v in variants])))  # V, 1+B, 2
-        base = np.stack(bases)
-        return base[:, :, 1:, :], base[:, :, 0, 0][..., None, None], base[:, :, 0, 1][..., None, None]
+            self.accelerators[o.pool.accelerator.name] = o.pool.accelerator  # the pool's own figures win (a
+        return True  # measurement names only the type)
+
+    def _block(self, acc: Accelerator, variants: Sequence[Variant], co_load: float, rate: float) -> np.ndarray:
+        """Log prior (3, V, B, C) of one option: ``Prior.adjust`` of its base table (V, 1+B, 2)."""
+        table = self.memo.get(("prior", acc.name, acc.max_w, variants[0].family), lambda: np.array(
+            [[self.prior.base(acc, v, b) for b in (1, *self.batch_sizes)] for v in variants]))
+        base, lat1, en1 = table[:, 1:, :], table[:, 0, 0][:, None, None], table[:, 0, 1][:, None, None]
+        b = np.array(self.batch_sizes, dtype=float)[None, :, None]
+        c = np.array(self.concurrencies, dtype=float)[None, None, :]
+        out = np.empty((3, len(variants), len(self.batch_sizes), len(self.concurrencies)))
+        for i, a in enumerate(Prior.adjust(base[..., 0][..., None], base[..., 1][..., None], b, c,
+                                           np.array(co_load, dtype=float), lat1, en1, rate)):
+            out[i] = a  # broadcast into the block
+        out.flags.writeable = False
+        return out

@@ -31,7 +31,7 @@ from oltunes.tuner.objectives import Objective
 from oltunes.tuner.selection_kernels import graded_violation
 from oltunes.types import Placement
 
-__all__ = ["INFEASIBLE_STAY", "Choice", "Selector", "lexsort_first"]
+__all__ = ["INFEASIBLE_STAY", "Choice", "Selector", "lexsort_first", "unravel"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
@@ -100,19 +100,20 @@ class Selector:
         o = np.where(feasible, obj, np.inf).ravel()
         at = int(o.argmin())  # (the first minimum: its value is the minimum, one pass instead of two)
         best = o[at]
-        p_best = np.unravel_index(at, feasible.shape)[0]
+        _, V, B, C = feasible.shape
+        p_best = at // (V * B * C)
         band = max(self.near_equal, math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target]))
         flat = np.flatnonzero(o <= best * (1.0 + band))
-        p_idx = np.unravel_index(flat, feasible.shape)[0]
+        p_idx = flat // (V * B * C)
         last = self._frag  # consecutive decisions share one options list while the cluster is unchanged
         if last is None or last[0] is not est.options:
             last = self._frag = (est.options, fragmentation(est.options))
         frag = last[1][p_idx]
         secondary = objective.secondary(est, flat, p_idx)
         fragile = -tolerated_slowdown(est, self.throughput_headroom, flat)
-        accuracy = np.array([v.accuracy for v in est.variants])[np.unravel_index(flat, feasible.shape)[1]]
+        accuracy = np.array([v.accuracy for v in est.variants])[flat // (B * C) % V]
         first = lexsort_first((o[flat], secondary, accuracy, fragile, frag))
-        return tuple(int(i) for i in np.unravel_index(flat[first], feasible.shape))  # type: ignore[return-value]
+        return unravel(int(flat[first]), feasible.shape)  # type: ignore[return-value]
 
     def explore_in(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray) -> Index:
         return self.explore(est, verdict.feasible, objective, obj)
@@ -143,6 +144,15 @@ class Selector:
             shortfall, crowd, float(job.slo_ms), job.kind == "streaming",
             float(job.arrival_rate_rps * self.throughput_headroom), float(self.crowding))
         return tuple(int(i) for i in np.unravel_index(first, shape)), graded  # type: ignore[return-value]
+
+
+def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``np.unravel_index`` of one flat index, as ints."""
+    out = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n)
+        out.append(i)
+    return tuple(reversed(out))
 
 
 def _grid(mask: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

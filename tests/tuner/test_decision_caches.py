@@ -118,7 +118,11 @@ def test_the_correction_and_visit_grids_scored_per_accelerator_type_equal_the_pe
     regions = [p.accelerator.name for p in cluster.pools] * 3  # each type several times, interleaved
     fam = [v for v in variants if v.family == "cnn"]
     full = est.correction.grid(regions, fam, est.batch_sizes, est.concurrencies, est.priors.growth)
-    assert np.array_equal(est._build_correction_grid(regions, fam), full)
+    assert np.array_equal(est._correction_grid(regions, fam), full)
+    # another list of the same types in the same first-appearance order reads the rows kept for the first
+    other = regions[: len(regions) // 3] + regions[:2]
+    assert np.array_equal(est._correction_grid(other, fam),
+                          est.correction.grid(other, fam, est.batch_sizes, est.concurrencies, est.priors.growth))
     assert not np.array_equal(full[:, 0], full[:, 1])  # the types really differ (the test can fail)
     visits = est._visit_grid(regions, fam)
     assert visits.sum() > 0 and visits.tolist() == [[est.visits.get(f"{a}/{v.name}", 0) for v in fam] for a in regions]
@@ -184,3 +188,41 @@ def test_a_kept_prior_log_and_growth_equal_fresh_ones_and_are_read_only():
             assert got.tobytes() == plain.growth(c_.accelerator, c_.variant, c_.batch_size).tobytes()
             assert not got.flags.writeable
     assert len(est.memo.table("prior_log")) < len(asked)  # repeats were kept, not recomputed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_prior_grid_and_placement_rows_kept_per_option_equal_the_whole_grid_at_once(seed):
+    """The prior's grid and the placements' index arrays are kept per option and stacked: the same numbers as
+    ``Prior.adjust`` broadcast over every option at once and one ``index`` call over every option."""
+    from oltunes.learner.features import placement_features
+    from oltunes.tuner.prior import Prior
+    from oltunes.tuner.prior_table import stream_rate
+
+    variants = make_variants()
+    rng = np.random.default_rng(seed)
+    tuner = Tuner(variants, seed=seed)
+    cluster = random_cluster(rng, variants, max_count=4)
+    for i in range(30):
+        tuner.observe(_measurement(rng, cluster, variants, i))
+    est, pr = tuner.estimator, tuner.estimator.priors
+    fam = [v for v in variants if v.family == "cnn"]
+    options, _ = ClusterOptions(est, tuner.catalogue).of(cluster, None, None)
+    assert len({o.prior_key for o in options}) >= 2  # accelerators or co-loads: blocks that differ
+    b = np.array(pr.batch_sizes, dtype=float)[None, None, :, None]
+    c = np.array(pr.concurrencies, dtype=float)[None, None, None, :]
+    base = np.stack([np.array([[pr.prior.base(o.pool.accelerator, v, k) for k in (1, *pr.batch_sizes)] for v in fam])
+                     for o in options])  # P, V, 1+B, 2
+    load = np.array([sum(x.load for x in o.co_features) for o in options], dtype=float)[:, None, None, None]
+    for rate in (0.0, 37.0, 410.0):
+        job = JobSpec(family="cnn", kind="streaming" if rate else "batch", slo_ms=100.0, arrival_rate_rps=rate)
+        ctx = job_context(job)
+        est.priors.grid(options[::2], fam, ctx)  # some blocks kept from an earlier list
+        got = est.priors.grid(options, fam, ctx)
+        srate = float(f"{stream_rate(ctx, pr.partial_batches):.2g}")
+        whole = Prior.adjust(base[:, :, 1:, 0][..., None], base[:, :, 1:, 1][..., None], b, c, load,
+                             base[:, :, 0, 0][..., None, None], base[:, :, 0, 1][..., None, None], srate)
+        assert np.array_equal(got, np.stack([np.broadcast_to(a, got.shape[1:]) for a in whole]))
+        place = est._part_arrays(ctx, options, fam)[1]
+        want = est.model.index([placement_features(o.pool.name, o.pool.accelerator.name, o.co_features)
+                                for o in options])
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(place, want))

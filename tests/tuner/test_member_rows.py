@@ -74,13 +74,18 @@ def test_member_checks_after_changes_equal_a_cold_start(seed):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
-    """The plan stacked from each member's own index arrays is, array for array, the one ``sums_plan`` and
-    ``index`` give for the whole member list (so the checks score the very same numbers)."""
-    from oltunes.tuner.corunners import _member_row, _newcomer, _plan
-
-    def rows_of(members):
-        return [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
+def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(seed):
+    """The checks stack each option's kept terms (some kept from an earlier decision on part of the options);
+    every member's predicted slowdown and SLO check are, bit for bit, those of the plain FM sums (``raw_sums``
+    and ``predict_many``) over the whole member list at once."""
+    from oltunes.tuner.corunners import (
+        LOAD_LEVELS,
+        _member_checks,
+        _member_row,
+        _member_terms,
+        _newcomer,
+    )
+    from oltunes.tuner.estimate import LAT
 
     rng = np.random.default_rng(seed)
     variants = make_variants()
@@ -93,20 +98,30 @@ def test_stacked_member_plans_equal_one_plan_of_every_member(seed):
         m = _measured(rng, cluster, k)
         tuner.observe(m.model_copy(update={"candidate": p.candidate.model_copy(update={"co_runners": co})}))
     est = tuner.estimator
+    family = tuner.catalogue.family("cnn")
+    job = JobSpec(family="cnn", kind="streaming", slo_ms=float(rng.uniform(20.0, 400.0)), arrival_rate_rps=30.0)
     options = placement_options(cluster.pools, Occupancy.of(cluster.placements), load_of=est.load_of)
+    _member_checks(est, options[::2], family, job)  # some options' terms kept by an earlier decision
+    got = _member_checks(est, options, family, job)
     members = [(p, o, m) for p, o in enumerate(options) for m in o.members]
     assert members
-    sizes = tuple(sorted({v.size for v in variants if v.family == "cnn"}))
-    _plan(est, members[::2], rows_of(members[::2]), "cnn", sizes)  # some rows indexed by an earlier plan
-    rows = rows_of(members)
-    plan, alone, *_ = _plan(est, members, rows, "cnn", sizes)
-    want = est.model.sums_plan([r.x_with for r in rows], _newcomer(est, ("cnn", sizes)))
-    for got_a, want_a in zip(plan, want):
-        assert (got_a is None) == (want_a is None)
-        if want_a is not None:
-            assert got_a.dtype == want_a.dtype and np.array_equal(got_a, want_a)
-    for got_a, want_a in zip(alone, est.model.index([r.x_alone for r in rows])):
-        assert got_a.dtype == want_a.dtype and np.array_equal(got_a, want_a)
+    rows = [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
+    terms = [_member_terms(est, {}, m.candidate) for _, _, m in members]
+    margins, corr = (np.array(col) for col in zip(*terms))
+    sizes = got.sizes
+    M, S, L = len(members), len(sizes), len(LOAD_LEVELS)
+    raw = est.model.raw_sums([r.x_with for r in rows], _newcomer(est, ("cnn", sizes)))
+    log_with = raw[:, :, LAT].reshape(M, S, L) + np.array([r.prior_with for r in rows])[:, None, :] + corr[:, None, None]
+    log_alone = (est.model.predict_many(*est.model.index([r.x_alone for r in rows]))[:, LAT]
+                 + np.array([r.prior_alone for r in rows]) + corr)
+    good = (np.exp(log_with + margins[:, None, None]) + np.array([r.wait for r in rows])[:, None, None]
+            <= np.array([r.slo for r in rows])[:, None, None])
+    ok = np.ones((len(options), len(family), L), dtype=bool)
+    np.logical_and.at(ok, np.array([p for p, _, _ in members]), good[:, [sizes.index(v.size) for v in family], :])
+    assert np.array_equal(got.slow, np.exp(log_with - log_alone[:, None, None]))
+    assert np.array_equal(got.ok, ok)
+    assert got.by_option == {p: [(m.job_id, i) for i, (q, _, m) in enumerate(members) if q == p]
+                             for p in dict.fromkeys(p for p, _, _ in members)}
 
 
 def test_the_checks_kept_per_options_list_hold_one_list_per_family_and_equal_fresh_ones():

@@ -141,10 +141,20 @@ def test_runner_ups_name_the_best_cell_of_the_best_other_pairs(monkeypatch):
     verdict = SimpleNamespace(feasible=feasible, why=lambda j: "why")
     objective = SimpleNamespace(worse="more")
     made = []
-    monkeypatch.setattr(explain, "Alternative", lambda **kw: made.append(kw["candidate_key"]) or kw)
+    monkeypatch.setattr(explain.built, "alternative", lambda key, prediction, reason: made.append(key) or key)
     explain.runner_ups(est, verdict, objective, obj, idx, 0.02)
     best = {(p, v): min((obj[p, v, b, c], (p, v, b, c)) for b in range(5) for c in range(2) if feasible[p, v, b, c])
             for p in range(6) for v in range(4) if feasible[p, v].any() and (p, v) != idx[:2]}
     want = [cell for _, cell in sorted(best.values())[:3]]
     infeasible = min((obj[j], j) for j in np.ndindex(shape) if not feasible[j])[1]
     assert made == [*want, infeasible]
+
+
+def test_unravel_is_numpys_unravel_index_as_ints():
+    from oltunes.tuner.selection import unravel
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        shape = tuple(int(n) for n in rng.integers(1, 7, size=4))
+        flat = int(rng.integers(0, int(np.prod(shape))))
+        got = unravel(flat, shape)
+        assert got == tuple(int(i) for i in np.unravel_index(flat, shape)) and all(type(i) is int for i in got)
