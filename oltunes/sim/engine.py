@@ -22,7 +22,6 @@ from __future__ import annotations
 import gc
 import math
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Protocol
@@ -146,15 +145,15 @@ class Simulator(IntervalServing, ExternalStepping):
         self._physics(r)
         ready = now + cal.SWITCH_COST_S
         if r.streaming:
-            busy_until = max(r.free) if r.free else now
-            r.free = [max(ready, busy_until)] * r.conc  # all equal: a valid heap for serve
+            busy_until = float(r.free.max()) if len(r.free) else now
+            r.free = np.full(r.conc, max(ready, busy_until))  # all equal: a valid heap for serve
         else:
             r.ready_s = ready
 
     def _physics(self, r: JobRun) -> None:
         """What the truth model says about the run's configuration (re-read when the truth drifts)."""
         row = self.model.latency_row(r.vi, r.accel)
-        r.lat = (row[: r.batch + 1] / 1000.0).tolist()
+        r.lat = row[: r.batch + 1] / 1000.0
         r.power = self.model.busy_power_w(r.vi, r.accel, r.batch)
         r.sigma = self.model.sigma(r.vi, r.accel)
         r.kappa = self.model.concurrency_factor(r.accel, r.conc)
@@ -319,8 +318,7 @@ class Simulator(IntervalServing, ExternalStepping):
         spec = r.job.spec
         if r.streaming and r.i < len(r.arr):
             # the rate seen over the last re-tune window is what an operator's monitor would report
-            lo = bisect_left(r.arr, now - self.retune_s)
-            hi = bisect_left(r.arr, now)
+            lo, hi = np.searchsorted(r.arr, (now - self.retune_s, now)).tolist()
             rate = (hi - lo) / self.retune_s
             spec = spec.model_copy(update={"arrival_rate_rps": rate})
         d = policy.decide(spec, self.cluster.state(), current=old_pl)

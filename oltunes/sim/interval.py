@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from oltunes.percentile import mean, percentiles, total
+import numpy as np
+
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
+from oltunes.sim.serve_kernels import batch_figures, request_figures
 from oltunes.types import Candidate, Measurement
 
 if TYPE_CHECKING:
@@ -94,7 +96,7 @@ class IntervalServing:
                 r.measured = True
 
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
-        p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
+        p50, p95, p99, lat_sum = batch_figures(np.asarray(r.interval_lat_ms, dtype=float))
         c = r.decision.candidate
         co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
         last = r.measured_as
@@ -110,13 +112,12 @@ class IntervalServing:
                 co_runners=co,
             )
             r.measured_for = c
-        busy = total(r.interval_lat_ms) / 1000.0 / r.conc
+        busy = lat_sum / 1000.0 / r.conc
         req_p99 = wait = None
         if r.streaming and len(r.interval_req_ms):
             # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
             shed = self.drop_after * r.job.spec.slo_ms
-            req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
-            wait = mean(r.interval_wait_ms)
+            req_p99, wait = request_figures(r.interval_req_ms, r.interval_wait_ms, shed, r.interval_dropped)
         return Measurement(
             job_id=r.job.spec.job_id,
             decision_id=r.decision.decision_id,

@@ -1,0 +1,231 @@
+"""Compiled kernels of the simulator's serving (``oltunes.sim.jobrun.serve``) and of what a measurement reports of an
+interval (``interval_samples``, ``batch_figures``, ``request_figures``).
+
+Why compiled: a streaming instance's interval is a few dozen requests in a handful of batches, and at cluster scale
+(``benchmarks.sim_speed``: 22,500 job-intervals per million requests) the Python loop over batches and the numpy calls
+that filled in the per-request results cost more than anything they computed.
+
+What they must equal: the plain loop and the numpy/``oltunes.percentile`` figures (kept as the reference in
+``tests/sim/serve_reference.py``), bit for bit (``tests/sim/test_sim_serve_kernels.py``). Element-wise ``+ - * /``
+and comparisons are the same IEEE operations (no ``fastmath``); the executors' heap is CPython's ``heapq`` algorithm
+(so the heap's order is the same too); bisection is ``bisect``'s; sums are numpy's pairwise summation
+(``_pairwise``); percentiles are numpy's "linear" method on the sorted sample.
+
+Random draws stay with the caller: the serving loop takes one lognormal noise factor per batch from chunks of 256
+that ``serve`` draws exactly when the loop needs them (so the job's generator moves as it always did); the kernel
+returns when its chunk runs out and is called again, to resume, with the next chunk appended.
+
+Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.jit import compiled
+
+__all__ = ["batch_figures", "interval_samples", "request_figures", "serve_batches"]
+
+
+@compiled
+def _heapreplace(heap: np.ndarray, item: float) -> None:
+    """``heapq.heapreplace(heap, item)``: the root replaced, sifted to a leaf along the smaller children, then up."""
+    n = len(heap)
+    pos = 0
+    child = 1
+    while child < n:
+        right = child + 1
+        if right < n and not heap[child] < heap[right]:
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if item < heap[parent]:
+            heap[pos] = heap[parent]
+            pos = parent
+            continue
+        break
+    heap[pos] = item
+
+
+@compiled
+def _bisect_left(a: np.ndarray, x: float, lo: int, hi: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@compiled
+def _bisect_right(a: np.ndarray, x: float, lo: int, hi: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@compiled
+def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.ndarray, batch: int, drop_s: float,
+                  factor: float, noise: np.ndarray, q: int, b_start: np.ndarray, b_end: np.ndarray,
+                  b_size: np.ndarray, start: np.ndarray, done: np.ndarray, acc: np.ndarray, accuracy: float,
+                  dropped: np.ndarray, busy: float, shed: int) -> tuple[int, int, float, int, bool]:
+    """Serve requests ``arr[i:]`` until no batch can start before ``t1``: the earliest-free executor (``free``, a heap,
+    updated in place) takes every request that has arrived, up to ``batch``, as one batch lasting
+    ``lat[size] * factor * noise[q]``; requests that waited ``drop_s`` or more by then are shed (``dropped``).
+    Each request's batch start and end and ``accuracy`` go to ``start``, ``done``, ``acc``; batch ``q`` (the q-th
+    noise draw) is recorded as ``b_start[q]``, ``b_end[q]``, ``b_size[q]``.
+
+    Returns (next request, batches so far, ``busy`` plus the batches' isolated seconds, ``shed`` plus the requests
+    shed, whether it is done): not done when a batch needs ``noise[q]`` past the end of ``noise`` (the caller appends
+    a chunk and calls again from the returned state; ``b_*`` must be as long as ``noise``)."""
+    n = len(arr)
+    while i < n:
+        e = free[0]
+        a = arr[i]
+        t = e if e > a else a
+        if t >= t1:
+            break
+        lim = t - drop_s
+        if a < lim:
+            j = _bisect_left(arr, lim, i, n)
+            dropped[i:j] = True
+            shed += j - i
+            i = j
+            continue
+        m = _bisect_right(arr, t, i, i + batch if i + batch < n else n)
+        if q == len(noise):
+            return i, q, busy, shed, False
+        base = lat[m - i]
+        end = t + base * factor * noise[q]
+        _heapreplace(free, end)  # the executor free at e is busy until the batch ends
+        b_start[q], b_end[q], b_size[q] = t, end, m - i
+        q += 1
+        for k in range(i, m):
+            start[k], done[k], acc[k] = t, end, accuracy
+        busy += base
+        i = m
+    return i, q, busy, shed, True
+
+
+@compiled
+def interval_samples(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray, nb: int, batch: int,
+                     arr: np.ndarray, start: np.ndarray, done: np.ndarray, dropped: np.ndarray, i0: int,
+                     i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What an interval's serving of requests ``i0:i1`` in ``nb`` batches reports: the batches' latencies (ms; of
+    the full ones, ``batch`` requests, when there are at least 3 of them: partial batches run faster and would
+    flatter a large batch size), and each served request's end-to-end latency and wait before its batch (ms), in
+    request order."""
+    full = 0
+    for k in range(nb):
+        full += b_size[k] == batch
+    lat_ms = np.empty(full if full >= 3 else nb)
+    o = 0
+    for k in range(nb):
+        if full < 3 or b_size[k] == batch:
+            lat_ms[o] = (b_end[k] - b_start[k]) * 1000.0
+            o += 1
+    served = 0
+    for k in range(nb):
+        served += b_size[k]
+    req_ms, wait_ms = np.empty(served), np.empty(served)
+    o = 0
+    for k in range(i0, i1):
+        if not dropped[k]:
+            req_ms[o] = (done[k] - arr[k]) * 1000.0
+            wait_ms[o] = (start[k] - arr[k]) * 1000.0
+            o += 1
+    return lat_ms, req_ms, wait_ms
+
+
+@compiled
+def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
+    loop below 8, else 8 accumulators combined as a tree and the rest added in order. (The tuner's
+    ``correction_kernels`` has the same two kernels: numba's cache would not see a change to them here.)"""
+    if n < 8:
+        r = -0.0
+        for i in range(lo, lo + n):
+            r += a[i]
+        return r
+    acc = a[lo:lo + 8].copy()
+    i = 8
+    while i < n - n % 8:
+        for j in range(8):
+            acc[j] += a[lo + i + j]
+        i += 8
+    r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+    while i < n:
+        r += a[lo + i]
+        i += 1
+    return r
+
+
+@compiled
+def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of ``a[lo:lo + n]``: above 128 the two halves (the first a multiple of 8) summed
+    apart, then added; walked with an explicit stack (a recursive function's cached machine code crashed when
+    loaded)."""
+    los, ns, phase, vals = np.empty(64, np.intp), np.empty(64, np.intp), np.zeros(64, np.int8), np.empty(64)
+    top, ret = 0, 0.0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        h = m // 2 - (m // 2) % 8
+        if phase[top] == 0:
+            if m <= 128:
+                ret = _block_sum(a, los[top], m)
+                top -= 1
+                continue
+            phase[top] = 1
+            top += 1
+            los[top], ns[top], phase[top] = los[top - 1], h, 0
+        elif phase[top] == 1:
+            vals[top], phase[top] = ret, 2
+            top += 1
+            los[top], ns[top], phase[top] = los[top - 1] + h, m - h, 0
+        else:
+            ret = vals[top] + ret
+            top -= 1
+    return ret
+
+
+@compiled
+def _quantile(s: np.ndarray, q: float) -> float:
+    """``np.quantile`` (method "linear") of the sorted, finite, non-empty ``s`` at ``q``: numpy's virtual index and
+    its ``_lerp`` (from the upper value when the fraction is at least one half)."""
+    n = len(s)
+    virtual = (n - 1) * q
+    if virtual >= n - 1:
+        return s[n - 1]
+    lo = int(np.floor(virtual))
+    gamma = virtual - lo
+    a, b = s[lo], s[lo + 1]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+
+
+@compiled
+def batch_figures(lat_ms: np.ndarray) -> tuple[float, float, float, float]:
+    """The p50, p95, p99 and sum of an interval's batch latencies (non-empty) as ``oltunes.percentile`` computes
+    them."""
+    s = np.sort(lat_ms)
+    return _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99), 0.0 + _pairwise(lat_ms, 0, len(lat_ms))
+
+
+@compiled
+def request_figures(req_ms: np.ndarray, wait_ms: np.ndarray, shed_ms: float, n_shed: int) -> tuple[float, float]:
+    """The p99 of an interval's request latencies (non-empty) with each of ``n_shed`` shed requests counted at
+    ``shed_ms``, and their mean wait, as ``oltunes.percentile`` computes them."""
+    n = len(req_ms)
+    every = np.empty(n + n_shed)
+    every[:n] = req_ms
+    every[n:] = shed_ms
+    return _quantile(np.sort(every), 0.99), (0.0 + _pairwise(wait_ms, 0, n)) / n
