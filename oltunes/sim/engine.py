@@ -3,8 +3,8 @@ co-running group, re-tuning at an interval; deterministic for a seed.
 
 Time advances in control intervals. Inside one interval every serving instance processes its own arrival array
 in one tight loop over *batches* (never a heap event per request): the earliest-free executor takes every request
-that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and the per-request
-results are filled in vectorised (``np.repeat``) afterwards (:mod:`oltunes.sim.jobrun`). What couples instances on one device (interference by
+that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and records the
+per-request results as it goes (:mod:`oltunes.sim.jobrun`, compiled). What couples instances on one device (interference by
 pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed per interval
 from the loads each job kept in the previous interval (:mod:`oltunes.sim.interval`). Requests that wait longer
 than ``drop_after_slo x SLO`` are shed (counted as dropped, which is a violation); requests still queued when the
@@ -37,6 +37,7 @@ from oltunes.sim.jobrun import JobRun
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.result import RunResult
 from oltunes.sim.stepping import ExternalStepping
+from oltunes.sim.trusted import built
 from oltunes.sim.workload import SimJob
 from oltunes.types import (
     Candidate,
@@ -127,14 +128,8 @@ class Simulator(IntervalServing, ExternalStepping):
         )
         r.decision = d
         spec = spec or r.job.spec
-        r.placement = Placement.model_construct(
-            job_id=spec.job_id,
-            pool=c.pool,
-            device=device,
-            candidate=c,
-            slo_ms=spec.slo_ms,
-            arrival_rate_rps=spec.arrival_rate_rps,
-        )
+        r.placement = built(Placement, {"job_id": spec.job_id, "pool": c.pool, "device": device, "candidate": c,
+                                        "slo_ms": spec.slo_ms, "arrival_rate_rps": spec.arrival_rate_rps})
         if same:
             return
         r.vi = vi

@@ -13,11 +13,14 @@ import numpy as np
 
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
-from oltunes.sim.serve_kernels import batch_figures, request_figures
-from oltunes.types import Candidate, Measurement
+from oltunes.sim.serve_kernels import batch_figures
+from oltunes.sim.trusted import built
+from oltunes.types import Candidate, Measurement, new_id
 
 if TYPE_CHECKING:
     from oltunes.sim.engine import Policy
+
+_DEFAULTED = frozenset({"measurement_id"})  # a measurement's fields the engine leaves to their default
 
 
 class IntervalServing:
@@ -96,46 +99,41 @@ class IntervalServing:
                 r.measured = True
 
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
-        p50, p95, p99, lat_sum = batch_figures(np.asarray(r.interval_lat_ms, dtype=float))
+        if r.streaming:  # figured as it was served
+            p50, p95, p99, lat_sum, req_p99, wait = r.figures.tolist()
+        else:
+            p50, p95, p99, lat_sum = batch_figures(np.asarray(r.interval_lat_ms, dtype=float))
+            req_p99 = wait = None
         c = r.decision.candidate
         co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
         last = r.measured_as
         if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
             cand = last
         else:
-            cand = r.measured_as = Candidate.model_construct(
-                pool=c.pool,
-                accelerator=c.accelerator,
-                variant=c.variant,
-                batch_size=c.batch_size,
-                concurrency=c.concurrency,
-                co_runners=co,
-            )
+            cand = r.measured_as = built(Candidate, {
+                "pool": c.pool, "accelerator": c.accelerator, "variant": c.variant, "batch_size": c.batch_size,
+                "concurrency": c.concurrency, "co_runners": co})  # fmt: skip
             r.measured_for = c
         busy = lat_sum / 1000.0 / r.conc
-        req_p99 = wait = None
-        if r.streaming and len(r.interval_req_ms):
-            # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
-            shed = self.drop_after * r.job.spec.slo_ms
-            req_p99, wait = request_figures(r.interval_req_ms, r.interval_wait_ms, shed, r.interval_dropped)
-        return Measurement(
-            job_id=r.job.spec.job_id,
-            decision_id=r.decision.decision_id,
-            kind=r.job.spec.kind,
-            arrival_rate_rps=r.interval_items / span if r.streaming else 0.0,
-            candidate=cand,
-            items=r.interval_items,
-            wall_s=span,
-            latency_p50_ms=float(p50),
-            latency_p95_ms=float(p95),
-            latency_p99_ms=float(p99),
-            throughput_items_per_s=r.interval_items / busy if busy > 0 else 0.0,
-            energy_j_per_item=r.energy_j / r.interval_items,
-            energy_source="simulated",
-            accuracy=r.accuracy,
-            gpu_util=min(1.0, r.busy_iso / span),
-            request_latency_p99_ms=req_p99,
-            queueing_delay_ms=wait,
-            simulated=True,
-            timestamp=now,
-        )
+        return built(Measurement, {
+            "measurement_id": new_id(),
+            "job_id": r.job.spec.job_id,
+            "decision_id": r.decision.decision_id,
+            "kind": r.job.spec.kind,
+            "arrival_rate_rps": r.interval_items / span if r.streaming else 0.0,
+            "candidate": cand,
+            "items": r.interval_items,
+            "wall_s": span,
+            "latency_p50_ms": p50,
+            "latency_p95_ms": p95,
+            "latency_p99_ms": p99,
+            "throughput_items_per_s": r.interval_items / busy if busy > 0 else 0.0,
+            "energy_j_per_item": float(r.energy_j) / r.interval_items,  # (the truth model's power: a numpy float)
+            "energy_source": "simulated",
+            "accuracy": r.accuracy,
+            "gpu_util": min(1.0, r.busy_iso / span),
+            "request_latency_p99_ms": req_p99,
+            "queueing_delay_ms": wait,
+            "simulated": True,
+            "timestamp": now,
+        }, unset=_DEFAULTED)  # fmt: skip

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oltunes.sim.serve_kernels import interval_samples, serve_batches
+from oltunes.sim.serve_kernels import interval_figures, serve_batches
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, Decision, Placement
 
-_NONE = np.empty(0)  # no requests served this interval (shared: never written to)
+_NONE = np.empty(0)  # (shared: never written to)
 _NONE.flags.writeable = False
 _CHUNK = 256  # noise draws per call of a job's generator while serving (the draw sequence runs are seeded with)
 
@@ -73,10 +73,12 @@ class JobRun:
     busy_iso: float = 0.0
     energy_j: float = 0.0
     interval_items: int = 0
-    interval_lat_ms: list[float] | np.ndarray = field(default_factory=list)  # batch latencies a measurement reports
-    interval_req_ms: np.ndarray = field(default_factory=lambda: _NONE)  # end-to-end latency of requests served
-    interval_wait_ms: np.ndarray = field(default_factory=lambda: _NONE)  # wait before the batch started
+    interval_lat_ms: list[float] = field(default_factory=list)  # batch jobs: the batch latencies to report
     interval_dropped: int = 0
+    interval_batches: int = 0  # streaming: batches served (recorded in ``batch_log``)
+    # streaming: what a measurement reports of the last interval that served requests (set as it is served):
+    # batch latency p50, p95, p99 and sum, request latency p99 (shed requests at the threshold), mean wait (ms)
+    figures: np.ndarray = field(default_factory=lambda: _NONE)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -85,6 +87,7 @@ class JobRun:
             n = len(self.job.arrivals)
             self.arr = np.ascontiguousarray(self.job.arrivals, dtype=float)
             self.batch_log = (np.empty(_CHUNK), np.empty(_CHUNK), np.empty(_CHUNK, dtype=np.int64))
+            self.figures = np.full(6, np.nan)
             self.done = np.full(n, np.nan)
             self.start = np.full(n, np.nan)
             self.acc_per_req = np.zeros(n)
@@ -97,14 +100,13 @@ class JobRun:
         self.busy_iso = 0.0
         self.interval_items = 0
         self.interval_lat_ms = []
-        self.interval_req_ms = self.interval_wait_ms = _NONE
-        self.interval_dropped = 0
+        self.interval_dropped = self.interval_batches = 0
 
 
 def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) -> None:
     """Process one streaming instance's queue until no batch can start before ``t1`` (compiled:
-    :func:`~oltunes.sim.serve_kernels.serve_batches`); sets this interval's figures (``interval_lat_ms``,
-    ``interval_req_ms``, ``interval_wait_ms``: arrays) and counts."""
+    :func:`~oltunes.sim.serve_kernels.serve_batches`); sets this interval's counts and, when it served any, its
+    ``figures`` (its batches are the first ``interval_batches`` of ``batch_log``)."""
     i0 = r.i
     if i0 >= len(r.arr):
         return
@@ -122,10 +124,11 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
             r.start, r.done, r.acc_per_req, r.accuracy, r.dropped, busy, shed)  # fmt: skip
     r.i = i
     r.interval_dropped += shed
+    r.interval_batches = q
     if q:
-        r.interval_lat_ms, r.interval_req_ms, r.interval_wait_ms = interval_samples(
-            b_start, b_end, b_size, q, r.batch, r.arr, r.start, r.done, r.dropped, i0, i)
-        r.interval_items += len(r.interval_req_ms)
+        interval_figures(b_start, b_end, b_size, q, r.batch, r.arr, r.start, r.done, r.dropped, i0, i,
+                         drop_after * r.job.spec.slo_ms, r.interval_dropped, r.figures)
+        r.interval_items += i - i0 - shed
     r.busy_iso += busy
 
 

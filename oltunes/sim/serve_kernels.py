@@ -1,12 +1,13 @@
 """Compiled kernels of the simulator's serving (``oltunes.sim.jobrun.serve``) and of what a measurement reports of an
-interval (``interval_samples``, ``batch_figures``, ``request_figures``).
+interval (``interval_figures``, ``batch_figures``).
 
 Why compiled: a streaming instance's interval is a few dozen requests in a handful of batches, and at cluster scale
 (``benchmarks.sim_speed``: 22,500 job-intervals per million requests) the Python loop over batches and the numpy calls
 that filled in the per-request results cost more than anything they computed.
 
-What they must equal: the plain loop and the numpy/``oltunes.percentile`` figures (kept as the reference in
-``tests/sim/serve_reference.py``), bit for bit (``tests/sim/test_sim_serve_kernels.py``). Element-wise ``+ - * /``
+What they must equal: the plain Python loop and the figures ``oltunes.percentile`` computed from the samples it
+gathered, bit for bit (the loop is kept as the reference in ``tests/sim/test_sim_jobrun.py``; the pieces are tested in
+``tests/sim/test_sim_serve_kernels.py``). Element-wise ``+ - * /``
 and comparisons are the same IEEE operations (no ``fastmath``); the executors' heap is CPython's ``heapq`` algorithm
 (so the heap's order is the same too); bisection is ``bisect``'s; sums are numpy's pairwise summation
 (``_pairwise``); percentiles are numpy's "linear" method on the sorted sample.
@@ -24,7 +25,7 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["batch_figures", "interval_samples", "request_figures", "serve_batches"]
+__all__ = ["batch_figures", "interval_figures", "serve_batches"]
 
 
 @compiled
@@ -116,36 +117,6 @@ def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.
 
 
 @compiled
-def interval_samples(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray, nb: int, batch: int,
-                     arr: np.ndarray, start: np.ndarray, done: np.ndarray, dropped: np.ndarray, i0: int,
-                     i1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What an interval's serving of requests ``i0:i1`` in ``nb`` batches reports: the batches' latencies (ms; of
-    the full ones, ``batch`` requests, when there are at least 3 of them: partial batches run faster and would
-    flatter a large batch size), and each served request's end-to-end latency and wait before its batch (ms), in
-    request order."""
-    full = 0
-    for k in range(nb):
-        full += b_size[k] == batch
-    lat_ms = np.empty(full if full >= 3 else nb)
-    o = 0
-    for k in range(nb):
-        if full < 3 or b_size[k] == batch:
-            lat_ms[o] = (b_end[k] - b_start[k]) * 1000.0
-            o += 1
-    served = 0
-    for k in range(nb):
-        served += b_size[k]
-    req_ms, wait_ms = np.empty(served), np.empty(served)
-    o = 0
-    for k in range(i0, i1):
-        if not dropped[k]:
-            req_ms[o] = (done[k] - arr[k]) * 1000.0
-            wait_ms[o] = (start[k] - arr[k]) * 1000.0
-            o += 1
-    return lat_ms, req_ms, wait_ms
-
-
-@compiled
 def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
     """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
     loop below 8, else 8 accumulators combined as a tree and the rest added in order. (The tuner's
@@ -213,19 +184,55 @@ def _quantile(s: np.ndarray, q: float) -> float:
 
 
 @compiled
-def batch_figures(lat_ms: np.ndarray) -> tuple[float, float, float, float]:
-    """The p50, p95, p99 and sum of an interval's batch latencies (non-empty) as ``oltunes.percentile`` computes
-    them."""
+def _batch_figures(lat_ms: np.ndarray, out: np.ndarray) -> None:
+    """``out[:4]``: the p50, p95, p99 and sum of an interval's batch latencies (non-empty)."""
     s = np.sort(lat_ms)
-    return _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99), 0.0 + _pairwise(lat_ms, 0, len(lat_ms))
+    out[0], out[1], out[2] = _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99)
+    out[3] = 0.0 + _pairwise(lat_ms, 0, len(lat_ms))  # numpy's add.reduce starts from 0.0
 
 
 @compiled
-def request_figures(req_ms: np.ndarray, wait_ms: np.ndarray, shed_ms: float, n_shed: int) -> tuple[float, float]:
-    """The p99 of an interval's request latencies (non-empty) with each of ``n_shed`` shed requests counted at
-    ``shed_ms``, and their mean wait, as ``oltunes.percentile`` computes them."""
-    n = len(req_ms)
-    every = np.empty(n + n_shed)
-    every[:n] = req_ms
-    every[n:] = shed_ms
-    return _quantile(np.sort(every), 0.99), (0.0 + _pairwise(wait_ms, 0, n)) / n
+def batch_figures(lat_ms: np.ndarray) -> tuple[float, float, float, float]:
+    """The p50, p95, p99 and sum of an interval's batch latencies (non-empty) as ``oltunes.percentile`` computes
+    them."""
+    out = np.empty(4)
+    _batch_figures(lat_ms, out)
+    return out[0], out[1], out[2], out[3]
+
+
+@compiled
+def interval_figures(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray, nb: int, batch: int,
+                     arr: np.ndarray, start: np.ndarray, done: np.ndarray, dropped: np.ndarray, i0: int, i1: int,
+                     shed_ms: float, n_shed: int, figures: np.ndarray) -> None:
+    """What a measurement says of an interval's serving of requests ``i0:i1`` in ``nb`` (> 0) batches, as
+    ``oltunes.percentile`` computes it from the samples the plain loop gathered: ``figures[:4]`` the p50, p95, p99
+    and sum of the batches' latencies (ms; of the full ones, ``batch`` requests, when there are at least 3 of them:
+    partial batches run faster and would flatter a large batch size); ``figures[4]`` the p99 of the served requests'
+    end-to-end latencies (ms) with each of ``n_shed`` shed requests counted at ``shed_ms`` (a p99 that hid them
+    would flatter overload); ``figures[5]`` the served requests' mean wait before their batch (ms), summed in
+    request order."""
+    full = 0
+    for k in range(nb):
+        full += b_size[k] == batch
+    lat_ms = np.empty(full if full >= 3 else nb)
+    o = 0
+    for k in range(nb):
+        if full < 3 or b_size[k] == batch:
+            lat_ms[o] = (b_end[k] - b_start[k]) * 1000.0
+            o += 1
+    _batch_figures(lat_ms, figures)
+    served = 0
+    for k in range(nb):
+        served += b_size[k]
+    wait_ms = np.empty(served)
+    every = np.empty(served + n_shed)  # the served requests' latencies and the shed ones
+    o = 0
+    for k in range(i0, i1):
+        if not dropped[k]:
+            every[o] = (done[k] - arr[k]) * 1000.0
+            wait_ms[o] = (start[k] - arr[k]) * 1000.0
+            o += 1
+    every[served:] = shed_ms
+    every.sort()
+    figures[4] = _quantile(every, 0.99)
+    figures[5] = (0.0 + _pairwise(wait_ms, 0, served)) / served

@@ -1,5 +1,5 @@
 """`serve` (compiled: ``oltunes.sim.serve_kernels``) is the plain per-batch loop, bit for bit: same batches, same
-per-request results, same random draws.
+per-request results, same random draws, and the figures a measurement reports are those computed from its samples.
 
 The reference below is the engine's serving loop as first written in Python (a list of executors scanned with
 ``min``, the per-request results always gathered by fancy indexing, interval figures as lists): the fast path must
@@ -14,6 +14,7 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 import pytest
 
+from oltunes.percentile import mean, percentiles, total
 from oltunes.sim.jobrun import JobRun, serve
 from oltunes.sim.workload import SimJob
 from oltunes.types import JobSpec
@@ -71,6 +72,7 @@ def reference_serve(r: JobRun, t1: float, factor: float, sigma: float, drop_afte
         r.interval_req_ms.extend(((r.done[idx] - arr_np) * 1000.0).tolist())
         r.interval_wait_ms.extend(((r.start[idx] - arr_np) * 1000.0).tolist())
         r.interval_items += total
+        r.batches = [b_t, b_d, counts.tolist()]
         lat_ms = (np.array(b_d) - np.array(b_t)) * 1000.0
         full = counts == B
         r.interval_lat_ms.extend((lat_ms[full] if full.sum() >= 3 else lat_ms).tolist())
@@ -102,7 +104,7 @@ def _as_plain(r: JobRun) -> JobRun:
 
 def _interval(r: JobRun) -> None:
     r.interval_items, r.interval_dropped, r.busy_iso = 0, 0, 0.0
-    r.interval_lat_ms, r.interval_req_ms, r.interval_wait_ms = [], [], []
+    r.interval_lat_ms, r.interval_req_ms, r.interval_wait_ms, r.batches = [], [], [], [[], [], []]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -120,10 +122,14 @@ def test_serve_equals_the_plain_loop_bit_for_bit(seed):
         reference_serve(ref, float(t1), factor, sigma, drop_after)
         assert new.i == ref.i and new.busy_iso == ref.busy_iso and new.interval_items == ref.interval_items
         assert new.interval_dropped == ref.interval_dropped
-        assert np.asarray(new.interval_lat_ms, dtype=float).tolist() == ref.interval_lat_ms
-        assert new.interval_req_ms.tolist() == ref.interval_req_ms
-        assert new.interval_wait_ms.tolist() == ref.interval_wait_ms
+        assert [b[: new.interval_batches].tolist() for b in new.batch_log] == ref.batches  # start, end, size
         assert sorted(new.free.tolist()) == sorted(ref.free)
+        if ref.interval_req_ms:  # the figures a measurement reports, as it computed them from the plain lists
+            shed_ms = drop_after * new.job.spec.slo_ms
+            assert new.figures.tolist() == [
+                *percentiles(ref.interval_lat_ms, (50, 95, 99)), total(ref.interval_lat_ms),
+                percentiles(ref.interval_req_ms + [shed_ms] * ref.interval_dropped, (99,))[0],
+                mean(ref.interval_wait_ms)]  # fmt: skip
         assert new.rng.bit_generator.state == ref.rng.bit_generator.state
         served += new.interval_items
         shed += new.interval_dropped

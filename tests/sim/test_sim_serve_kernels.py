@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from oltunes.percentile import mean, percentiles, total
-from oltunes.sim.serve_kernels import _heapreplace, _pairwise, batch_figures, request_figures
+from oltunes.sim.serve_kernels import _heapreplace, _pairwise, batch_figures, interval_figures
 
 
 def test_heapreplace_is_heapqs_in_every_position():
@@ -46,17 +46,45 @@ def test_batch_figures_are_the_plain_percentiles_and_sum(seed):
         assert list(got[:3]) == np.percentile(lat, (50, 95, 99)).tolist() and got[3] == float(np.sum(lat))
 
 
+def _interval(rng: np.random.Generator) -> tuple:
+    """An interval's batch records and per-request results as the serving loop leaves them: batches of 1..batch
+    requests back to back, with shed requests (never started) between some of them."""
+    batch, i0 = int(rng.integers(1, 9)), int(rng.integers(0, 50))
+    nb = int(rng.integers(1, 2000)) if rng.random() < 0.1 else int(rng.integers(1, 40))
+    sizes = np.where(rng.random(nb) < rng.uniform(0, 1), batch, rng.integers(1, batch + 1, nb))
+    shed_before = np.where(rng.random(nb) < 0.2, rng.integers(1, 30, nb), 0)
+    n = i0 + int(sizes.sum() + shed_before.sum()) + int(rng.integers(0, 5))
+    arr = np.sort(rng.uniform(0, 100, n))
+    start, done, dropped = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=bool)
+    b_start, b_end = np.sort(rng.uniform(0, 100, nb)), np.empty(nb)
+    b_end[:] = b_start + np.round(rng.lognormal(-4, 1, nb), 3)  # (ties in latency)
+    i = i0
+    for k in range(nb):
+        dropped[i : i + shed_before[k]] = True
+        i += shed_before[k]
+        start[i : i + sizes[k]], done[i : i + sizes[k]] = b_start[k], b_end[k]
+        i += sizes[k]
+    return b_start, b_end, sizes.astype(np.int64), nb, batch, arr, start, done, dropped, i0, i
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_request_figures_are_the_plain_p99_with_shed_requests_and_mean_wait(seed):
+def test_interval_figures_are_the_plain_figures_of_the_samples(seed):
+    """The figures as the measurement computed them (``oltunes.percentile``) from the samples the plain loop
+    gathered, with shed requests counted at the threshold in the p99; large samples included (numpy's own path)."""
     rng = np.random.default_rng([seed, 6])
-    for _ in range(300):
-        req = _sample(rng)
-        wait = req * rng.uniform(0, 1, len(req))
-        shed_ms, n_shed = float(rng.uniform(10, 2000)), int(rng.choice([0, 0, 1, int(rng.integers(1, 3000))]))
-        got = request_figures(req, wait, shed_ms, n_shed)
-        assert got == (percentiles(req.tolist() + [shed_ms] * n_shed, (99,))[0], mean(wait))
-        assert got[0] == float(np.percentile(np.concatenate([req, np.full(n_shed, shed_ms)]), 99))
-        assert got[1] == float(np.mean(wait))
+    for _ in range(200):
+        b_start, b_end, sizes, nb, batch, arr, start, done, dropped, i0, i1 = _interval(rng)
+        shed_ms, n_shed = float(rng.uniform(10, 2000)), int(rng.choice([0, int(dropped.sum()), 3000]))
+        figures = np.full(6, np.nan)
+        interval_figures(b_start, b_end, sizes, nb, batch, arr, start, done, dropped, i0, i1, shed_ms, n_shed, figures)
+        full = sizes == batch
+        lat_ms = ((b_end - b_start) * 1000.0)[full if full.sum() >= 3 else slice(None)].tolist()
+        served = np.flatnonzero(~dropped[i0:i1]) + i0
+        req_ms = ((done[served] - arr[served]) * 1000.0).tolist()
+        wait_ms = ((start[served] - arr[served]) * 1000.0).tolist()
+        want = [*percentiles(lat_ms, (50, 95, 99)), total(lat_ms), percentiles(req_ms + [shed_ms] * n_shed, (99,))[0],
+                mean(wait_ms)]
+        assert figures.tolist() == want
 
 
 def test_pairwise_is_numpys_sum_across_its_blocks():
