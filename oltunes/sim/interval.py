@@ -20,7 +20,7 @@ from oltunes.types import Candidate, Measurement, new_id
 if TYPE_CHECKING:
     from oltunes.sim.engine import Policy
 
-_DEFAULTED = frozenset({"measurement_id"})  # a measurement's fields the engine leaves to their default
+_MEASURED = frozenset(Measurement.model_fields) - {"measurement_id"}  # what the engine gives (the id: a default)
 
 
 class IntervalServing:
@@ -136,4 +136,4 @@ class IntervalServing:
             "queueing_delay_ms": wait,
             "simulated": True,
             "timestamp": now,
-        }, unset=_DEFAULTED)  # fmt: skip
+        }, _MEASURED)  # fmt: skip

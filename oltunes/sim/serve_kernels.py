@@ -120,21 +120,28 @@ def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.
 def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
     """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
     loop below 8, else 8 accumulators combined as a tree and the rest added in order. (The tuner's
-    ``correction_kernels`` has the same two kernels: numba's cache would not see a change to them here.)"""
+    ``correction_kernels`` has the same sum: numba's cache would not see a change to a kernel of another module.)"""
     if n < 8:
         r = -0.0
         for i in range(lo, lo + n):
             r += a[i]
         return r
-    acc = a[lo:lo + 8].copy()
-    i = 8
-    while i < n - n % 8:
-        for j in range(8):
-            acc[j] += a[lo + i + j]
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3], a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = lo + 8
+    end = lo + n - n % 8
+    while i < end:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
         i += 8
-    r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
-    while i < n:
-        r += a[lo + i]
+    r = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < lo + n:
+        r += a[i]
         i += 1
     return r
 
@@ -144,6 +151,8 @@ def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
     """numpy's pairwise sum of ``a[lo:lo + n]``: above 128 the two halves (the first a multiple of 8) summed
     apart, then added; walked with an explicit stack (a recursive function's cached machine code crashed when
     loaded)."""
+    if n <= 128:  # (no stack to allocate: a measurement's samples are mostly this short)
+        return _block_sum(a, lo, n)
     los, ns, phase, vals = np.empty(64, np.intp), np.empty(64, np.intp), np.zeros(64, np.int8), np.empty(64)
     top, ret = 0, 0.0
     los[0], ns[0] = lo, n
@@ -169,6 +178,23 @@ def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
 
 
 @compiled
+def _sort(a: np.ndarray) -> None:
+    """``a.sort()``: by insertion up to 64 values (numba's sort costs microseconds even for a few: a measurement
+    sorts two samples of a few dozen), else numba's. The sorted values are the same whichever sort (no NaN)."""
+    n = len(a)
+    if n > 64:
+        a.sort()
+        return
+    for i in range(1, n):
+        x = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@compiled
 def _quantile(s: np.ndarray, q: float) -> float:
     """``np.quantile`` (method "linear") of the sorted, finite, non-empty ``s`` at ``q``: numpy's virtual index and
     its ``_lerp`` (from the upper value when the fraction is at least one half)."""
@@ -186,7 +212,8 @@ def _quantile(s: np.ndarray, q: float) -> float:
 @compiled
 def _batch_figures(lat_ms: np.ndarray, out: np.ndarray) -> None:
     """``out[:4]``: the p50, p95, p99 and sum of an interval's batch latencies (non-empty)."""
-    s = np.sort(lat_ms)
+    s = lat_ms.copy()
+    _sort(s)
     out[0], out[1], out[2] = _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99)
     out[3] = 0.0 + _pairwise(lat_ms, 0, len(lat_ms))  # numpy's add.reduce starts from 0.0
 
@@ -233,6 +260,6 @@ def interval_figures(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray,
             wait_ms[o] = (start[k] - arr[k]) * 1000.0
             o += 1
     every[served:] = shed_ms
-    every.sort()
+    _sort(every)
     figures[4] = _quantile(every, 0.99)
     figures[5] = (0.0 + _pairwise(wait_ms, 0, served)) / served

@@ -1,7 +1,7 @@
 """What the simulator builds unvalidated (``oltunes.sim.trusted``) is what validation would have left: over a run with
-streams, batch jobs and co-located jobs, every measurement, the candidate it reports and every placement equal a
-validated model of the same values field by field, type by type, in the model's field order, with the same fields
-set."""
+streams, batch jobs and co-located jobs, every measurement, the candidate it reports, its co-runners and every
+placement equal a validated model of the same values field by field, type by type, in the model's field order, with
+the same fields set."""
 
 from __future__ import annotations
 
@@ -58,6 +58,8 @@ def test_a_runs_measurements_candidates_and_placements_are_the_validated_ones(sh
         assert m.model_fields_set == set(Measurement.model_fields) - {"measurement_id"}
         _as_validated(m)
         _as_validated(m.candidate)
+        for co in m.candidate.co_runners:
+            _as_validated(co)
     placed = [r.placement for r in res.runs if r.placement is not None] + list(rec.placements.values())
     assert placed
     for p in placed:
