@@ -99,12 +99,13 @@ class Simulator(IntervalServing, ExternalStepping):
         self._active: list[JobRun] = []
         self._waiting: list[JobRun] = []
         rng = np.random.default_rng([seed, 7])
-        # slow drift per device: random phase and period, plus a fixed per-device factor
+        # slow drift per device: random phase and period, plus a fixed per-device factor (as lists: read per device
+        # per interval, where numpy's scalars cost more than the arithmetic; the same floats)
         self._drift = {
             p.name: (
-                rng.uniform(0, 2 * math.pi, p.count),
-                rng.uniform(*cal.DRIFT_PERIOD_S, p.count),
-                1.0 + rng.uniform(-cal.DEVICE_SPREAD, cal.DEVICE_SPREAD, p.count),
+                rng.uniform(0, 2 * math.pi, p.count).tolist(),
+                rng.uniform(*cal.DRIFT_PERIOD_S, p.count).tolist(),
+                (1.0 + rng.uniform(-cal.DEVICE_SPREAD, cal.DEVICE_SPREAD, p.count)).tolist(),
             )
             for p in cluster.pools
         }
@@ -112,7 +113,7 @@ class Simulator(IntervalServing, ExternalStepping):
     # ------------------------------------------------------------------ helpers
     def drift(self, pool: str, device: int, t: float) -> float:
         phase, period, fixed = self._drift[pool]
-        return float(fixed[device] * (1.0 + cal.DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / period[device] + phase[device])))
+        return fixed[device] * (1.0 + cal.DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / period[device] + phase[device]))
 
     def _configure(self, r: JobRun, d: Decision, device: int, now: float, spec: JobSpec | None = None) -> None:
         """Apply a validated decision (``spec``: the job as the policy saw it, e.g. with the observed rate)."""

@@ -15,7 +15,7 @@ from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
 from oltunes.sim.serve_kernels import batch_figures
 from oltunes.sim.trusted import built
-from oltunes.types import Candidate, Measurement, new_id
+from oltunes.types import Candidate, CoRunner, Measurement, new_id
 
 if TYPE_CHECKING:
     from oltunes.sim.engine import Policy
@@ -107,7 +107,7 @@ class IntervalServing:
         c = r.decision.candidate
         co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
         last = r.measured_as
-        if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
+        if last is not None and _same(last.co_runners, co) and r.measured_for is c:  # as last interval (often alone)
             cand = last
         else:
             cand = r.measured_as = built(Candidate, {
@@ -137,3 +137,9 @@ class IntervalServing:
             "simulated": True,
             "timestamp": now,
         }, _MEASURED)  # fmt: skip
+
+
+def _same(a: tuple[CoRunner, ...], b: tuple[CoRunner, ...]) -> bool:
+    """``a == b`` for co-runners the cluster built (fields only: no private or extra attributes), without pydantic's
+    ``__eq__`` (many times the cost, and most co-runners' loads changed since the last interval)."""
+    return len(a) == len(b) and all(x is y or x.__dict__ == y.__dict__ for x, y in zip(a, b))
