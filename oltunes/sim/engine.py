@@ -4,11 +4,11 @@ co-running group, re-tuning at an interval; deterministic for a seed.
 Time advances in control intervals. Inside one interval every serving instance processes its own arrival array
 in one tight loop over *batches* (never a heap event per request): the earliest-free executor takes every request
 that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and records the
-per-request results as it goes (:mod:`oltunes.sim.jobrun`, compiled). What couples instances on one device (interference by
-pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed per interval
-from the loads each job kept in the previous interval (:mod:`oltunes.sim.interval`). Requests that wait longer
-than ``drop_after_slo x SLO`` are shed (counted as dropped, which is a violation); requests still queued when the
-run ends after a drain are dropped.
+per-request results as it goes (:mod:`oltunes.sim.jobrun`, compiled). What couples instances on one device
+(interference by pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed
+per interval from the loads each job kept in the previous interval (:mod:`oltunes.sim.interval`). Requests that wait
+longer than ``drop_after_slo x SLO`` are shed (counted as dropped, which is a violation); requests still queued when
+the run ends after a drain are dropped.
 So every request is either served or dropped: conservation holds by construction and is tested.
 
 Policies see only measurements (noisy, drifting); the same noise and drift make the "physics" the requests feel.
