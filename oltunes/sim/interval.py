@@ -62,20 +62,22 @@ class IntervalServing:
                     slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs much faster
                 else:
                     slow, extra = 1.0, 0.0
-                factor = drift * slow * r.kappa * share
+                kappa = r.kappa
+                factor = drift * slow * kappa * share
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
                     serve(r, t1, factor, sigma, drop_after)
                     # share of the device the job kept busy (batch jobs run flat out)
-                    load = min(1.0, r.busy_iso * r.kappa / (r.conc * span))
+                    load = min(1.0, r.busy_iso * kappa / (r.conc * span))
                 else:
                     advance_batch(r, t0, t1, factor, sigma)
                     load = 1.0
                 work_s = r.busy_iso * drift * slow  # device time at full draw
-                r.energy_j = (r.power - idle_w) * work_s + idle_each
-                dyn += (r.power - idle_w) * work_s
+                drawn = (r.power - idle_w) * work_s
+                r.energy_j = drawn + idle_each
+                dyn += drawn
                 loads_now[r.job.spec.job_id] = load
-                dev_busy += min(1.0, r.busy_iso * drift * slow / span)
+                dev_busy += min(1.0, work_s / span)
             energy += idle_w * span + min(dyn, (acc.max_w - idle_w) * span)
             busy_total += min(1.0, dev_busy)
         for r in waiting:
