@@ -9,11 +9,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from oltunes.percentile import percentiles, total
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
-from oltunes.sim.serve_kernels import batch_figures
 from oltunes.sim.trusted import built
 from oltunes.types import Candidate, CoRunner, Measurement, new_id
 
@@ -103,9 +101,9 @@ class IntervalServing:
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
         if r.streaming:  # figured as it was served
             p50, p95, p99, lat_sum, req_p99, wait = r.figures.tolist()
-        else:
-            p50, p95, p99, lat_sum = batch_figures(np.asarray(r.interval_lat_ms, dtype=float))
-            req_p99 = wait = None
+        else:  # (a batch job's few dozen latencies: no kernel to compile where only batch jobs run)
+            p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
+            lat_sum, req_p99, wait = total(r.interval_lat_ms), None, None
         c = r.decision.candidate
         co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
         last = r.measured_as

@@ -1,5 +1,5 @@
 """Compiled kernels of the simulator's serving (``oltunes.sim.jobrun.serve``) and of what a measurement reports of an
-interval (``interval_figures``, ``batch_figures``).
+interval (``interval_figures``).
 
 Why compiled: a streaming instance's interval is a few dozen requests in a handful of batches, and at cluster scale
 (``benchmarks.sim_speed``: 22,500 job-intervals per million requests) the Python loop over batches and the numpy calls
@@ -25,7 +25,7 @@ import numpy as np
 
 from oltunes.jit import compiled
 
-__all__ = ["batch_figures", "interval_figures", "serve_batches"]
+__all__ = ["interval_figures", "serve_batches"]
 
 
 @compiled
@@ -211,20 +211,12 @@ def _quantile(s: np.ndarray, q: float) -> float:
 
 @compiled
 def _batch_figures(lat_ms: np.ndarray, out: np.ndarray) -> None:
-    """``out[:4]``: the p50, p95, p99 and sum of an interval's batch latencies (non-empty)."""
+    """``out[:4]``: the p50, p95, p99 and sum of an interval's batch latencies (non-empty), as
+    ``oltunes.percentile`` computes them."""
     s = lat_ms.copy()
     _sort(s)
     out[0], out[1], out[2] = _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99)
     out[3] = 0.0 + _pairwise(lat_ms, 0, len(lat_ms))  # numpy's add.reduce starts from 0.0
-
-
-@compiled
-def batch_figures(lat_ms: np.ndarray) -> tuple[float, float, float, float]:
-    """The p50, p95, p99 and sum of an interval's batch latencies (non-empty) as ``oltunes.percentile`` computes
-    them."""
-    out = np.empty(4)
-    _batch_figures(lat_ms, out)
-    return out[0], out[1], out[2], out[3]
 
 
 @compiled
