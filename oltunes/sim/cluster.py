@@ -13,6 +13,7 @@ import numpy as np
 
 from oltunes.errors import ConfigError
 from oltunes.placement_log import PlacementLog
+from oltunes.sim.trusted import built
 from oltunes.types import ClusterState, CoRunner, Placement, Pool
 
 
@@ -100,25 +101,22 @@ class SimCluster:
         return list(self._members.get((pool, device), ()))
 
     def co_runners(self, pool: str, device: int, exclude: str | None = None) -> tuple[CoRunner, ...]:
+        members = self._members.get((pool, device), ())
+        if len(members) == 1 and members[0] == exclude:  # alone on its device (most jobs)
+            return ()
         out = []
-        for jid in self._members.get((pool, device), ()):
+        for jid in members:
             if jid == exclude:
                 continue
             pl = self.placements[jid]
-            load = min(1.0, max(0.0, self.loads.get(jid, 0.0)))
+            load = float(min(1.0, max(0.0, self.loads.get(jid, 0.0))))
             seen = self._co_runner.get(jid)
             # every job on a device is the co-runner of every other one's measurement: build each once per load
             if seen is None or seen[0] is not pl or seen[1] != load:
-                c = pl.candidate
-                seen = self._co_runner[jid] = (pl, load, CoRunner(
-                    job_id=jid,
-                    family=c.variant.family,
-                    variant=c.variant.name,
-                    size=c.variant.size,
-                    precision=c.variant.precision,
-                    batch_size=c.batch_size,
-                    load=load,
-                ))  # fmt: skip
+                v = pl.candidate.variant
+                seen = self._co_runner[jid] = (pl, load, built(CoRunner, {
+                    "job_id": jid, "family": v.family, "variant": v.name, "size": v.size, "precision": v.precision,
+                    "batch_size": pl.candidate.batch_size, "load": load}))  # fmt: skip
             out.append(seen[2])
         return tuple(out)
 

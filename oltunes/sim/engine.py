@@ -3,12 +3,12 @@ co-running group, re-tuning at an interval; deterministic for a seed.
 
 Time advances in control intervals. Inside one interval every serving instance processes its own arrival array
 in one tight loop over *batches* (never a heap event per request): the earliest-free executor takes every request
-that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and the per-request
-results are filled in vectorised (``np.repeat``) afterwards (:mod:`oltunes.sim.jobrun`). What couples instances on one device (interference by
-pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed per interval
-from the loads each job kept in the previous interval (:mod:`oltunes.sim.interval`). Requests that wait longer
-than ``drop_after_slo x SLO`` are shed (counted as dropped, which is a violation); requests still queued when the
-run ends after a drain are dropped.
+that has arrived (up to the batch size) as one batch — dynamic batching without a queue delay — and records the
+per-request results as it goes (:mod:`oltunes.sim.jobrun`, compiled). What couples instances on one device
+(interference by pair class, time-slicing when their loads exceed the device, gavel packing efficiency) is computed
+per interval from the loads each job kept in the previous interval (:mod:`oltunes.sim.interval`). Requests that wait
+longer than ``drop_after_slo x SLO`` are shed (counted as dropped, which is a violation); requests still queued when
+the run ends after a drain are dropped.
 So every request is either served or dropped: conservation holds by construction and is tested.
 
 Policies see only measurements (noisy, drifting); the same noise and drift make the "physics" the requests feel.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import gc
 import math
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Protocol
@@ -38,6 +37,7 @@ from oltunes.sim.jobrun import JobRun
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.result import RunResult
 from oltunes.sim.stepping import ExternalStepping
+from oltunes.sim.trusted import built
 from oltunes.sim.workload import SimJob
 from oltunes.types import (
     Candidate,
@@ -99,12 +99,13 @@ class Simulator(IntervalServing, ExternalStepping):
         self._active: list[JobRun] = []
         self._waiting: list[JobRun] = []
         rng = np.random.default_rng([seed, 7])
-        # slow drift per device: random phase and period, plus a fixed per-device factor
+        # slow drift per device: random phase and period, plus a fixed per-device factor (as lists: read per device
+        # per interval, where numpy's scalars cost more than the arithmetic; the same floats)
         self._drift = {
             p.name: (
-                rng.uniform(0, 2 * math.pi, p.count),
-                rng.uniform(*cal.DRIFT_PERIOD_S, p.count),
-                1.0 + rng.uniform(-cal.DEVICE_SPREAD, cal.DEVICE_SPREAD, p.count),
+                rng.uniform(0, 2 * math.pi, p.count).tolist(),
+                rng.uniform(*cal.DRIFT_PERIOD_S, p.count).tolist(),
+                (1.0 + rng.uniform(-cal.DEVICE_SPREAD, cal.DEVICE_SPREAD, p.count)).tolist(),
             )
             for p in cluster.pools
         }
@@ -112,7 +113,7 @@ class Simulator(IntervalServing, ExternalStepping):
     # ------------------------------------------------------------------ helpers
     def drift(self, pool: str, device: int, t: float) -> float:
         phase, period, fixed = self._drift[pool]
-        return float(fixed[device] * (1.0 + cal.DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / period[device] + phase[device])))
+        return fixed[device] * (1.0 + cal.DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / period[device] + phase[device]))
 
     def _configure(self, r: JobRun, d: Decision, device: int, now: float, spec: JobSpec | None = None) -> None:
         """Apply a validated decision (``spec``: the job as the policy saw it, e.g. with the observed rate)."""
@@ -128,14 +129,8 @@ class Simulator(IntervalServing, ExternalStepping):
         )
         r.decision = d
         spec = spec or r.job.spec
-        r.placement = Placement.model_construct(
-            job_id=spec.job_id,
-            pool=c.pool,
-            device=device,
-            candidate=c,
-            slo_ms=spec.slo_ms,
-            arrival_rate_rps=spec.arrival_rate_rps,
-        )
+        r.placement = built(Placement, {"job_id": spec.job_id, "pool": c.pool, "device": device, "candidate": c,
+                                        "slo_ms": spec.slo_ms, "arrival_rate_rps": spec.arrival_rate_rps})
         if same:
             return
         r.vi = vi
@@ -146,15 +141,15 @@ class Simulator(IntervalServing, ExternalStepping):
         self._physics(r)
         ready = now + cal.SWITCH_COST_S
         if r.streaming:
-            busy_until = max(r.free) if r.free else now
-            r.free = [max(ready, busy_until)] * r.conc  # all equal: a valid heap for serve
+            busy_until = float(r.free.max()) if len(r.free) else now
+            r.free = np.full(r.conc, max(ready, busy_until))  # all equal: a valid heap for serve
         else:
             r.ready_s = ready
 
     def _physics(self, r: JobRun) -> None:
         """What the truth model says about the run's configuration (re-read when the truth drifts)."""
         row = self.model.latency_row(r.vi, r.accel)
-        r.lat = (row[: r.batch + 1] / 1000.0).tolist()
+        r.lat = row[: r.batch + 1] / 1000.0
         r.power = self.model.busy_power_w(r.vi, r.accel, r.batch)
         r.sigma = self.model.sigma(r.vi, r.accel)
         r.kappa = self.model.concurrency_factor(r.accel, r.conc)
@@ -319,8 +314,7 @@ class Simulator(IntervalServing, ExternalStepping):
         spec = r.job.spec
         if r.streaming and r.i < len(r.arr):
             # the rate seen over the last re-tune window is what an operator's monitor would report
-            lo = bisect_left(r.arr, now - self.retune_s)
-            hi = bisect_left(r.arr, now)
+            lo, hi = np.searchsorted(r.arr, (now - self.retune_s, now)).tolist()
             rate = (hi - lo) / self.retune_s
             spec = spec.model_copy(update={"arrival_rate_rps": rate})
         d = policy.decide(spec, self.cluster.state(), current=old_pl)

@@ -9,13 +9,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from oltunes.percentile import mean, percentiles, total
+from oltunes.percentile import percentiles, total
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
-from oltunes.types import Candidate, Measurement
+from oltunes.sim.trusted import built
+from oltunes.types import Candidate, CoRunner, Measurement, new_id
 
 if TYPE_CHECKING:
     from oltunes.sim.engine import Policy
+
+_MEASURED = frozenset(Measurement.model_fields) - {"measurement_id"}  # what the engine gives (the id: a default)
 
 
 class IntervalServing:
@@ -57,20 +60,22 @@ class IntervalServing:
                     slow = float(slow)  # the table's numpy scalar: as a float the serving loop runs much faster
                 else:
                     slow, extra = 1.0, 0.0
-                factor = drift * slow * r.kappa * share
+                kappa = r.kappa
+                factor = drift * slow * kappa * share
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
                     serve(r, t1, factor, sigma, drop_after)
                     # share of the device the job kept busy (batch jobs run flat out)
-                    load = min(1.0, r.busy_iso * r.kappa / (r.conc * span))
+                    load = min(1.0, r.busy_iso * kappa / (r.conc * span))
                 else:
                     advance_batch(r, t0, t1, factor, sigma)
                     load = 1.0
                 work_s = r.busy_iso * drift * slow  # device time at full draw
-                r.energy_j = (r.power - idle_w) * work_s + idle_each
-                dyn += (r.power - idle_w) * work_s
+                drawn = (r.power - idle_w) * work_s
+                r.energy_j = drawn + idle_each
+                dyn += drawn
                 loads_now[r.job.spec.job_id] = load
-                dev_busy += min(1.0, r.busy_iso * drift * slow / span)
+                dev_busy += min(1.0, work_s / span)
             energy += idle_w * span + min(dyn, (acc.max_w - idle_w) * span)
             busy_total += min(1.0, dev_busy)
         for r in waiting:
@@ -94,47 +99,47 @@ class IntervalServing:
                 r.measured = True
 
     def _measurement(self, r: JobRun, span: float, now: float) -> Measurement:
-        p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
+        if r.streaming:  # figured as it was served
+            p50, p95, p99, lat_sum, req_p99, wait = r.figures.tolist()
+        else:  # (a batch job's few dozen latencies: no kernel to compile where only batch jobs run)
+            p50, p95, p99 = percentiles(r.interval_lat_ms, (50, 95, 99))
+            lat_sum, req_p99, wait = total(r.interval_lat_ms), None, None
         c = r.decision.candidate
         co = self.cluster.co_runners(c.pool, r.placement.device, exclude=r.job.spec.job_id)
         last = r.measured_as
-        if last is not None and last.co_runners == co and r.measured_for is c:  # as last interval (often alone)
+        if last is not None and _same(last.co_runners, co) and r.measured_for is c:  # as last interval (often alone)
             cand = last
         else:
-            cand = r.measured_as = Candidate.model_construct(
-                pool=c.pool,
-                accelerator=c.accelerator,
-                variant=c.variant,
-                batch_size=c.batch_size,
-                concurrency=c.concurrency,
-                co_runners=co,
-            )
+            cand = r.measured_as = built(Candidate, {
+                "pool": c.pool, "accelerator": c.accelerator, "variant": c.variant, "batch_size": c.batch_size,
+                "concurrency": c.concurrency, "co_runners": co})  # fmt: skip
             r.measured_for = c
-        busy = total(r.interval_lat_ms) / 1000.0 / r.conc
-        req_p99 = wait = None
-        if r.streaming and len(r.interval_req_ms):
-            # shed requests count at the shedding threshold: a p99 that hides drops would flatter overload
-            shed = self.drop_after * r.job.spec.slo_ms
-            req_p99 = percentiles(r.interval_req_ms.tolist() + [shed] * r.interval_dropped, (99,))[0]
-            wait = mean(r.interval_wait_ms)
-        return Measurement(
-            job_id=r.job.spec.job_id,
-            decision_id=r.decision.decision_id,
-            kind=r.job.spec.kind,
-            arrival_rate_rps=r.interval_items / span if r.streaming else 0.0,
-            candidate=cand,
-            items=r.interval_items,
-            wall_s=span,
-            latency_p50_ms=float(p50),
-            latency_p95_ms=float(p95),
-            latency_p99_ms=float(p99),
-            throughput_items_per_s=r.interval_items / busy if busy > 0 else 0.0,
-            energy_j_per_item=r.energy_j / r.interval_items,
-            energy_source="simulated",
-            accuracy=r.accuracy,
-            gpu_util=min(1.0, r.busy_iso / span),
-            request_latency_p99_ms=req_p99,
-            queueing_delay_ms=wait,
-            simulated=True,
-            timestamp=now,
-        )
+        busy = lat_sum / 1000.0 / r.conc
+        return built(Measurement, {
+            "measurement_id": new_id(),
+            "job_id": r.job.spec.job_id,
+            "decision_id": r.decision.decision_id,
+            "kind": r.job.spec.kind,
+            "arrival_rate_rps": r.interval_items / span if r.streaming else 0.0,
+            "candidate": cand,
+            "items": r.interval_items,
+            "wall_s": span,
+            "latency_p50_ms": p50,
+            "latency_p95_ms": p95,
+            "latency_p99_ms": p99,
+            "throughput_items_per_s": r.interval_items / busy if busy > 0 else 0.0,
+            "energy_j_per_item": float(r.energy_j) / r.interval_items,  # (the truth model's power: a numpy float)
+            "energy_source": "simulated",
+            "accuracy": r.accuracy,
+            "gpu_util": min(1.0, r.busy_iso / span),
+            "request_latency_p99_ms": req_p99,
+            "queueing_delay_ms": wait,
+            "simulated": True,
+            "timestamp": now,
+        }, _MEASURED)  # fmt: skip
+
+
+def _same(a: tuple[CoRunner, ...], b: tuple[CoRunner, ...]) -> bool:
+    """``a == b`` for co-runners the cluster built (fields only: no private or extra attributes), without pydantic's
+    ``__eq__`` (many times the cost, and most co-runners' loads changed since the last interval)."""
+    return len(a) == len(b) and all(x is y or x.__dict__ == y.__dict__ for x, y in zip(a, b))

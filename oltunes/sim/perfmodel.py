@@ -94,6 +94,9 @@ class PerformanceModel:
         for v in self._variants:
             self._best[v.family] = max(self._best.get(v.family, 0.0), v.accuracy)
         self._slow, self._slow_sigma = load_interference(self.data_dir)
+        # the same tables as lists, for `interference` (per job per interval: numpy's scalars cost more than the
+        # arithmetic, which is the same on floats)
+        self._pair = (self._class.tolist(), self._slow.tolist(), self._slow_sigma.tolist())
 
     # ------------------------------------------------------------------ lookups
     def variants(self) -> list[Variant]:
@@ -210,13 +213,14 @@ class PerformanceModel:
 
     def interference(self, variant: int, co: list[tuple[int, float]]) -> tuple[float, float]:
         """(slowdown >= 1, extra log-sigma) from co-runners given as (variant index, load in [0, 1])."""
-        mine = self._class[variant]
+        cls, slow_of, sigma_of = self._pair
+        mine = cls[variant]
         slow, var = 1.0, 0.0
         for v, load in co:
             w = min(1.0, max(0.0, load))
-            other = self._class[v]
-            slow += (self._slow[mine, other] - 1.0) * w
-            var += (self._slow_sigma[mine, other] * w) ** 2
+            other = cls[v]
+            slow += (slow_of[mine][other] - 1.0) * w
+            var += (sigma_of[mine][other] * w) ** 2
         return slow, math.sqrt(var)
 
     @staticmethod

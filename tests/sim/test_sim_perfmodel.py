@@ -82,6 +82,22 @@ def test_interference_and_concurrency_slow_a_batch_down(pm):
     assert c4.latency_p99_ms > alone.latency_p99_ms and c4.throughput_items_per_s > alone.throughput_items_per_s
 
 
+def test_interference_is_the_numpy_tables_formula_bit_for_bit(pm):
+    """`interference` reads its tables as lists (speed): the same floats as the numpy tables' scalars gave."""
+    rng = np.random.default_rng(4)
+    n = len(pm.variants())
+    for _ in range(2000):
+        vi = int(rng.integers(n))
+        co = [(int(rng.integers(n)), float(rng.choice([0.0, 1.0, -0.2, 1.3, rng.uniform(0, 1)])))
+              for _ in range(int(rng.integers(0, 5)))]
+        mine, slow, var = pm._class[vi], 1.0, 0.0
+        for v, load in co:
+            w = min(1.0, max(0.0, load))
+            slow += (pm._slow[mine, pm._class[v]] - 1.0) * w
+            var += (pm._slow_sigma[mine, pm._class[v]] * w) ** 2
+        assert pm.interference(vi, co) == (slow, math.sqrt(var))
+
+
 def test_energy_uses_the_accelerators_power_range(pm):
     job = JobSpec(family="bert", slo_ms=200)
     for acc in ("cpu", "t4", "h100"):

@@ -1,0 +1,257 @@
+"""Compiled kernels of the simulator's serving (``oltunes.sim.jobrun.serve``) and of what a measurement reports of an
+interval (``interval_figures``).
+
+Why compiled: a streaming instance's interval is a few dozen requests in a handful of batches, and at cluster scale
+(``benchmarks.sim_speed``: 22,500 job-intervals per million requests) the Python loop over batches and the numpy calls
+that filled in the per-request results cost more than anything they computed.
+
+What they must equal: the plain Python loop and the figures ``oltunes.percentile`` computed from the samples it
+gathered, bit for bit (the loop is kept as the reference in ``tests/sim/test_sim_jobrun.py``; the pieces are tested in
+``tests/sim/test_sim_serve_kernels.py``). Element-wise ``+ - * /``
+and comparisons are the same IEEE operations (no ``fastmath``); the executors' heap is CPython's ``heapq`` algorithm
+(so the heap's order is the same too); bisection is ``bisect``'s; sums are numpy's pairwise summation
+(``_pairwise``); percentiles are numpy's "linear" method on the sorted sample.
+
+Random draws stay with the caller: the serving loop takes one lognormal noise factor per batch from chunks of 256
+that ``serve`` draws exactly when the loop needs them (so the job's generator moves as it always did); the kernel
+returns when its chunk runs out and is called again, to resume, with the next chunk appended.
+
+Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oltunes.jit import compiled
+
+__all__ = ["interval_figures", "serve_batches"]
+
+
+@compiled
+def _heapreplace(heap: np.ndarray, item: float) -> None:
+    """``heapq.heapreplace(heap, item)``: the root replaced, sifted to a leaf along the smaller children, then up."""
+    n = len(heap)
+    pos = 0
+    child = 1
+    while child < n:
+        right = child + 1
+        if right < n and not heap[child] < heap[right]:
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if item < heap[parent]:
+            heap[pos] = heap[parent]
+            pos = parent
+            continue
+        break
+    heap[pos] = item
+
+
+@compiled
+def _bisect_left(a: np.ndarray, x: float, lo: int, hi: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@compiled
+def _bisect_right(a: np.ndarray, x: float, lo: int, hi: int) -> int:
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@compiled
+def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.ndarray, batch: int, drop_s: float,
+                  factor: float, noise: np.ndarray, q: int, b_start: np.ndarray, b_end: np.ndarray,
+                  b_size: np.ndarray, start: np.ndarray, done: np.ndarray, acc: np.ndarray, accuracy: float,
+                  dropped: np.ndarray, busy: float, shed: int) -> tuple[int, int, float, int, bool]:
+    """Serve requests ``arr[i:]`` until no batch can start before ``t1``: the earliest-free executor (``free``, a heap,
+    updated in place) takes every request that has arrived, up to ``batch``, as one batch lasting
+    ``lat[size] * factor * noise[q]``; requests that waited ``drop_s`` or more by then are shed (``dropped``).
+    Each request's batch start and end and ``accuracy`` go to ``start``, ``done``, ``acc``; batch ``q`` (the q-th
+    noise draw) is recorded as ``b_start[q]``, ``b_end[q]``, ``b_size[q]``.
+
+    Returns (next request, batches so far, ``busy`` plus the batches' isolated seconds, ``shed`` plus the requests
+    shed, whether it is done): not done when a batch needs ``noise[q]`` past the end of ``noise`` (the caller appends
+    a chunk and calls again from the returned state; ``b_*`` must be as long as ``noise``)."""
+    n = len(arr)
+    while i < n:
+        e = free[0]
+        a = arr[i]
+        t = e if e > a else a
+        if t >= t1:
+            break
+        lim = t - drop_s
+        if a < lim:
+            j = _bisect_left(arr, lim, i, n)
+            dropped[i:j] = True
+            shed += j - i
+            i = j
+            continue
+        m = _bisect_right(arr, t, i, i + batch if i + batch < n else n)
+        if q == len(noise):
+            return i, q, busy, shed, False
+        base = lat[m - i]
+        end = t + base * factor * noise[q]
+        _heapreplace(free, end)  # the executor free at e is busy until the batch ends
+        b_start[q], b_end[q], b_size[q] = t, end, m - i
+        q += 1
+        for k in range(i, m):
+            start[k], done[k], acc[k] = t, end, accuracy
+        busy += base
+        i = m
+    return i, q, busy, shed, True
+
+
+@compiled
+def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
+    loop below 8, else 8 accumulators combined as a tree and the rest added in order. (The tuner's
+    ``correction_kernels`` has the same sum: numba's cache would not see a change to a kernel of another module.)"""
+    if n < 8:
+        r = -0.0
+        for i in range(lo, lo + n):
+            r += a[i]
+        return r
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3], a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = lo + 8
+    end = lo + n - n % 8
+    while i < end:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    r = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < lo + n:
+        r += a[i]
+        i += 1
+    return r
+
+
+@compiled
+def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of ``a[lo:lo + n]``: above 128 the two halves (the first a multiple of 8) summed
+    apart, then added; walked with an explicit stack (a recursive function's cached machine code crashed when
+    loaded)."""
+    if n <= 128:  # (no stack to allocate: a measurement's samples are mostly this short)
+        return _block_sum(a, lo, n)
+    los, ns, phase, vals = np.empty(64, np.intp), np.empty(64, np.intp), np.zeros(64, np.int8), np.empty(64)
+    top, ret = 0, 0.0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        m = ns[top]
+        h = m // 2 - (m // 2) % 8
+        if phase[top] == 0:
+            if m <= 128:
+                ret = _block_sum(a, los[top], m)
+                top -= 1
+                continue
+            phase[top] = 1
+            top += 1
+            los[top], ns[top], phase[top] = los[top - 1], h, 0
+        elif phase[top] == 1:
+            vals[top], phase[top] = ret, 2
+            top += 1
+            los[top], ns[top], phase[top] = los[top - 1] + h, m - h, 0
+        else:
+            ret = vals[top] + ret
+            top -= 1
+    return ret
+
+
+@compiled
+def _sort(a: np.ndarray) -> None:
+    """``a.sort()``: by insertion up to 64 values (numba's sort costs microseconds even for a few: a measurement
+    sorts two samples of a few dozen), else numba's. The sorted values are the same whichever sort (no NaN)."""
+    n = len(a)
+    if n > 64:
+        a.sort()
+        return
+    for i in range(1, n):
+        x = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@compiled
+def _quantile(s: np.ndarray, q: float) -> float:
+    """``np.quantile`` (method "linear") of the sorted, finite, non-empty ``s`` at ``q``: numpy's virtual index and
+    its ``_lerp`` (from the upper value when the fraction is at least one half)."""
+    n = len(s)
+    virtual = (n - 1) * q
+    if virtual >= n - 1:
+        return s[n - 1]
+    lo = int(np.floor(virtual))
+    gamma = virtual - lo
+    a, b = s[lo], s[lo + 1]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+
+
+@compiled
+def _batch_figures(lat_ms: np.ndarray, out: np.ndarray) -> None:
+    """``out[:4]``: the p50, p95, p99 and sum of an interval's batch latencies (non-empty), as
+    ``oltunes.percentile`` computes them."""
+    s = lat_ms.copy()
+    _sort(s)
+    out[0], out[1], out[2] = _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99)
+    out[3] = 0.0 + _pairwise(lat_ms, 0, len(lat_ms))  # numpy's add.reduce starts from 0.0
+
+
+@compiled
+def interval_figures(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray, nb: int, batch: int,
+                     arr: np.ndarray, start: np.ndarray, done: np.ndarray, dropped: np.ndarray, i0: int, i1: int,
+                     shed_ms: float, n_shed: int, figures: np.ndarray) -> None:
+    """What a measurement says of an interval's serving of requests ``i0:i1`` in ``nb`` (> 0) batches, as
+    ``oltunes.percentile`` computes it from the samples the plain loop gathered: ``figures[:4]`` the p50, p95, p99
+    and sum of the batches' latencies (ms; of the full ones, ``batch`` requests, when there are at least 3 of them:
+    partial batches run faster and would flatter a large batch size); ``figures[4]`` the p99 of the served requests'
+    end-to-end latencies (ms) with each of ``n_shed`` shed requests counted at ``shed_ms`` (a p99 that hid them
+    would flatter overload); ``figures[5]`` the served requests' mean wait before their batch (ms), summed in
+    request order."""
+    full = 0
+    for k in range(nb):
+        full += b_size[k] == batch
+    lat_ms = np.empty(full if full >= 3 else nb)
+    o = 0
+    for k in range(nb):
+        if full < 3 or b_size[k] == batch:
+            lat_ms[o] = (b_end[k] - b_start[k]) * 1000.0
+            o += 1
+    _batch_figures(lat_ms, figures)
+    served = 0
+    for k in range(nb):
+        served += b_size[k]
+    wait_ms = np.empty(served)
+    every = np.empty(served + n_shed)  # the served requests' latencies and the shed ones
+    o = 0
+    for k in range(i0, i1):
+        if not dropped[k]:
+            every[o] = (done[k] - arr[k]) * 1000.0
+            wait_ms[o] = (start[k] - arr[k]) * 1000.0
+            o += 1
+    every[served:] = shed_ms
+    _sort(every)
+    figures[4] = _quantile(every, 0.99)
+    figures[5] = (0.0 + _pairwise(wait_ms, 0, served)) / served
