@@ -18,40 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.jit import compiled
+from oltunes.kernel_math import pairwise_sum
 
 __all__ = ["MAX_FACTORS", "grid_sum", "part_sums"]
 
-MAX_FACTORS = 128  # numpy sums up to 128 numbers with one fixed pattern (``_pairwise``)
-
-
-@compiled
-def _pairwise(a: np.ndarray) -> float:
-    """numpy's pairwise sum of a contiguous vector of at most 128 (``part_sums``' caller checks): below 8 in
-    order, else eight accumulators combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), the remainder added in order
-    (above 128 numpy halves recursively)."""
-    n = a.shape[0]
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]  # (locals: no allocation)
-    i = 8
-    while i < n - n % 8:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return res
+MAX_FACTORS = 128  # the kernels' latent sums are tested against numpy's up to 128 factors
 
 
 @compiled
@@ -73,7 +44,7 @@ def part_sums(W: np.ndarray, V: np.ndarray, rows: np.ndarray,
                 xv[c] = V[r0, t, c] * v0
                 s[i, t, c] = 0.0 + xv[c]
                 sq[c] = xv[c] * xv[c]
-            qt = _pairwise(sq)
+            qt = pairwise_sum(sq, 0, len(sq))
             for j in range(1, m):
                 r, v = rows[i, j], vals[i, j]
                 acc += W[r, t] * v
@@ -81,12 +52,12 @@ def part_sums(W: np.ndarray, V: np.ndarray, rows: np.ndarray,
                     xv[c] = V[r, t, c] * v
                     s[i, t, c] += xv[c]
                     sq[c] = xv[c] * xv[c]
-                qt += _pairwise(sq)
+                qt += pairwise_sum(sq, 0, len(sq))
             lin[i, t] = acc
             q[i, t] = qt
             for c in range(k):
                 sq[c] = s[i, t, c] * s[i, t, c]
-            inter[i, t] = 0.5 * (_pairwise(sq) - qt)
+            inter[i, t] = 0.5 * (pairwise_sum(sq, 0, len(sq)) - qt)
     return lin, s, q, inter
 
 

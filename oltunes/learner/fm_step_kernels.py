@@ -15,41 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.jit import compiled
+from oltunes.kernel_math import pairwise_sum
 
 __all__ = ["ROBUST_RATE", "ROBUST_WARMUP", "fm_step_error"]
 
 ROBUST_WARMUP = 20  # observations per target before robust down-weighting starts
 ROBUST_RATE = 0.05  # decay of the running |residual| scale afterwards
-
-
-@compiled
-def _pairwise(a):
-    """numpy's pairwise sum of a contiguous vector of at most 128 (``fm_kernels._pairwise``, which a kernel here may
-    not call: numba's cache sees changes to a kernel's own file only): below 8 in order, else eight accumulators
-    combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), the remainder added in order."""
-    n = a.shape[0]
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    while i < n - n % 8:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return res
 
 
 @compiled
@@ -113,10 +84,10 @@ def fm_step_error(W, lin, V, rows, vals, y, mask, w, clip, standardize, mu, sd, 
                 xv = V[r, t, f] * x
                 s[t, f] += xv
                 sq[f] = xv * xv
-            q += _pairwise(sq)
+            q += pairwise_sum(sq, 0, len(sq))
         for f in range(k):
             sq[f] = s[t, f] * s[t, f]
-        raw = (W[0, t] + lin[t]) + 0.5 * (_pairwise(sq) - q)
+        raw = (W[0, t] + lin[t]) + 0.5 * (pairwise_sum(sq, 0, len(sq)) - q)
         if standardize:
             err[t] = raw - (y[t] - mu[t]) / sd[t]
             yhat[t] = raw * sd[t] + mu[t]

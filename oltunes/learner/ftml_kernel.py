@@ -53,7 +53,7 @@ def ftml_rows(table, rows, g, ts, v, d, z, p1s, p2s, lr, b1, b2, eps):
 
 # -- the dense FM's parameter step given its gradient (``fm_learning.FMLearning._sgd_step``; the gradient is
 # ``fm_step_kernels.fm_step_error``'s). Here, not in a module of its own: it runs ``ftml_rule``, and a kernel calls only
-# kernels of its own module (numba's cache sees changes to the kernel's own file only).
+# kernels of its own module and of ``oltunes.kernel_math`` (the files its cache's stamp covers: ``oltunes.jit``).
 
 
 @compiled

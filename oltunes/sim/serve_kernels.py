@@ -10,13 +10,14 @@ gathered, bit for bit (the loop is kept as the reference in ``tests/sim/test_sim
 ``tests/sim/test_sim_serve_kernels.py``). Element-wise ``+ - * /``
 and comparisons are the same IEEE operations (no ``fastmath``); the executors' heap is CPython's ``heapq`` algorithm
 (so the heap's order is the same too); bisection is ``bisect``'s; sums are numpy's pairwise summation
-(``_pairwise``); percentiles are numpy's "linear" method on the sorted sample.
+(``oltunes.kernel_math.pairwise_sum``); percentiles are numpy's "linear" method on the sorted sample.
 
 Random draws stay with the caller: the serving loop takes one lognormal noise factor per batch from chunks of 256
 that ``serve`` draws exactly when the loop needs them (so the job's generator moves as it always did); the kernel
 returns when its chunk runs out and is called again, to resume, with the next chunk appended.
 
-Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module).
+Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module and of
+``oltunes.kernel_math``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.jit import compiled
+from oltunes.kernel_math import pairwise_sum
 
 __all__ = ["interval_figures", "serve_batches"]
 
@@ -117,67 +119,6 @@ def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.
 
 
 @compiled
-def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
-    """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
-    loop below 8, else 8 accumulators combined as a tree and the rest added in order. (The tuner's
-    ``correction_kernels`` has the same sum: numba's cache would not see a change to a kernel of another module.)"""
-    if n < 8:
-        r = -0.0
-        for i in range(lo, lo + n):
-            r += a[i]
-        return r
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3], a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = lo + 8
-    end = lo + n - n % 8
-    while i < end:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    r = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < lo + n:
-        r += a[i]
-        i += 1
-    return r
-
-
-@compiled
-def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
-    """numpy's pairwise sum of ``a[lo:lo + n]``: above 128 the two halves (the first a multiple of 8) summed
-    apart, then added; walked with an explicit stack (a recursive function's cached machine code crashed when
-    loaded)."""
-    if n <= 128:  # (no stack to allocate: a measurement's samples are mostly this short)
-        return _block_sum(a, lo, n)
-    los, ns, phase, vals = np.empty(64, np.intp), np.empty(64, np.intp), np.zeros(64, np.int8), np.empty(64)
-    top, ret = 0, 0.0
-    los[0], ns[0] = lo, n
-    while top >= 0:
-        m = ns[top]
-        h = m // 2 - (m // 2) % 8
-        if phase[top] == 0:
-            if m <= 128:
-                ret = _block_sum(a, los[top], m)
-                top -= 1
-                continue
-            phase[top] = 1
-            top += 1
-            los[top], ns[top], phase[top] = los[top - 1], h, 0
-        elif phase[top] == 1:
-            vals[top], phase[top] = ret, 2
-            top += 1
-            los[top], ns[top], phase[top] = los[top - 1] + h, m - h, 0
-        else:
-            ret = vals[top] + ret
-            top -= 1
-    return ret
-
-
-@compiled
 def _sort(a: np.ndarray) -> None:
     """``a.sort()``: by insertion up to 64 values (numba's sort costs microseconds even for a few: a measurement
     sorts two samples of a few dozen), else numba's. The sorted values are the same whichever sort (no NaN)."""
@@ -216,7 +157,7 @@ def _batch_figures(lat_ms: np.ndarray, out: np.ndarray) -> None:
     s = lat_ms.copy()
     _sort(s)
     out[0], out[1], out[2] = _quantile(s, 0.5), _quantile(s, 0.95), _quantile(s, 0.99)
-    out[3] = 0.0 + _pairwise(lat_ms, 0, len(lat_ms))  # numpy's add.reduce starts from 0.0
+    out[3] = 0.0 + pairwise_sum(lat_ms, 0, len(lat_ms))  # numpy's add.reduce starts from 0.0
 
 
 @compiled
@@ -254,4 +195,4 @@ def interval_figures(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray,
     every[served:] = shed_ms
     _sort(every)
     figures[4] = _quantile(every, 0.99)
-    figures[5] = (0.0 + _pairwise(wait_ms, 0, served)) / served
+    figures[5] = (0.0 + pairwise_sum(wait_ms, 0, served)) / served

@@ -12,8 +12,8 @@ order starting from 0.0, so a loop over the (target, element) pairs in order mak
 ``sum`` follows numpy's pairwise summation (``_row_sum``). No exp or log here (numpy's SIMD versions may differ from
 libm's by an ulp).
 
-Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module, as
-numba's cache notices changes to that file only).
+Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module and of
+``oltunes.kernel_math``, the two files its cache's stamp covers).
 
 A tree is given as plain arrays, its levels coarse to fine (``correction_trees.tree_arrays`` builds them): ``leaf``
 the leaf group of each configuration, ``par`` every level's parent per group side by side (the root level's are 0),
@@ -28,65 +28,15 @@ import math
 import numpy as np
 
 from oltunes.jit import compiled
+from oltunes.kernel_math import pairwise_sum
 
 __all__ = ["add_measurements", "cell_corrections", "fit_rounds", "tree_counts"]
 
 
 @compiled
-def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
-    """numpy's pairwise sum of ``a[lo:lo + n]`` for n <= 128 (``pairwise_sum`` in its ``loops_utils.h``): a plain
-    loop below 8, else 8 accumulators combined as a tree and the rest added in order."""
-    if n < 8:
-        r = -0.0
-        for i in range(lo, lo + n):
-            r += a[i]
-        return r
-    acc = a[lo:lo + 8].copy()
-    i = 8
-    while i < n - n % 8:
-        for j in range(8):
-            acc[j] += a[lo + i + j]
-        i += 8
-    r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
-    while i < n:
-        r += a[lo + i]
-        i += 1
-    return r
-
-
-@compiled
-def _pairwise(a: np.ndarray, lo: int, n: int) -> float:
-    """numpy's pairwise sum of ``a[lo:lo + n]``: above 128 the two halves (the first a multiple of 8) summed
-    apart, then added; walked with an explicit stack (a recursive function's cached machine code crashed when
-    loaded)."""
-    los, ns, phase, vals = np.empty(64, np.intp), np.empty(64, np.intp), np.zeros(64, np.int8), np.empty(64)
-    top, ret = 0, 0.0
-    los[0], ns[0] = lo, n
-    while top >= 0:
-        m = ns[top]
-        h = m // 2 - (m // 2) % 8
-        if phase[top] == 0:
-            if m <= 128:
-                ret = _block_sum(a, los[top], m)
-                top -= 1
-                continue
-            phase[top] = 1
-            top += 1
-            los[top], ns[top], phase[top] = los[top - 1], h, 0
-        elif phase[top] == 1:
-            vals[top], phase[top] = ret, 2
-            top += 1
-            los[top], ns[top], phase[top] = los[top - 1] + h, m - h, 0
-        else:
-            ret = vals[top] + ret
-            top -= 1
-    return ret
-
-
-@compiled
 def _row_sum(a: np.ndarray) -> float:
     """``a.sum()`` of a contiguous 1-D array as numpy reduces it: 0.0 + the pairwise sum."""
-    return 0.0 + _pairwise(a, 0, len(a))
+    return 0.0 + pairwise_sum(a, 0, len(a))
 
 
 @compiled

@@ -14,22 +14,9 @@ import math
 import numpy as np
 
 from oltunes.jit import compiled
+from oltunes.kernel_math import divide
 
 __all__ = ["graded_violation"]
-
-
-@compiled
-def _divide(a: float, b: float) -> float:
-    """``a / b`` as numpy divides (numba raises on a zero divisor): +-inf, a NaN ``a`` itself, and for 0 / 0 the
-    processor's default NaN (x86: the sign bit set). (Kept beside each kernel that needs it: numba's cache
-    notices changes to the kernel's own module only.)"""
-    if b == 0.0:
-        if math.isnan(a):
-            return a
-        if a == 0.0:
-            return math.copysign(math.nan, -1.0)
-        return math.copysign(math.inf, a) * math.copysign(1.0, b)
-    return a / b
 
 
 @compiled
@@ -66,9 +53,9 @@ def graded_violation(req_lat: np.ndarray, pess_thr: np.ndarray, obj: np.ndarray,
         for v in range(V):
             for b in range(B):
                 for c in range(C):
-                    over = _maximum(0.0, _divide(req_lat[p, v, b, c], slo_ms) - 1.0)
+                    over = _maximum(0.0, divide(req_lat[p, v, b, c], slo_ms) - 1.0)
                     if streaming:
-                        over = _maximum(over, _divide(demand, pess_thr[p, v, b, c]) - 1.0)
+                        over = _maximum(over, divide(demand, pess_thr[p, v, b, c]) - 1.0)
                     g = over + crowding * crowd[p] + (1.0 if co_fail[p, v, b, c] else 0.0)
                     cf, sf, o = int(cap_fail[p, v, b, c]), shortfall[v], obj[p, v, b, c]
                     if first < 0 or (cf < bc) or (cf == bc and (_before(sf, bs) or (not _before(bs, sf) and (

@@ -13,22 +13,9 @@ import math
 import numpy as np
 
 from oltunes.jit import compiled
+from oltunes.kernel_math import divide
 
 __all__ = ["request_waits"]
-
-
-@compiled
-def _divide(a: float, b: float) -> float:
-    """``a / b`` as numpy divides (numba raises on a zero divisor): +-inf, a NaN ``a`` itself, and for 0 / 0 the
-    processor's default NaN (x86: the sign bit set). (Kept beside each kernel that needs it: numba's cache
-    notices changes to the kernel's own module only.)"""
-    if b == 0.0:
-        if math.isnan(a):
-            return a
-        if a == 0.0:
-            return math.copysign(math.nan, -1.0)
-        return math.copysign(math.inf, a) * math.copysign(1.0, b)
-    return a / b
 
 
 @compiled
@@ -49,7 +36,7 @@ def request_waits(batch_lat: np.ndarray, thr: np.ndarray, fill: np.ndarray, conc
                     r = lat + fill[b]
                     q = 0.0
                     if queueing:
-                        rho = _divide(rate, thr[p, v, b, c])
+                        rho = divide(rate, thr[p, v, b, c])
                         if not (rho <= 0.999 or math.isnan(rho)):  # np.minimum: NaN propagates
                             rho = 0.999
                         q = lat / conc[c] * rho / (1.0 - rho) * burst / 2.0 * ln100

@@ -5,13 +5,12 @@ numpy's) and numpy, on samples of every size a measurement sees, with ties."""
 from __future__ import annotations
 
 import heapq
-import math
 
 import numpy as np
 import pytest
 
 from oltunes.percentile import mean, percentiles, total
-from oltunes.sim.serve_kernels import _batch_figures, _heapreplace, _pairwise, interval_figures
+from oltunes.sim.serve_kernels import _batch_figures, _heapreplace, interval_figures
 
 
 def test_heapreplace_is_heapqs_in_every_position():
@@ -85,12 +84,3 @@ def test_interval_figures_are_the_plain_figures_of_the_samples(seed):
         want = [*percentiles(lat_ms, (50, 95, 99)), total(lat_ms), percentiles(req_ms + [shed_ms] * n_shed, (99,))[0],
                 mean(wait_ms)]
         assert figures.tolist() == want
-
-
-def test_pairwise_is_numpys_sum_across_its_blocks():
-    """Sizes across numpy's blocks (8 accumulators up to 128, halving above), magnitudes spread wide."""
-    rng = np.random.default_rng(3)
-    for n in [*range(1, 140), 255, 256, 257, 1000, 1031, 4100, 8193, 20011]:
-        a = rng.standard_normal(n) * np.exp(rng.standard_normal(n) * 6)
-        assert 0.0 + _pairwise(a, 0, n) == float(np.add.reduce(a))
-    assert math.copysign(1.0, 0.0 + _pairwise(np.array([-0.0]), 0, 1)) == math.copysign(1.0, np.sum([-0.0]))
