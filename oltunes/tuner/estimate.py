@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from oltunes.errors import DataError
 from oltunes.inventory import CATALOG
 from oltunes.learner.features import (
     JobContext,
@@ -45,24 +44,18 @@ from oltunes.tuner import built
 from oltunes.tuner.candidates import PlacementOption, fill_wait_ms
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.estimate_learning import EN, LAT, LEARN_CHUNK, TARGETS, THR, EstimatorLearning
 from oltunes.tuner.jobs import JobMemory
 from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import PriorTable
 from oltunes.tuner.wait_kernels import request_waits
-from oltunes.types import Accelerator, Candidate, JobSpec, Measurement, Placement, Prediction, Variant
+from oltunes.types import Accelerator, Candidate, JobSpec, Placement, Prediction, Variant
 
-__all__ = ["TARGETS", "LAT", "EN", "THR", "Estimate", "Estimator"]
+__all__ = ["EN", "LAT", "LEARN_CHUNK", "TARGETS", "THR", "Estimate", "Estimator"]
 
-TARGETS = ("log_latency", "log_energy", "log_throughput")
-LAT, EN, THR = 0, 1, 2
 LOADS_KEPT = 65_536  # placed jobs whose busy share ``load_of`` keeps between observations
 GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
-# Measurements learnt together (``learn_many``) per fit of the pooled correction. Larger chunks drift from what one
-# by one learns, the more the larger: a10-l4-wide's (benchmarks/heldout) mean cold violations over seeds 0-7 were
-# 0.696 with whole control intervals (~28 measurements) per fit, 0.678 with 10, 0.661 with 6, 0.643 with 4, 0.639
-# one by one. 4 costs 1.5x less observe CPU than one by one (whole intervals: ~3x).
-LEARN_CHUNK = 4
 
 
 @dataclass
@@ -114,7 +107,7 @@ class Estimate:
                                self.concurrencies[c], o.co_runners)
 
 
-class Estimator:
+class Estimator(EstimatorLearning):
     """Prior + FM-FTML residual + margins: predicts candidates and learns from measurements.
 
     Parameters are the tuner's (see :class:`oltunes.tuner.Tuner`).
@@ -340,64 +333,6 @@ class Estimator:
             return no_backlog
         # the backlog is already a high quantile of what was measured: mean throughput
         return req + np.maximum(queue, 1000.0 * backlog / mean_thr)
-
-    # ------------------------------------------------------------------------------------------------ learn
-    def learn(self, m: Measurement) -> None:
-        """Learn from one measurement (the caller guarantees exactly-once)."""
-        self.learn_many([m])
-
-    def learn_many(self, ms: Sequence[Measurement]) -> None:
-        """Learn from several measurements (the caller guarantees exactly-once), ``LEARN_CHUNK`` at a time: the
-        pooled correction takes a chunk's and is fitted once, then the FM learns each one's residual against that
-        fit, in order. Refuses them all (``DataError``, nothing learnt) if one has a non-finite value."""
-        rows = [self._learning_row(m) for m in ms]
-        for i in range(0, len(rows), LEARN_CHUNK):
-            self._learn_rows(rows[i:i + LEARN_CHUNK])
-
-    def _learn_rows(self, rows: list[tuple]) -> None:
-        """``learn_many`` of measurements' learning rows (``_learning_row``), fitted once."""
-        n = len(TARGETS)
-        before = after = [np.zeros(n)] * len(rows)
-        if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
-            before, after = self.correction.learn_many([
-                (c.accelerator, c.variant, c.batch_size, c.concurrency, [y[t] or 0.0 for t in TARGETS],
-                 [y[t] is not None for t in TARGETS], self.priors.growth(c.accelerator, c.variant, c.batch_size),
-                 m.kind != "streaming")
-                for m, c, _, y in rows])
-        # per target in Python floats: the same IEEE operations as on numpy's scalars
-        for (m, c, x, y), corr_before, corr_after in zip(rows, before, after):
-            ys, cb, ca = [y[t] for t in TARGETS], corr_before.tolist(), corr_after.tolist()
-            fm_before = self.model.learn_predict_one(
-                x, {t: None if v is None else v - a for t, v, a in zip(TARGETS, ys, ca)}).tolist()
-            region = f"{c.accelerator}/{c.variant.family}"
-            for t, v, b, f in zip(TARGETS, ys, cb, fm_before):
-                if v is not None:  # progressive validation: the error of the prediction made before learning
-                    err = v - b - f
-                    self.residuals[t].update(c.accelerator, err)
-                    self.residuals[t].update(region, err)
-            key = f"{c.accelerator}/{c.variant.name}"
-            self.visits[key] = self.visits.get(key, 0) + 1
-            self.jobs.learn(m)
-            self.n_learned += 1
-
-    def _learning_row(self, m: Measurement) -> tuple[Measurement, Candidate, dict[str, float], dict[str, float | None]]:
-        """A measurement's candidate, features and log residuals over the prior per target (None: not measured)."""
-        c = m.candidate
-        ctx = job_context(m)
-        x = encode(ctx, c)
-        prior = self.priors.log(c, ctx).tolist()  # Python floats: the same values, cheaper arithmetic
-        capacity = m.throughput_items_per_s > 0 and (
-            m.kind != "streaming" or (m.gpu_util is not None and m.gpu_util >= self.saturated_util))
-        y: dict[str, float | None] = {
-            "log_latency": math.log(m.latency_p99_ms) - prior[LAT] if m.latency_p99_ms > 0 else None,
-            "log_energy": math.log(m.energy_j_per_item) - prior[EN] if m.energy_j_per_item > 0 else None,
-            "log_throughput": math.log(m.throughput_items_per_s) - prior[THR] if capacity else None,
-        }
-        # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
-        if not (all(map(math.isfinite, x.values())) and all(v is None or math.isfinite(v) for v in y.values())):
-            bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
-            raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
-        return m, c, x, y
 
     def burst(self, job_id: str) -> float | None:
         return self.jobs.burst(job_id)
