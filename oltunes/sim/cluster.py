@@ -13,7 +13,7 @@ import numpy as np
 
 from oltunes.errors import ConfigError
 from oltunes.placement_log import PlacementLog
-from oltunes.sim.trusted import built
+from oltunes.trusted import trusted_model
 from oltunes.types import ClusterState, CoRunner, Placement, Pool
 
 
@@ -114,7 +114,7 @@ class SimCluster:
             # every job on a device is the co-runner of every other one's measurement: build each once per load
             if seen is None or seen[0] is not pl or seen[1] != load:
                 v = pl.candidate.variant
-                seen = self._co_runner[jid] = (pl, load, built(CoRunner, {
+                seen = self._co_runner[jid] = (pl, load, trusted_model(CoRunner, {
                     "job_id": jid, "family": v.family, "variant": v.name, "size": v.size, "precision": v.precision,
                     "batch_size": pl.candidate.batch_size, "load": load}))  # fmt: skip
             out.append(seen[2])

@@ -37,7 +37,7 @@ from oltunes.sim.jobrun import JobRun
 from oltunes.sim.perfmodel import PerformanceModel
 from oltunes.sim.result import RunResult
 from oltunes.sim.stepping import ExternalStepping
-from oltunes.sim.trusted import built
+from oltunes.trusted import trusted_model
 from oltunes.sim.workload import SimJob
 from oltunes.types import (
     Candidate,
@@ -129,7 +129,7 @@ class Simulator(IntervalServing, ExternalStepping):
         )
         r.decision = d
         spec = spec or r.job.spec
-        r.placement = built(Placement, {"job_id": spec.job_id, "pool": c.pool, "device": device, "candidate": c,
+        r.placement = trusted_model(Placement, {"job_id": spec.job_id, "pool": c.pool, "device": device, "candidate": c,
                                         "slo_ms": spec.slo_ms, "arrival_rate_rps": spec.arrival_rate_rps})
         if same:
             return

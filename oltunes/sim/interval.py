@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from oltunes.percentile import percentiles, total
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
-from oltunes.sim.trusted import built
+from oltunes.trusted import trusted_model
 from oltunes.types import Candidate, CoRunner, Measurement, new_id
 
 if TYPE_CHECKING:
@@ -110,12 +110,12 @@ class IntervalServing:
         if last is not None and _same(last.co_runners, co) and r.measured_for is c:  # as last interval (often alone)
             cand = last
         else:
-            cand = r.measured_as = built(Candidate, {
+            cand = r.measured_as = trusted_model(Candidate, {
                 "pool": c.pool, "accelerator": c.accelerator, "variant": c.variant, "batch_size": c.batch_size,
                 "concurrency": c.concurrency, "co_runners": co})  # fmt: skip
             r.measured_for = c
         busy = lat_sum / 1000.0 / r.conc
-        return built(Measurement, {
+        return trusted_model(Measurement, {
             "measurement_id": new_id(),
             "job_id": r.job.spec.job_id,
             "decision_id": r.decision.decision_id,

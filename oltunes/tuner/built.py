@@ -8,10 +8,9 @@ constructor, which returns or raises exactly as before. Models from outside (HTT
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar, get_args
+from typing import Any, get_args
 
-from pydantic import BaseModel
-
+from oltunes.trusted import trusted_model
 from oltunes.types import (
     ID_PATTERN,
     MAX_COUNT,
@@ -35,21 +34,9 @@ from oltunes.types import (
 
 __all__ = ["alternative", "candidate", "co_runner", "decision", "explanation", "prediction"]
 
-M = TypeVar("M", bound=BaseModel)
 _ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))  # fullmatch: "$" would pass a final newline
 _SOURCES = frozenset(get_args(DecisionSource))
 _PRECISIONS = frozenset(get_args(Precision))
-_setattr = object.__setattr__
-
-
-def _made(cls: type[M], values: dict[str, Any], given: set[str]) -> M:
-    """``cls(**values)`` as validation makes it, for values known to be valid (in the model's field order)."""
-    m = cls.__new__(cls)
-    _setattr(m, "__dict__", values)
-    _setattr(m, "__pydantic_fields_set__", given)
-    _setattr(m, "__pydantic_extra__", None)
-    _setattr(m, "__pydantic_private__", None)
-    return m
 
 
 def _quantity(x: Any) -> bool:
@@ -82,7 +69,7 @@ def co_runner(job_id: Any, family: Any, variant: Any, size: Any, precision: Any,
               "batch_size": batch_size, "load": load}
     if (_id(job_id) and _id(family) and _id(variant) and _label(size) and type(precision) is str
             and precision in _PRECISIONS and _setting(batch_size) and _quantity(load)):
-        return _made(CoRunner, values, set(values))
+        return trusted_model(CoRunner, values)
     return CoRunner(**values)
 
 
@@ -90,7 +77,7 @@ def prediction(latency_p99_ms: Any, energy_j_per_item: Any, throughput_items_per
     values = {"latency_p99_ms": latency_p99_ms, "energy_j_per_item": energy_j_per_item,
               "throughput_items_per_s": throughput_items_per_s, "margin_ms": margin_ms}
     if all(map(_quantity, values.values())):
-        return _made(Prediction, values, set(values))
+        return trusted_model(Prediction, values)
     return Prediction(**values)
 
 
@@ -101,14 +88,14 @@ def candidate(pool: Any, accelerator: Any, variant: Any, batch_size: Any, concur
     if (_id(pool) and _id(accelerator) and type(variant) is Variant and _setting(batch_size) and _setting(concurrency)
             and type(co_runners) is tuple and len(co_runners) <= MAX_LIST
             and all(type(c) is CoRunner for c in co_runners)):
-        return _made(Candidate, values, set(values))
+        return trusted_model(Candidate, values)
     return Candidate(**values)
 
 
 def alternative(candidate_key: Any, prediction: Any, reason: Any) -> Alternative:
     values = {"candidate_key": candidate_key, "prediction": prediction, "reason": reason}
     if _text(candidate_key) and type(prediction) is Prediction and _text(reason):
-        return _made(Alternative, values, set(values))
+        return trusted_model(Alternative, values)
     return Alternative(**values)
 
 
@@ -118,7 +105,7 @@ def explanation(predicted: Any, n_candidates: Any, n_feasible: Any, note: Any, r
     if (type(predicted) is Prediction and _count(n_candidates) and _count(n_feasible) and _text(note)
             and type(runner_ups) is tuple and len(runner_ups) <= MAX_LIST
             and all(type(a) is Alternative for a in runner_ups)):
-        return _made(Explanation, values, set(values))
+        return trusted_model(Explanation, values)
     return Explanation(**values)
 
 
@@ -128,5 +115,5 @@ def decision(job_id: Any, candidate: Any, group: Any, source: Any, feasible: Any
     if (_id(job_id) and type(candidate) is Candidate and (group is None or type(group) is ColocationGroup)
             and source in _SOURCES and type(feasible) is bool
             and type(explanation) is Explanation):
-        return _made(Decision, {"decision_id": new_id(), **values}, set(values))
+        return trusted_model(Decision, {"decision_id": new_id(), **values}, given=values)
     return Decision(**values)

@@ -1,4 +1,4 @@
-"""What the simulator builds unvalidated (``oltunes.sim.trusted``) is what validation would have left: over a run with
+"""What the simulator builds unvalidated (``oltunes.trusted``) is what validation would have left: over a run with
 streams, batch jobs and co-located jobs, every measurement, the candidate it reports, its co-runners and every
 placement equal a validated model of the same values field by field, type by type, in the model's field order, with
 the same fields set."""
@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from oltunes.policies import Policy
 from oltunes.sim.scenario import load_scenario
-from oltunes.sim.trusted import built
+from oltunes.trusted import trusted_model
 from oltunes.simulation import context, prepare, simulator
 from oltunes.types import Candidate, Measurement, Placement, Variant
 
@@ -70,11 +70,11 @@ def test_a_runs_measurements_candidates_and_placements_are_the_validated_ones(sh
 def test_built_is_model_construct_of_every_field():
     v = Variant(family="f", name="v", size="s", accuracy=0.5)
     fields = {"pool": "p", "accelerator": "a", "variant": v, "batch_size": 2, "concurrency": 1, "co_runners": ()}
-    a, b = built(Candidate, dict(fields)), Candidate.model_construct(**fields)
+    a, b = trusted_model(Candidate, dict(fields)), Candidate.model_construct(**fields)
     assert a == b and a.__dict__ == b.__dict__ and a.model_fields_set == b.model_fields_set and hash(a) == hash(b)
     assert a.__pydantic_extra__ is None and a.__pydantic_private__ is None
     with pytest.raises(Exception, match="frozen"):
         a.pool = "q"
-    pl = built(Placement, {"job_id": "j", "pool": "p", "device": 0, "candidate": a, "slo_ms": 5.0,
+    pl = trusted_model(Placement, {"job_id": "j", "pool": "p", "device": 0, "candidate": a, "slo_ms": 5.0,
                            "arrival_rate_rps": 1.0})
     assert pl == Placement(job_id="j", pool="p", device=0, candidate=a, slo_ms=5.0, arrival_rate_rps=1.0)
