@@ -180,6 +180,25 @@ class Estimator(EstimatorLearning):
         """Latency residuals recorded for (accelerator, family): how much the model has seen there."""
         return self.residuals["log_latency"].count(f"{accelerator}/{family}")
 
+    def _margin_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
+        """Per option: its log margins (P, 3), its (accelerator, variant) visits (P, V) and its batch latency's
+        pessimism factor (P, V, 1, 1), kept per the options' accelerator types until the next observation (the
+        types repeat far more often than the options)."""
+        family = variants[0].family
+        return self.per_observation.get(("margin_rows", tuple(regions), family),
+                                        lambda: self._build_margin_rows(regions, variants))
+
+    def _build_margin_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
+        by_region = {r: self.margins(r, variants[0].family) for r in dict.fromkeys(regions)}  # (few types)
+        marg = np.array([by_region[r] for r in regions])  # P, 3
+        # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
+        # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
+        visits = self._visit_grid(regions, variants)  # P, V
+        pessimism = np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
+        for a in (marg, visits, pessimism):
+            a.flags.writeable = False
+        return marg, visits, pessimism
+
     def _visit_grid(self, accelerators: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
         """Measurements per (accelerator, variant) as a (P, V) array (memoised until the next observation)."""
         memo = self.per_observation.table("visits")
@@ -292,15 +311,11 @@ class Estimator(EstimatorLearning):
         # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
         logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
                                    plus=(prior, np.broadcast_to(corr, prior.shape)))[:, 0]
-        by_region = {r: self.margins(r, variants[0].family) for r in dict.fromkeys(regions)}  # (few types)
-        marg = np.array([by_region[r] for r in regions])  # P, 3
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
         lat, energy, thr = np.exp(logp)
-        # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
-        # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
-        visits = self._visit_grid(regions, variants)  # P, V
-        pess_lat = lat * np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
+        marg, visits, pessimism = self._margin_rows(regions, variants)
+        pess_lat = lat * pessimism
         out = (logp, lat, energy, thr, marg, visits, pess_lat)
         for a in out:
             a.flags.writeable = False
