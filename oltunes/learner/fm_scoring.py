@@ -41,6 +41,16 @@ def stack_indexed(indexed: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.
     return rows, vals
 
 
+def _job_prefixed(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``parts`` with a leading single-row part (the job) appended to every row of the next (its features join
+    each placement's row)."""
+    parts = list(parts)
+    if len(parts) > 1 and parts[0][0].shape[0] == 1:
+        (r0, v0), (r1, v1) = parts[0], parts[1]
+        parts[:2] = [(_prefixed(r0, r1), _prefixed(v0, v1))]
+    return parts
+
+
 _NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add"
 
 
@@ -81,11 +91,7 @@ class FMScoring:
         ones."""
         T = self._n_targets
         merged: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        parts = list(parts)
-        if len(parts) > 1 and parts[0][0].shape[0] == 1:  # a single-row part (the job): append its features
-            (r0, v0), (r1, v1) = parts[0], parts[1]
-            parts[:2] = [(_prefixed(r0, r1), _prefixed(v0, v1))]
-        for rows, vals in parts:
+        for rows, vals in _job_prefixed(parts):
             lin, s, q = self.part_terms(rows, vals)
             if merged and merged[-1][0].shape[0] * rows.shape[0] <= limit:
                 lin0, s0, q0 = merged[-1]
@@ -131,7 +137,13 @@ class FMScoring:
         T = self._n_targets
         sizes = [rows.shape[0] for rows, _ in parts]
         n_dyn = len(parts) - n_static
-        dyn = self._merged_terms(parts[:n_dyn], limit=math.inf)  # at most one group
+        dyn_parts = _job_prefixed(parts[:n_dyn])
+        if len(dyn_parts) == 1:  # one part: its own unary term is the kernel's lin + inter (the same sums)
+            lin, s, _, inter = self._part_sums(*dyn_parts[0])
+            dyn, unary = [(lin, s)], np.ascontiguousarray((lin + inter).T)  # T, D
+        else:
+            dyn = self._merged_terms(dyn_parts, limit=math.inf)  # at most one group
+            unary = None
         if cache is not None and cache.get("version") == self._version and n_static:
             sta, block, at = cache["terms"], cache["block"], cache["at"]
         else:
@@ -142,8 +154,9 @@ class FMScoring:
             if cache is not None and n_static:
                 cache.update(version=self._version, terms=sta, block=block, at=at)
         if dyn:
-            lin, s, q = dyn[0]
-            unary = np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - q)).T)  # T, D
+            lin, s = dyn[0][:2]
+            if unary is None:
+                unary = np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - dyn[0][2])).T)  # T, D
             cross = (np.concatenate([_cross(s, g[1]) for g in sta], axis=2) if sta
                      else np.empty((T, lin.shape[0], 0)))  # T, D, sum of the static groups' sizes
         else:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,71 +39,23 @@ from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
 from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
-from oltunes.tuner import built
 from oltunes.tuner.candidates import PlacementOption, fill_wait_ms
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.estimate_grid import Estimate
 from oltunes.tuner.estimate_learning import EN, LAT, LEARN_CHUNK, TARGETS, THR, EstimatorLearning
 from oltunes.tuner.jobs import JobMemory
 from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import PriorTable
 from oltunes.tuner.wait_kernels import request_waits
-from oltunes.types import Accelerator, Candidate, JobSpec, Placement, Prediction, Variant
+from oltunes.types import Accelerator, Candidate, JobSpec, Placement, Variant
 
 __all__ = ["EN", "LAT", "LEARN_CHUNK", "TARGETS", "THR", "Estimate", "Estimator"]
 
 LOADS_KEPT = 65_536  # placed jobs whose busy share ``load_of`` keeps between observations
+FILL_RATES_KEPT = 1024  # request rates whose batch-fill waits ``_fill_waits`` keeps (a bound for a long service)
 GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
-
-
-@dataclass
-class Estimate:
-    """Predictions over one job's candidate grid, shaped (P options, V variants, B batch sizes, C concurrencies)."""
-
-    job: JobSpec
-    options: list[PlacementOption]
-    variants: list[Variant]
-    batch_sizes: tuple[int, ...]
-    concurrencies: tuple[int, ...]
-    logp: np.ndarray  # 3, P, V, B, C: log (latency, energy, throughput)
-    lat: np.ndarray  # P, V, B, C: batch p99 ms (mean prediction)
-    energy: np.ndarray  # J per item
-    thr: np.ndarray  # items/s
-    marg: np.ndarray  # P, 3: log margins per option's accelerator
-    visits: np.ndarray  # P, V: measurements of each (accelerator, variant)
-    pess_lat: np.ndarray  # batch p99 with margin
-    pess_thr: np.ndarray  # throughput less its margin (streaming), else the mean
-    req_lat: np.ndarray  # what the SLO is checked against: pessimistic request latency
-    no_capacity: bool = False  # every option is a full device (named only for the explanation)
-    extra: dict[str, Any] = field(default_factory=dict)  # per-constraint intermediate results
-    # values derived from the grid for this job's kind and rate only, shared by every estimate on that grid
-    shared: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def shape(self) -> tuple[int, int, int, int]:
-        return self.logp.shape[1:]  # type: ignore[return-value]
-
-    @property
-    def regions(self) -> list[str]:
-        return [o.pool.accelerator.name for o in self.options]
-
-    def prediction(self, idx: tuple[int, ...]) -> Prediction:
-        return built.prediction(float(self.lat[idx]), float(self.energy[idx]), float(self.thr[idx]),
-                                float(self.pess_lat[idx] - self.lat[idx]))
-
-    def key(self, idx: tuple[int, ...]) -> str:
-        """``pool/variant/b<batch>/c<concurrency>/dev<device>[+shared]`` of one cell."""
-        p, v, b, c = idx
-        o = self.options[p]
-        return (f"{o.pool.name}/{self.variants[v].name}/b{self.batch_sizes[b]}/c{self.concurrencies[c]}"
-                f"/dev{o.device}" + ("+shared" if o.shared else ""))
-
-    def candidate(self, idx: tuple[int, ...]) -> Candidate:
-        p, v, b, c = idx
-        o = self.options[p]
-        return built.candidate(o.pool.name, o.pool.accelerator.name, self.variants[v], self.batch_sizes[b],
-                               self.concurrencies[c], o.co_runners)
 
 
 class Estimator(EstimatorLearning):
@@ -334,9 +285,9 @@ class Estimator(EstimatorLearning):
         if waits is None:
             # fill and Kingman's queueing (candidates.fill_wait_ms, queue_wait_ms) in one compiled pass
             queueing = self.burstiness is not None
+            fill, concurrencies = self._fill_waits(rate)
             req, queue, total = request_waits(
-                batch_lat, thr, np.asarray(fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate), dtype=float),
-                np.array(self.concurrencies, dtype=float), float(rate), queueing,
+                batch_lat, thr, fill, concurrencies, float(rate), queueing,
                 1.0 + self.burstiness if queueing else 0.0, float(np.log(100.0)))
             waits = derived["waits"] = (req, queue if queueing else 0.0, total)
             for a in waits:
@@ -348,6 +299,19 @@ class Estimator(EstimatorLearning):
             return no_backlog
         # the backlog is already a high quantile of what was measured: mean throughput
         return req + np.maximum(queue, 1000.0 * backlog / mean_thr)
+
+    def _fill_waits(self, rate: float) -> tuple[np.ndarray, np.ndarray]:
+        """The batch-fill wait per batch size at ``rate``, and the concurrencies, as arrays (kept per rate: a
+        service's jobs come at a few rates)."""
+        kept = self.__dict__.setdefault("_fill_kept", {})
+        out = kept.get(rate)
+        if out is None:
+            out = (np.asarray(fill_wait_ms(np.array(self.batch_sizes, dtype=float), rate), dtype=float),
+                   np.array(self.concurrencies, dtype=float))
+            for a in out:
+                a.flags.writeable = False
+            put_bounded(kept, rate, out, FILL_RATES_KEPT)
+        return out
 
     def burst(self, job_id: str) -> float | None:
         return self.jobs.burst(job_id)

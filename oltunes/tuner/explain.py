@@ -6,6 +6,8 @@ infeasible candidate, and what an infeasible decision breaks).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from oltunes.tuner import built
@@ -28,13 +30,14 @@ def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.nd
     V = obj.shape[1]
     feasible = verdict.feasible
     # each pair's best feasible objective and the best infeasible cell, in one compiled scan of the grid
-    per_pair, flat_infeasible = pair_minima(feasible, obj)
+    per_pair, cell, flat_infeasible = pair_minima(feasible, obj)
     per_pair[idx[0], idx[1]] = np.inf
-    for flat in np.argsort(per_pair, axis=None)[: k - 1]:
-        p, v = divmod(int(flat), V)
-        if not np.isfinite(per_pair[p, v]):
+    C = obj.shape[3]
+    for flat in np.argsort(per_pair, axis=None)[: k - 1].tolist():
+        p, v = divmod(flat, V)
+        if not math.isfinite(per_pair[p, v]):
             break
-        j = (p, v, *divmod(int(np.where(feasible[p, v], obj[p, v], np.inf).argmin()), obj.shape[3]))
+        j = (p, v, *divmod(int(cell[p, v]), C))
         rel = (obj[j] / best - 1.0) * 100 if best > 0 else 0.0
         reason = f"{objective.worse} (+{rel:.1f}%)" if rel > near_equal * 100 else "near-equal, leaves more fragmentation"
         out.append(built.alternative(est.key(j), est.prediction(j), reason))

@@ -194,8 +194,10 @@ def tolerated_slowdown(est: Estimate, throughput_headroom: float, flat: np.ndarr
     large batch at high concurrency the reverse; the maximin of the two is the candidate a scale error hurts
     least. ``flat``: only those cells (raveled grid indices), the same element-wise arithmetic."""
 
-    def cells(a: np.ndarray) -> np.ndarray:
-        return a if flat is None else np.broadcast_to(a, est.shape).ravel()[flat]
+    def cells(a: np.ndarray) -> np.ndarray:  # (a full grid is read in place: no broadcast view to copy)
+        if flat is None:
+            return a
+        return (a if a.shape == est.shape else np.broadcast_to(a, est.shape)).ravel()[flat]
 
     k = est.job.slo_ms / cells(est.req_lat)
     rate = est.job.arrival_rate_rps
