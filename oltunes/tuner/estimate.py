@@ -131,15 +131,20 @@ class Estimator(EstimatorLearning):
         """Latency residuals recorded for (accelerator, family): how much the model has seen there."""
         return self.residuals["log_latency"].count(f"{accelerator}/{family}")
 
-    def _margin_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
-        """Per option: its log margins (P, 3), its (accelerator, variant) visits (P, V) and its batch latency's
-        pessimism factor (P, V, 1, 1), kept per the options' accelerator types until the next observation (the
-        types repeat far more often than the options)."""
-        family = variants[0].family
-        return self.per_observation.get(("margin_rows", tuple(regions), family),
-                                        lambda: self._build_margin_rows(regions, variants))
+    def _option_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
+        """What each option's accelerator type gives its cells: the correction over the grid (3, P, V, B, C), the
+        log margins (P, 3), the (accelerator, variant) visits (P, V) and the batch latency's pessimism factor
+        (P, V, 1, 1); kept per the options' types until the next observation (the types repeat far more often
+        than the options)."""
+        return self.per_observation.get(("option_rows", tuple(regions), variants[0].family),
+                                        lambda: self._build_option_rows(regions, variants))
 
-    def _build_margin_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
+    def _build_option_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
+        shape = (len(TARGETS), len(regions), len(variants), len(self.batch_sizes), len(self.concurrencies))
+        corr = np.broadcast_to(self._correction_grid(regions, variants), shape)
+        return (corr, *self._margin_rows(regions, variants))
+
+    def _margin_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
         by_region = {r: self.margins(r, variants[0].family) for r in dict.fromkeys(regions)}  # (few types)
         marg = np.array([by_region[r] for r in regions])  # P, 3
         # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
@@ -258,14 +263,14 @@ class Estimator(EstimatorLearning):
     def _score_grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
         static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
         regions = [o.pool.accelerator.name for o in options]
-        prior, corr = self.priors.grid(options, variants, ctx), self._correction_grid(regions, variants)
+        prior = self.priors.grid(options, variants, ctx)
+        corr, marg, visits, pessimism = self._option_rows(regions, variants)
         # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
         logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
-                                   plus=(prior, np.broadcast_to(corr, prior.shape)))[:, 0]
+                                   plus=(prior, corr))[:, 0]
         if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
             logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
         lat, energy, thr = np.exp(logp)
-        marg, visits, pessimism = self._margin_rows(regions, variants)
         pess_lat = lat * pessimism
         out = (logp, lat, energy, thr, marg, visits, pess_lat)
         for a in out:
