@@ -54,6 +54,7 @@ from oltunes.types import Accelerator, Candidate, JobSpec, Placement, Variant
 __all__ = ["EN", "LAT", "LEARN_CHUNK", "TARGETS", "THR", "Estimate", "Estimator"]
 
 LOADS_KEPT = 65_536  # placed jobs whose busy share ``load_of`` keeps between observations
+LOG_100 = float(np.log(100.0))  # the p99's factor over a mean queueing wait (``candidates.queue_wait_ms``'s)
 FILL_RATES_KEPT = 1024  # request rates whose batch-fill waits ``_fill_waits`` keeps (a bound for a long service)
 GRID_MEMO_ENTRIES = 16  # scored grids kept between observations (each a few (P, V, B, C) arrays)
 
@@ -293,7 +294,7 @@ class Estimator(EstimatorLearning):
             fill, concurrencies = self._fill_waits(rate)
             req, queue, total = request_waits(
                 batch_lat, thr, fill, concurrencies, float(rate), queueing,
-                1.0 + self.burstiness if queueing else 0.0, float(np.log(100.0)))
+                1.0 + self.burstiness if queueing else 0.0, LOG_100)
             waits = derived["waits"] = (req, queue if queueing else 0.0, total)
             for a in waits:
                 if isinstance(a, np.ndarray):

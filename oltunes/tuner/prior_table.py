@@ -111,14 +111,14 @@ class PriorTable:
         # (the pools' accelerators are registered when a list of them is first met, as they always were)
         self.memo.get(("prior_base", family, tuple(x[:2] for x in sig)), lambda: self._register(options))
         blocks = self.memo.table("prior_blocks")
-        out = []
-        for o, x in zip(options, sig):
+        out = np.empty((3, len(options), len(variants), len(self.batch_sizes), len(self.concurrencies)))
+        for i, (o, x) in enumerate(zip(options, sig)):
             key = (family, x, rate)
             block = blocks.get(key)
             if block is None:
                 block = put_bounded(blocks, key, self._block(o.pool.accelerator, variants, x[2], rate))
-            out.append(block)
-        return np.stack(out, axis=1)
+            out[:, i] = block  # (what ``np.stack(blocks, axis=1)`` copies, without its per-block views)
+        return out
 
     def _register(self, options: Sequence[PlacementOption]) -> bool:
         for o in options:

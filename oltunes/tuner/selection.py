@@ -28,7 +28,7 @@ import numpy as np
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.estimate import Estimate
 from oltunes.tuner.objectives import Objective
-from oltunes.tuner.selection_kernels import graded_violation
+from oltunes.tuner.selection_kernels import graded_violation, lexsort_first5
 from oltunes.types import Placement
 
 __all__ = ["INFEASIBLE_STAY", "Choice", "Selector", "lexsort_first", "unravel"]
@@ -112,7 +112,9 @@ class Selector:
         secondary = objective.secondary(est, flat, p_idx)
         fragile = -tolerated_slowdown(est, self.throughput_headroom, flat)
         accuracy = np.array([v.accuracy for v in est.variants])[flat // (B * C) % V]
-        first = lexsort_first((o[flat], secondary, accuracy, fragile, frag))
+        keys = (o[flat], secondary, accuracy, fragile, frag)
+        first = (lexsort_first5(*keys) if all(k.dtype == np.float64 and k.ndim == 1 for k in keys)
+                 else lexsort_first(keys))
         return unravel(int(flat[first]), feasible.shape)  # type: ignore[return-value]
 
     def explore_in(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray) -> Index:

@@ -4,7 +4,8 @@ and temporaries over the grid, then a key-by-key search (``selection.lexsort_fir
 
 The same arithmetic in the same order as the numpy expressions, ``np.maximum``'s NaN propagation and
 ``lexsort``'s comparisons (NaN above every number and tied with NaN, -0.0 tied with 0.0, the first of the
-tied); ``tests/tuner/test_selection_kernels.py`` checks it bit for bit.
+tied); ``tests/tuner/test_selection_kernels.py`` checks it bit for bit. ``lexsort_first5``: the choice's
+tie-breaks (``selection.lexsort_first`` of five float keys) in one pass.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.kernel_math import divide
 
-__all__ = ["graded_violation"]
+__all__ = ["graded_violation", "lexsort_first5"]
 
 
 @compiled
@@ -64,3 +65,34 @@ def graded_violation(req_lat: np.ndarray, pess_thr: np.ndarray, obj: np.ndarray,
                     graded[p, v, b, c] = math.inf if (cf or sf > 0) else g
                     flat += 1
     return first, graded
+
+
+@compiled
+def _order(x: float, y: float) -> int:
+    """-1, 0 or 1 as ``x`` sorts before, with or after ``y`` (lexsort's order: NaN last, tied with NaN; -0.0 tied
+    with 0.0)."""
+    if _before(x, y):
+        return -1
+    if _before(y, x):
+        return 1
+    return 0
+
+
+@compiled
+def lexsort_first5(k0: np.ndarray, k1: np.ndarray, k2: np.ndarray, k3: np.ndarray, k4: np.ndarray) -> int:
+    """``np.lexsort((k0, k1, k2, k3, k4))[0]`` (k4 the primary key) of five float keys of one length: the first
+    position whose keys, primary first, none sorts before."""
+    best = 0
+    for i in range(1, len(k0)):
+        c = _order(k4[i], k4[best])
+        if c == 0:
+            c = _order(k3[i], k3[best])
+            if c == 0:
+                c = _order(k2[i], k2[best])
+                if c == 0:
+                    c = _order(k1[i], k1[best])
+                    if c == 0:
+                        c = _order(k0[i], k0[best])
+        if c < 0:
+            best = i
+    return best

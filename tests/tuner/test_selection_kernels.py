@@ -79,3 +79,22 @@ def test_the_compiled_fallback_is_the_numpy_one_on_a_simulated_runs_fallbacks(mo
     sim = simulator(prep)
     sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
     assert n[0] > 5
+
+
+def _float_key(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Few distinct values (ties), signed zeros, infinities and NaN, or a key NaN everywhere."""
+    pool = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 0.25])
+    v = pool[rng.integers(len(pool), size=n)] if rng.random() < 0.7 else rng.normal(size=n).round(1)
+    if rng.random() < 0.1:
+        v[:] = np.nan
+    return v
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_compiled_tie_breaks_are_lexsorts_first(seed):
+    from oltunes.tuner.selection_kernels import lexsort_first5
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    keys = tuple(_float_key(rng, n) for _ in range(5))
+    assert lexsort_first5(*keys) == int(np.lexsort(keys)[0]) == lexsort_first(keys)
