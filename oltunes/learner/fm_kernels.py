@@ -20,7 +20,7 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.kernel_math import pairwise_sum
 
-__all__ = ["MAX_FACTORS", "grid_sum", "part_sums"]
+__all__ = ["MAX_FACTORS", "grid_sum", "part_sums", "prefixed_unary"]
 
 MAX_FACTORS = 128  # the kernels' latent sums are tested against numpy's up to 128 factors
 
@@ -59,6 +59,45 @@ def part_sums(W: np.ndarray, V: np.ndarray, rows: np.ndarray,
                 sq[c] = s[i, t, c] * s[i, t, c]
             inter[i, t] = 0.5 * (pairwise_sum(sq, 0, len(sq)) - qt)
     return lin, s, q, inter
+
+
+@compiled
+def prefixed_unary(W: np.ndarray, V: np.ndarray, head_rows: np.ndarray, head_vals: np.ndarray, rows: np.ndarray,
+                   vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``part_sums`` of every row of (rows, vals) with the one-row (head_rows, head_vals) before it (the job's
+    features before each placement's, padding included, as ``fm_scoring._prefixed`` lays them out), without
+    building those arrays: (unary, s), unary[t, i] = lin[i, t] + inter[i, t] (T, n), s (n, T, k). The same
+    operations in the same order as ``part_sums`` on the prefixed arrays."""
+    n, m1 = rows.shape
+    m0 = head_rows.shape[1]
+    T, k = V.shape[1], V.shape[2]
+    unary = np.empty((T, n))
+    s = np.empty((n, T, k))
+    xv, sq = np.empty(k), np.empty(k)
+    for i in range(n):
+        for t in range(T):
+            r0, v0 = head_rows[0, 0], head_vals[0, 0]
+            acc = 0.0 + W[r0, t] * v0  # (numpy's reduction starts from +0.0: a -0.0 product comes out +0.0)
+            for c in range(k):
+                xv[c] = V[r0, t, c] * v0
+                s[i, t, c] = 0.0 + xv[c]
+                sq[c] = xv[c] * xv[c]
+            qt = pairwise_sum(sq, 0, len(sq))
+            for j in range(1, m0 + m1):
+                if j < m0:
+                    r, v = head_rows[0, j], head_vals[0, j]
+                else:
+                    r, v = rows[i, j - m0], vals[i, j - m0]
+                acc += W[r, t] * v
+                for c in range(k):
+                    xv[c] = V[r, t, c] * v
+                    s[i, t, c] += xv[c]
+                    sq[c] = xv[c] * xv[c]
+                qt += pairwise_sum(sq, 0, len(sq))
+            for c in range(k):
+                sq[c] = s[i, t, c] * s[i, t, c]
+            unary[t, i] = acc + 0.5 * (pairwise_sum(sq, 0, len(sq)) - qt)
+    return unary, s
 
 
 @compiled

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from oltunes.learner.fm_kernels import MAX_FACTORS, grid_sum, part_sums
+from oltunes.learner.fm_kernels import MAX_FACTORS, grid_sum, part_sums, prefixed_unary
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -137,13 +137,17 @@ class FMScoring:
         T = self._n_targets
         sizes = [rows.shape[0] for rows, _ in parts]
         n_dyn = len(parts) - n_static
-        dyn_parts = _job_prefixed(parts[:n_dyn])
-        if len(dyn_parts) == 1:  # one part: its own unary term is the kernel's lin + inter (the same sums)
-            lin, s, _, inter = self._part_sums(*dyn_parts[0])
-            dyn, unary = [(lin, s)], np.ascontiguousarray((lin + inter).T)  # T, D
-        else:
-            dyn = self._merged_terms(dyn_parts, limit=math.inf)  # at most one group
-            unary = None
+        s = None  # the dynamic group's latent sums (D, T, k) and its own term (T, D), if there is one
+        if n_dyn == 2 and parts[0][0].shape[0] == 1:  # the job's row before each placement's: its own term is the
+            # row kernel's lin + inter (the same sums as ``_merged_terms``'), read without building the joined rows
+            if self._V.shape[2] > MAX_FACTORS:
+                raise ValueError(f"n_factors above {MAX_FACTORS} is not supported")
+            unary, s = prefixed_unary(self._W, self._V, *parts[0], *parts[1])
+        elif n_dyn:
+            dyn = self._merged_terms(parts[:n_dyn], limit=math.inf)  # at most one group
+            if dyn:
+                lin, s, q = dyn[0]
+                unary = np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - q)).T)
         if cache is not None and cache.get("version") == self._version and n_static:
             sta, block, at = cache["terms"], cache["block"], cache["at"]
         else:
@@ -153,12 +157,9 @@ class FMScoring:
             at = _static_columns([g[0].shape[0] for g in sta])
             if cache is not None and n_static:
                 cache.update(version=self._version, terms=sta, block=block, at=at)
-        if dyn:
-            lin, s = dyn[0][:2]
-            if unary is None:
-                unary = np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - dyn[0][2])).T)  # T, D
+        if s is not None:
             cross = (np.concatenate([_cross(s, g[1]) for g in sta], axis=2) if sta
-                     else np.empty((T, lin.shape[0], 0)))  # T, D, sum of the static groups' sizes
+                     else np.empty((T, s.shape[0], 0)))  # T, D, sum of the static groups' sizes
         else:
             unary, cross = np.empty((T, 0)), np.empty((T, 1, 0))
         D, S = max(unary.shape[1], 1), at.shape[1]

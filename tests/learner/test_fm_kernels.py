@@ -91,6 +91,55 @@ def test_part_sums_is_the_numpy_expression_on_a_simulated_runs_calls(monkeypatch
     assert len(calls) > 100 and max(n for n, _ in calls) > 1 and max(m for _, m in calls) > 1
 
 
+def numpy_prefixed_unary(W, V, head_rows, head_vals, rows, vals):
+    """The numpy reference of ``prefixed_unary``: the job's row joined before each row, then ``part_terms`` and
+    ``raw_grid``'s unary term as they were written."""
+    joined_rows, joined_vals = fm_scoring._prefixed(head_rows, rows), fm_scoring._prefixed(head_vals, vals)
+    lin, s, q, _ = numpy_part_sums(W, V, joined_rows, joined_vals)
+    return np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - q)).T), s
+
+
+@pytest.mark.parametrize("k", [1, 5, 8, 9, 16, 64])
+@pytest.mark.parametrize("m0,m1", [(1, 1), (2, 7), (3, 13), (5, 2)])
+def test_prefixed_unary_is_the_numpy_expression_on_random_tables(k, m0, m1):
+    rng = np.random.default_rng(100 * k + 10 * m0 + m1)
+    F, T, n = 40, 3, 9
+    W = rng.normal(size=(F, T)) * 10.0 ** rng.integers(-6, 6, size=(F, T))
+    V = rng.normal(size=(F, T, k)) * 10.0 ** rng.integers(-6, 6, size=(F, T, k))
+    W[1], V[1] = 0.0, -0.0
+    head_rows = rng.integers(0, F, size=(1, m0)).astype(np.intp)
+    head_vals = rng.normal(size=(1, m0)) * 10.0 ** rng.integers(-3, 3, size=(1, m0))
+    rows = rng.integers(0, F, size=(n, m1)).astype(np.intp)
+    vals = rng.normal(size=(n, m1)) * 10.0 ** rng.integers(-3, 3, size=(n, m1))
+    rows[:, m1 // 2 :] = np.where(rng.random((n, m1 - m1 // 2)) < 0.5, 0, rows[:, m1 // 2 :])  # padding: row 0, 0.0
+    vals[rows == 0] = 0.0
+    vals[0] = -0.0
+    head_vals[head_rows == 0] = 0.0
+    got = fm_kernels.prefixed_unary(W, V, head_rows, head_vals, rows, vals)
+    assert _same(got, numpy_prefixed_unary(W, V, head_rows, head_vals, rows, vals))
+
+
+def test_prefixed_unary_is_the_numpy_expression_on_a_simulated_runs_grids(monkeypatch):
+    """Every (job row, placement rows) a simulated run scores (scenario ``light``)."""
+    from oltunes.policies import Policy
+    from oltunes.sim.scenario import load_scenario
+    from oltunes.simulation import context, prepare, simulator
+
+    calls = []
+
+    def checked(W, V, head_rows, head_vals, rows, vals):
+        got = fm_kernels.prefixed_unary(W, V, head_rows, head_vals, rows, vals)
+        assert _same(got, numpy_prefixed_unary(W, V, head_rows, head_vals, rows, vals))
+        calls.append(rows.shape)
+        return got
+
+    monkeypatch.setattr(fm_scoring, "prefixed_unary", checked)
+    prep = prepare(load_scenario("light"))
+    sim = simulator(prep)
+    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    assert len(calls) > 100 and max(n for n, _ in calls) > 1
+
+
 def test_factors_beyond_the_fixed_summation_pattern_are_refused():
     from oltunes.learner.fm import MultiFMRegressor
 

@@ -30,7 +30,8 @@ def test_warm_up_leaves_nothing_to_compile_for_simulated_runs():
 
     warm_up()
     before = _signatures()
-    called = ("fm_kernels.grid_sum", "fm_kernels.part_sums", "ftml_kernel.ftml_rows", "fm_step_kernels.fm_step_error",
+    called = ("fm_kernels.grid_sum", "fm_kernels.part_sums", "fm_kernels.prefixed_unary", "ftml_kernel.ftml_rows",
+              "fm_step_kernels.fm_step_error",
               "ftml_kernel.fm_step_update", "correction_kernels.tree_counts",
               "correction_kernels.fit_rounds", "correction_kernels.cell_corrections", "slope_kernels.refit_slopes",
               "slope_kernels.fit_start",
