@@ -32,7 +32,7 @@ from oltunes.types import (
     new_id,
 )
 
-__all__ = ["alternative", "candidate", "co_runner", "decision", "explanation", "prediction"]
+__all__ = ["alternative", "candidate", "co_runner", "decision", "explanation", "group", "prediction"]
 
 _ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))  # fullmatch: "$" would pass a final newline
 _SOURCES = frozenset(get_args(DecisionSource))
@@ -107,6 +107,18 @@ def explanation(predicted: Any, n_candidates: Any, n_feasible: Any, note: Any, r
             and all(type(a) is Alternative for a in runner_ups)):
         return trusted_model(Explanation, values)
     return Explanation(**values)
+
+
+def group(pool: Any, device: Any, members: Any, predicted_slowdown: Any) -> ColocationGroup:
+    """A co-location group (a fresh ``group_id``, as its default factory gives); ``predicted_slowdown`` is kept as
+    given (validation would copy it: the caller's dict must be its own)."""
+    values = {"pool": pool, "device": device, "members": members, "predicted_slowdown": predicted_slowdown}
+    if (_id(pool) and type(device) is int and 0 <= device <= MAX_SETTING and type(members) is tuple
+            and 1 <= len(members) <= MAX_LIST and all(_id(m) for m in members)
+            and type(predicted_slowdown) is dict and len(predicted_slowdown) <= MAX_LIST
+            and all(_id(k) and _quantity(v) for k, v in predicted_slowdown.items())):
+        return trusted_model(ColocationGroup, {"group_id": new_id(), **values}, given=values)
+    return ColocationGroup(**values)
 
 
 def decision(job_id: Any, candidate: Any, group: Any, source: Any, feasible: Any, explanation: Any) -> Decision:

@@ -23,7 +23,7 @@ from oltunes.tuner.estimate import LAT, Estimate, Estimator
 from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import Objective
 from oltunes.tuner.selection import Choice
-from oltunes.types import Candidate, ColocationGroup, Decision, JobSpec
+from oltunes.types import Candidate, Decision, JobSpec
 
 __all__ = ["MIN_MODEL_OBS", "DecisionBuilder"]
 
@@ -67,12 +67,9 @@ class DecisionBuilder:
             if slowdowns is not None:
                 slowdowns.append((dict(sd), own))
             sd[job.job_id] = own
-            group = ColocationGroup(pool=opt.pool.name, device=opt.device,
-                                    members=tuple(m.job_id for m in opt.members) + (job.job_id,),
-                                    predicted_slowdown=sd)
+            group = built.group(opt.pool.name, opt.device, tuple(m.job_id for m in opt.members) + (job.job_id,), sd)
         elif choice.stayed:  # alone on its current device: a one-member group keeps the launcher on that device
-            group = ColocationGroup(pool=opt.pool.name, device=opt.device, members=(job.job_id,),
-                                    predicted_slowdown={job.job_id: 1.0})
+            group = built.group(opt.pool.name, opt.device, (job.job_id,), {job.job_id: 1.0})
         text = explain.note(est, verdict, idx, source)
         if choice.stayed and verdict.n_feasible:
             text += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"

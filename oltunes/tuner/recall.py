@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from oltunes.types import ColocationGroup, Decision, JobSpec
+from oltunes.tuner import built
+from oltunes.types import Decision, JobSpec
 
 __all__ = ["KEPT_LISTS", "MAX_QUESTIONS", "DecisionMemo", "question"]
 
@@ -77,7 +78,5 @@ class DecisionMemo:
             members, own = slowdowns
             sd = dict(members)
             sd[job.job_id] = own  # as the full path adds it: after the members' (in place if it is one of them)
-            group = ColocationGroup(pool=group.pool, device=group.device, members=(*group.members[:-1], job.job_id),
-                                    predicted_slowdown=sd)
-        return Decision(job_id=job.job_id, candidate=d.candidate, group=group, source=d.source, feasible=d.feasible,
-                        explanation=d.explanation)
+            group = built.group(group.pool, group.device, (*group.members[:-1], job.job_id), sd)
+        return built.decision(job.job_id, d.candidate, group, d.source, d.feasible, d.explanation)

@@ -129,3 +129,23 @@ def test_co_runner(name, load):
             _built_or_error(lambda kw=kw: built.co_runner(*kw.values()), lambda kw=kw: CoRunner(**kw))
             kw.update(family=name, job_id="j")
             _built_or_error(lambda kw=kw: built.co_runner(*kw.values()), lambda kw=kw: CoRunner(**kw))
+
+
+@pytest.mark.parametrize("name", IDS)
+@pytest.mark.parametrize("slowdown", [1.0, 1.3, 1, float("nan"), -0.5, 2e12])
+def test_group(name, slowdown):
+    for device in (0, 3, -1, np.int64(2), True):
+        for members, sd in (((name,), {name: slowdown}), (("j1", name), {"j1": 1.2, name: slowdown}), ((), {}),
+                            ([name], {name: 1.0})):
+            kw = {"pool": "t4", "device": device, "members": members, "predicted_slowdown": sd}
+            try:
+                want = ColocationGroup(**kw)
+            except ValidationError as e:
+                with pytest.raises(ValidationError) as got:
+                    built.group(*kw.values())
+                assert got.value.errors() == e.errors()
+                continue
+            out = built.group(*kw.values())
+            assert out.group_id != want.group_id  # a fresh id, as the default factory gives
+            out.__dict__["group_id"] = want.group_id
+            _same(out, want)
