@@ -47,8 +47,8 @@ class Estimate:
         return [o.pool.accelerator.name for o in self.options]
 
     def prediction(self, idx: tuple[int, ...]) -> Prediction:
-        return built.prediction(float(self.lat[idx]), float(self.energy[idx]), float(self.thr[idx]),
-                                float(self.pess_lat[idx] - self.lat[idx]))
+        lat = self.lat.item(idx)  # (Python floats: the same doubles, and their difference the same subtraction)
+        return built.prediction(lat, self.energy.item(idx), self.thr.item(idx), self.pess_lat.item(idx) - lat)
 
     def key(self, idx: tuple[int, ...]) -> str:
         """``pool/variant/b<batch>/c<concurrency>/dev<device>[+shared]`` of one cell."""
