@@ -9,7 +9,7 @@ features that depend on its family, size and load, so one ``raw_sums`` call scor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import cached_property
 from operator import is_
 from typing import Any, NamedTuple
 
@@ -42,21 +42,55 @@ def load_level(busy: Any) -> Any:
     return np.minimum(np.searchsorted(LOAD_LEVELS, busy), len(LOAD_LEVELS) - 1)
 
 
-@dataclass
 class MemberChecks:
     """``ok`` (P, V, L): every member of option p keeps its SLO with variant v joining at load level l;
-    ``slow`` (M, S, L): each member's predicted slowdown per newcomer size and level (for the explanation)."""
+    ``slow`` (M, S, L): each member's predicted slowdown per newcomer size and level (for the explanation);
+    ``by_option``: option -> [(member job id, row of slow)]. A decision reads ``slow`` and ``by_option`` for its
+    chosen option only (if shared), so both are made on first read (``_Scored``), from the same arrays."""
 
-    ok: np.ndarray
-    by_option: dict[int, list[tuple[str, int]]]  # option -> [(member job id, row of slow)]
-    slow: np.ndarray | None = None
-    sizes: tuple[str, ...] = ()
+    __slots__ = ("_scored", "ok")
+
+    def __init__(self, ok: np.ndarray, scored: _Scored | None = None) -> None:
+        self.ok, self._scored = ok, scored
+
+    @property
+    def slow(self) -> np.ndarray | None:
+        return None if self._scored is None else self._scored.slow
+
+    @property
+    def by_option(self) -> dict[int, list[tuple[str, int]]]:
+        return {} if self._scored is None else self._scored.by_option
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        return () if self._scored is None else self._scored.sizes
 
     def slowdowns(self, p: int, size: str, level: int) -> dict[str, float]:
-        if self.slow is None:
+        if self._scored is None:
             return {}
-        j = self.sizes.index(size)
-        return {jid: float(self.slow[i, j, level]) for jid, i in self.by_option.get(p, [])}
+        j, slow = self.sizes.index(size), self.slow
+        return {jid: float(slow[i, j, level]) for jid, i in self.by_option.get(p, [])}
+
+
+class _Scored:
+    """The members' predicted log latencies with and without the newcomer and where each option's members sit
+    (what ``slow`` and ``by_option`` are made of, once, on first read)."""
+
+    def __init__(self, sizes: tuple[str, ...], log_with: np.ndarray, log_alone: np.ndarray,
+                 shared: Sequence[int], parts: Sequence[_OptionTerms]) -> None:
+        self.sizes, self._log_with, self._log_alone, self._shared, self._parts = sizes, log_with, log_alone, shared, parts
+
+    @cached_property
+    def slow(self) -> np.ndarray:
+        return np.exp(self._log_with - self._log_alone[:, None, None])
+
+    @cached_property
+    def by_option(self) -> dict[int, list[tuple[str, int]]]:
+        out, i = {}, 0
+        for p, t in zip(self._shared, self._parts):
+            out[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
+            i += len(t.job_ids)
+        return out
 
 
 def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
@@ -70,14 +104,14 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
     if hit is None or hit[0] is not options:
         hit = by_list[job.family] = (options, _member_checks(est, options, variants, job))
     checks = hit[1]
-    return MemberChecks(checks.ok.copy(), checks.by_option, checks.slow, checks.sizes)
+    return MemberChecks(checks.ok.copy(), checks._scored)
 
 
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
                    job: JobSpec) -> MemberChecks:
     shared = [(p, o) for p, o in enumerate(options) if o.members]
     if not shared:
-        return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})
+        return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool))
     sizes = tuple(sorted({v.size for v in variants}))
     xd_key = (job.family, sizes)
     # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
@@ -113,18 +147,12 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     prior_with, (waits, slos, margins, corr, log_alone) = packed[:, T:T + L], packed[:, T + L:].T
     log_with = raw[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :] + corr[:, None, None]
     good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
-    slow = np.exp(log_with - log_alone[:, None, None])
     ok = np.ones((len(options), len(variants), L), dtype=bool)
-    good_v = None if good.all() else good[:, [sizes.index(v.size) for v in variants], :]  # M, V, L
-    by_option: dict[int, list[tuple[str, int]]] = {}
-    i = 0
-    for (p, _), t in zip(shared, parts):
-        n = len(t.job_ids)
-        by_option[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
-        if good_v is not None:
-            ok[p] = good_v[i:i + n].all(axis=0)  # every member of the option keeps its SLO
-        i += n
-    return MemberChecks(ok, by_option, slow, sizes)
+    if not good.all():  # every member of an option keeps its SLO: one AND over each option's run of rows
+        good_v = good[:, [sizes.index(v.size) for v in variants], :]  # M, V, L
+        starts = np.cumsum([0, *(len(t.job_ids) for t in parts[:-1])])
+        ok[[p for p, _ in shared]] = np.logical_and.reduceat(good_v, starts, axis=0)
+    return MemberChecks(ok, _Scored(sizes, log_with, log_alone, [p for p, _ in shared], parts))
 
 
 class _OptionTerms(NamedTuple):
