@@ -146,6 +146,7 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
     memo = occupancy.memo
     if len(memo) > MAX_MEMO:
         memo.clear()
+    reordered = occupancy.reordered
     for pool in pools:
         name = pool.name
         keep = include[1] if include is not None and include[0] == name and 0 <= include[1] < pool.count else None
@@ -154,18 +155,24 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
         key = (name, keep, ignore_capacity, load_of is None)
         version = occupancy.version(name)
         hit = memo.get(key)
-        if (hit is None or hit[0] is not pool or hit[1] != version
-                or not all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1)):
+        if hit is not None and hit[0] is pool and hit[1] == version and hit[4] != reordered:
+            # the list may have reordered its placements since: kept only if each device's members are still in
+            # its order (a change by appending and removing, the common one, never reorders: no check then)
+            if all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1):
+                hit = memo[key] = (*hit[:4], reordered)
+            else:
+                hit = None
+        if hit is None or hit[0] is not pool or hit[1] != version:
             opts = _pool_options(pool, occupancy, keep, ignore_capacity, load_of)
             if version >= 0:
-                memo[key] = (pool, version, opts, loads_version)
+                memo[key] = (pool, version, opts, loads_version, reordered)
         elif load_of is not None and (loads_version is None or hit[3] != loads_version) and any(
                 o.members for o in hit[2]):
             opts = hit[2]
             loaded = [o if o.loads == (ls := _loads(o.members, load_of)) else replace(o, loads=ls) for o in opts]
             if any(a is not b for a, b in zip(loaded, opts)):
                 opts = loaded
-            memo[key] = (pool, version, opts, loads_version)
+            memo[key] = (pool, version, opts, loads_version, reordered)
         else:
             opts = hit[2]
         out += opts
