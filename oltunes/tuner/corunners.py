@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from itertools import accumulate
 from operator import is_
 from typing import Any, NamedTuple
 
@@ -27,6 +28,7 @@ from oltunes.learner.features import (
 from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
+from oltunes.tuner.member_kernels import member_logs, member_verdicts
 from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import stream_rate
@@ -77,8 +79,9 @@ class _Scored:
     (what ``slow`` and ``by_option`` are made of, once, on first read)."""
 
     def __init__(self, sizes: tuple[str, ...], log_with: np.ndarray, log_alone: np.ndarray,
-                 shared: Sequence[int], parts: Sequence[_OptionTerms]) -> None:
-        self.sizes, self._log_with, self._log_alone, self._shared, self._parts = sizes, log_with, log_alone, shared, parts
+                 shared: np.ndarray, parts: Sequence[_OptionTerms]) -> None:
+        self.sizes, self._log_with, self._log_alone = sizes, log_with, log_alone
+        self._shared, self._parts = shared, parts
 
     @cached_property
     def slow(self) -> np.ndarray:
@@ -87,7 +90,7 @@ class _Scored:
     @cached_property
     def by_option(self) -> dict[int, list[tuple[str, int]]]:
         out, i = {}, 0
-        for p, t in zip(self._shared, self._parts):
+        for p, t in zip(self._shared.tolist(), self._parts):
             out[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
             i += len(t.job_ids)
         return out
@@ -144,15 +147,12 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
             at += len(t.job_ids)
     d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
     raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
-    prior_with, (waits, slos, margins, corr, log_alone) = packed[:, T:T + L], packed[:, T + L:].T
-    log_with = raw[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :] + corr[:, None, None]
-    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
-    ok = np.ones((len(options), len(variants), L), dtype=bool)
-    if not good.all():  # every member of an option keeps its SLO: one AND over each option's run of rows
-        good_v = good[:, [sizes.index(v.size) for v in variants], :]  # M, V, L
-        starts = np.cumsum([0, *(len(t.job_ids) for t in parts[:-1])])
-        ok[[p for p, _ in shared]] = np.logical_and.reduceat(good_v, starts, axis=0)
-    return MemberChecks(ok, _Scored(sizes, log_with, log_alone, [p for p, _ in shared], parts))
+    log_with, with_margin = member_logs(raw[:, :, LAT], packed, T, len(sizes))  # M, S, L
+    size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
+    starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
+    option_of = np.array([p for p, _ in shared], dtype=np.intp)
+    ok = member_verdicts(np.exp(with_margin), packed, T, size_of, starts, option_of, len(options))
+    return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
 
 
 class _OptionTerms(NamedTuple):
