@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from oltunes.tuner import built
+from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.occupancy import MAX_MEMO, Occupancy
 from oltunes.types import CoRunner, Placement, Pool, Variant
 
@@ -147,6 +148,7 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
     if len(memo) > MAX_MEMO:
         memo.clear()
     reordered = occupancy.reordered
+    per = _per_placement(memo, load_of, loads_version)
     for pool in pools:
         name = pool.name
         keep = include[1] if include is not None and include[0] == name and 0 <= include[1] < pool.count else None
@@ -163,13 +165,13 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
             else:
                 hit = None
         if hit is None or hit[0] is not pool or hit[1] != version:
-            opts = _pool_options(pool, occupancy, keep, ignore_capacity, load_of)
+            opts = _pool_options(pool, occupancy, keep, ignore_capacity, per)
             if version >= 0:
                 memo[key] = (pool, version, opts, loads_version, reordered)
         elif load_of is not None and (loads_version is None or hit[3] != loads_version) and any(
                 o.members for o in hit[2]):
             opts = hit[2]
-            loaded = [o if o.loads == (ls := _loads(o.members, load_of)) else replace(o, loads=ls) for o in opts]
+            loaded = [o if o.loads == (ls := per.loads(o.members)) else replace(o, loads=ls) for o in opts]
             if any(a is not b for a, b in zip(loaded, opts)):
                 opts = loaded
             memo[key] = (pool, version, opts, loads_version, reordered)
@@ -179,8 +181,19 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
     return out
 
 
+def _per_placement(memo: dict, load_of: Callable[[Placement], float] | None,
+                   loads_version: Hashable | None) -> _PerPlacement:
+    """The occupancy's table of what each placement reads, for this ``load_of`` at this ``loads_version`` (a new
+    one when either moves; loads read afresh on every call without a version)."""
+    per = memo.get(_PerPlacement)
+    if per is None or per.load_of != load_of or per.loads_version != loads_version or (
+            load_of is not None and loads_version is None):
+        per = memo[_PerPlacement] = _PerPlacement(load_of, loads_version)
+    return per
+
+
 def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_capacity: bool,
-                  load_of: Callable[[Placement], float] | None) -> list[PlacementOption]:
+                  per: _PerPlacement) -> list[PlacementOption]:
     name, cap, count = pool.name, pool.slots_per_device, pool.count
     mem = pool.accelerator.memory_gb
     if not occupancy.occupied(name) and keep in (None, 0):  # the common case on a quiet cluster
@@ -195,21 +208,37 @@ def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_cap
             return []
         i = empty if empty is not None else occupancy.least_loaded(name, count)
         ms = occupancy.members(name, i)
-        return [PlacementOption(pool, i, ms, mem - _used_gb(ms), 0, 0, _loads(ms, load_of))]
+        return [PlacementOption(pool, i, ms, mem - per.used_gb(ms), 0, 0, per.loads(ms))]
     chosen = [*([] if empty_free is None else [empty_free]), *shared]
     if keep is not None and keep not in chosen and occupancy.count(name, keep) < cap:
         chosen.append(keep)
     out = []
     for i in chosen:
         ms = occupancy.members(name, i)
-        out.append(PlacementOption(pool, i, ms, mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1,
-                                   _loads(ms, load_of)))
+        out.append(PlacementOption(pool, i, ms, mem - per.used_gb(ms), cap - len(ms) - 1, pool_free - 1,
+                                   per.loads(ms)))
     return out
 
 
-def _loads(placements: Sequence[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:
-    return () if load_of is None else tuple(load_of(p) for p in placements)
+class _PerPlacement:
+    """Each placement's memory need, and its load while ``loads_version`` holds, read once per placement object:
+    a pool whose placements changed has its options built again, mostly of the same placements (placements are
+    frozen, so the same object needs the same memory and, until the version moves, keeps the same load)."""
 
+    def __init__(self, load_of: Callable[[Placement], float] | None, loads_version: Hashable) -> None:
+        self.load_of, self.loads_version = load_of, loads_version
+        self._seen: dict[int, tuple[Placement, float, float | None]] = {}  # id -> (p, need, load); holds p
 
-def _used_gb(placements: Sequence[Placement]) -> float:
-    return sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in placements)
+    def _of(self, p: Placement) -> tuple[Placement, float, float | None]:
+        hit = self._seen.get(id(p))
+        if hit is None or hit[0] is not p:
+            c = p.candidate
+            load = None if self.load_of is None else self.load_of(p)
+            hit = put_bounded(self._seen, id(p), (p, memory_need_gb(c.variant, c.concurrency), load), MAX_MEMO * 16)
+        return hit
+
+    def used_gb(self, placements: Sequence[Placement]) -> float:
+        return sum([self._of(p)[1] for p in placements])
+
+    def loads(self, placements: Sequence[Placement]) -> tuple[float, ...]:
+        return () if self.load_of is None else tuple([self._of(p)[2] for p in placements])

@@ -47,3 +47,36 @@ def test_kept_option_loads_equal_loads_read_again(seed):
         assert got == want, step
         n_loaded += sum(ld != 1.0 for o in got for ld in o.loads)
     assert n_loaded  # measured loads other than the default reached the options
+
+
+def test_a_placement_is_read_once_per_loads_version():
+    """Options built again for a pool that changed read the loads of the placements already read at this
+    ``loads_version`` from the index's table, and read them again once the version moves."""
+    from oltunes.inventory import CATALOG
+    from oltunes.types import Candidate, Placement, Pool
+
+    variants = make_variants()
+    pool = Pool(name="t4", accelerator=CATALOG["t4"], count=8, slots_per_device=4)
+
+    def placed(job_id: str, device: int) -> Placement:
+        c = Candidate(pool="t4", accelerator="t4", variant=variants[0], batch_size=4, concurrency=1)
+        return Placement(job_id=job_id, pool="t4", device=device, candidate=c, slo_ms=100.0, arrival_rate_rps=10.0)
+
+    placements = [placed("a", 0), placed("b", 0)]
+    read: list[str] = []
+
+    def load_of(p: Placement) -> float:
+        read.append(p.job_id)
+        return 0.5
+
+    occ = Occupancy.of(placements)
+    first = placement_options([pool], occ, load_of=load_of, loads_version=1)
+    assert sorted(read) == ["a", "b"]
+    placements = [*placements, placed("c", 0)]  # the pool changes: its options are built again
+    occ.sync(placements)
+    again = placement_options([pool], occ, load_of=load_of, loads_version=1)
+    assert sorted(read) == ["a", "b", "c"]  # a and b not read again
+    assert [o.loads for o in first if o.device == 0] == [(0.5, 0.5)]
+    assert [o.loads for o in again if o.device == 0] == [(0.5, 0.5, 0.5)]
+    placement_options([pool], occ, load_of=load_of, loads_version=2)
+    assert sorted(read[3:]) == ["a", "b", "c"]  # a new version: every member read again
