@@ -30,7 +30,6 @@ from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.member_kernels import member_logs, member_verdicts
 from oltunes.tuner.memo import put_bounded
-from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import stream_rate
 from oltunes.types import Candidate, JobSpec, Variant
 
@@ -338,14 +337,13 @@ def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
     own = static.get(key)
     if own is None:
         own = put_bounded(static, key, _member_own(est, o, mem))
-    base_x, lat0, en0, lat1, en1, rate, wait = own
+    base_x, heads, wait = own
     co = [CoLite(f, s, load) for f, s, load in others]
     co_load = sum(c.load for c in co)
     # the prior reads the co-runners' summed load only, which many co-runner sets share
     plat = static.get((key, co_load))
     if plat is None:
-        load = np.concatenate([[0.0], co_load + LOAD_LEVELS])
-        plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+        plat = prior_latency(heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
         plat.flags.writeable = False
         put_bounded(static, (key, co_load), plat)
     return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
@@ -359,7 +357,27 @@ def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
     base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
               **variant_features(cand.variant), **batch_features(cand.batch_size),
               **concurrency_features(cand.concurrency)}
-    lat0, en0 = est.priors.base(acc, cand.variant, cand.batch_size)
-    lat1, en1 = est.priors.base(acc, cand.variant, 1)
-    return (base_x, lat0, en0, lat1, en1, stream_rate(ctx, est.priors.partial_batches),
-            float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))
+    lat0, _ = est.priors.base(acc, cand.variant, cand.batch_size)
+    lat1, _ = est.priors.base(acc, cand.variant, 1)
+    heads = prior_latency_heads(lat0, float(cand.batch_size), float(cand.concurrency), lat1,
+                                stream_rate(ctx, est.priors.partial_batches))
+    return base_x, heads, float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps))
+
+
+def prior_latency_heads(base_lat: float, batch: float, conc: float, lat1: float, rate: float) -> tuple:
+    """The terms of the prior's log request latency (``Prior.adjust``'s first output) that do not depend on the
+    co-runners' load, computed by the very expressions ``adjust`` computes them with: a member's prior latency at
+    each of its co-load levels is then one log over the levels (``prior_latency``) instead of a whole ``adjust``
+    (three outputs, a dozen numpy calls); ``tests/tuner/test_member_rows.py`` checks it against ``adjust`` bit for
+    bit."""
+    slow = np.log1p(0.5 * (np.asarray(conc) - 1.0))
+    if rate > 0:
+        log_b_eff = np.log(np.minimum(batch, 1.0 + rate * np.asarray(lat1) / 1000.0 / conc))
+        return np.log(lat1) + 0.75 * log_b_eff, slow
+    return np.log(base_lat), slow
+
+
+def prior_latency(heads: tuple, co_load: np.ndarray) -> np.ndarray:
+    """``Prior.adjust(base_lat, _, batch, conc, co_load, lat1, _, rate)[LAT]`` from ``prior_latency_heads``."""
+    head, slow = heads
+    return head + (slow + np.log1p(0.5 * np.asarray(co_load)))

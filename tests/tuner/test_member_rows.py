@@ -149,3 +149,24 @@ def _devices(cluster: ClusterState) -> list[list[str]]:
     for p in cluster.placements:
         out.setdefault((p.pool, p.device), []).append(p.job_id)
     return list(out.values())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_members_prior_latency_from_its_heads_is_the_priors_adjust(seed):
+    """The members' prior log latencies per co-load (the load-free terms kept per member) equal the prior's own
+    ``adjust`` bit for bit, streaming (dynamic batches) or not."""
+    from oltunes.tuner.corunners import LOAD_LEVELS, prior_latency, prior_latency_heads
+    from oltunes.tuner.estimate import LAT
+    from oltunes.tuner.prior import Prior
+
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        lat0, lat1 = float(rng.uniform(0.1, 500.0)), float(rng.uniform(0.05, 100.0))
+        en0, en1 = float(rng.uniform(0.01, 5.0)), float(rng.uniform(0.01, 5.0))
+        batch, conc = float(rng.choice([1, 2, 4, 8, 32])), float(rng.choice([1, 2, 3, 4]))
+        rate = float(rng.choice([0.0, rng.uniform(0.01, 5.0), rng.uniform(5.0, 5000.0)]))
+        co_load = float(rng.choice([0.0, 0.05, rng.uniform(0.0, 4.0)]))
+        load = np.concatenate([[0.0], co_load + LOAD_LEVELS])
+        want = Prior.adjust(lat0, en0, batch, conc, load, lat1, en1, rate)[LAT]
+        got = prior_latency(prior_latency_heads(lat0, batch, conc, lat1, rate), load)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
