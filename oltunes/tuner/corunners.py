@@ -129,6 +129,26 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
 
 
 def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple) -> MemberChecks:
+    # The same options' terms in the same order as the last decision of this family (a move elsewhere, a newcomer
+    # placed on an empty device) stack to the same rows: the sums are those of last time, bit for bit. Kept per
+    # family while the model holds (``member_memo``), with the parts (their ids stay unique meanwhile).
+    stacks = est.member_memo.table("stacks")
+    hit = stacks.get(xd_key)
+    if hit is None or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
+        hit = stacks[xd_key] = (parts, *_scored(est, parts, xd_key))
+    _, packed, log_with, slowed = hit
+    sizes = xd_key[1]
+    size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
+    starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
+    option_of = np.array([p for p, _ in shared], dtype=np.intp)
+    ok = member_verdicts(slowed, packed, len(packed[0]) - len(LOAD_LEVELS) - 5, size_of, starts, option_of,
+                         len(options))
+    return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
+
+
+def _scored(est: Estimator, parts: list[_OptionTerms], xd_key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stacked members' packed terms, log latencies with the newcomer (M, S, L) and their SLO-check values
+    (``exp(log latency + margin)``): the FM's sums over the whole stack (their rounding depends on it)."""
     sizes = xd_key[1]
     L = len(LOAD_LEVELS)
     T = parts[0].packed.shape[1] - L - 5  # (the FM's targets: ``_OptionTerms``' columns)
@@ -147,11 +167,7 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
     raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
     log_with, with_margin = member_logs(raw[:, :, LAT], packed, T, len(sizes))  # M, S, L
-    size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
-    starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
-    option_of = np.array([p for p, _ in shared], dtype=np.intp)
-    ok = member_verdicts(np.exp(with_margin), packed, T, size_of, starts, option_of, len(options))
-    return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
+    return packed, log_with, np.exp(with_margin)
 
 
 class _OptionTerms(NamedTuple):

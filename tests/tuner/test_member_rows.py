@@ -170,3 +170,33 @@ def test_a_members_prior_latency_from_its_heads_is_the_priors_adjust(seed):
         want = Prior.adjust(lat0, en0, batch, conc, load, lat1, en1, rate)[LAT]
         got = prior_latency(prior_latency_heads(lat0, batch, conc, lat1, rate), load)
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_the_same_stack_of_option_terms_is_scored_once_per_model():
+    """A decision whose options stack the very same terms as the last one of its family (another list, another
+    pool changed) reads last time's sums, and its checks equal a fresh tuner's; a model change scores again."""
+    variants = make_variants()
+    rng = np.random.default_rng(5)
+    cluster = random_cluster(rng, variants, max_count=12)
+    tuner = Tuner(variants, seed=0)
+    job = JobSpec(family="cnn", slo_ms=120.0, items=100)
+    occ = Occupancy.of(cluster.placements)
+    options = placement_options(cluster.pools, occ, load_of=tuner.estimator.load_of)
+    assert any(o.members for o in options)
+    scored = []
+    model = tuner.estimator.model
+    raw_sums_of = model.raw_sums_of
+    model.raw_sums_of = lambda *a: scored.append(1) or raw_sums_of(*a)
+    family = tuner.catalogue.family(job.family)
+    member_checks(tuner.estimator, options, family, job)  # a fresh FM makes its tables on first use: its version
+    first = member_checks(tuner.estimator, list(options), family, job)  # moves once, then holds
+    scored.clear()
+    again = member_checks(tuner.estimator, list(options), family, job)  # a new list of the same options
+    assert len(scored) == 0
+    want = member_checks(Tuner(variants, seed=0).estimator, list(options), family, job)
+    for got in (first, again):
+        assert np.array_equal(got.ok, want.ok) and got.by_option == want.by_option
+        assert np.array_equal(got.slow, want.slow)
+    tuner.observe(_measured(rng, cluster, 0))
+    member_checks(tuner.estimator, list(options), family, job)
+    assert len(scored) == 1
