@@ -56,6 +56,9 @@ def fill_wait_ms(batch: Any, rate: float, delay_ms: float = BATCH_DELAY_MS) -> A
     full or its oldest request has waited ``delay_ms``, whichever comes first (0 for batch jobs)."""
     if rate <= 0:
         return 0.0 * batch
+    if type(batch) is float:  # one batch size (a placed job's, a measurement's): numpy's minimum without its call
+        wait = 1000.0 * (batch - 1.0) / rate
+        return wait if wait < delay_ms or wait != wait else delay_ms  # (ties and NaN as np.minimum)
     return np.minimum(1000.0 * (batch - 1.0) / rate, delay_ms)
 
 
