@@ -18,8 +18,9 @@ Batch size is the *largest* batch: streaming workers batch dynamically (``fill_w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -58,7 +59,7 @@ def fill_wait_ms(batch: Any, rate: float, delay_ms: float = BATCH_DELAY_MS) -> A
         return 0.0 * batch
     if type(batch) is float:  # one batch size (a placed job's, a measurement's): numpy's minimum without its call
         wait = 1000.0 * (batch - 1.0) / rate
-        return wait if wait < delay_ms or wait != wait else delay_ms  # (ties and NaN as np.minimum)
+        return wait if wait < delay_ms or math.isnan(wait) else delay_ms  # (ties and NaN as np.minimum)
     return np.minimum(1000.0 * (batch - 1.0) / rate, delay_ms)
 
 
@@ -97,6 +98,9 @@ class PlacementOption:
     free_slots_after: int  # on the device, once the new job is placed
     pool_free_slots_after: int
     loads: tuple[float, ...] = ()  # busy share of the device each member keeps (empty: 1.0 each)
+    # the index's table of what each placement reads, where the option came from one (its members' co-runner
+    # objects are made once per placement and load there): not part of what the option is
+    per: _PerPlacement | None = field(default=None, compare=False, repr=False)
 
     def load(self, i: int) -> float:
         return self.loads[i] if i < len(self.loads) else 1.0
@@ -122,7 +126,8 @@ class PlacementOption:
     @cached_property
     def co_runners(self) -> tuple[CoRunner, ...]:
         """The members as ``CoRunner`` objects (built only for the chosen option)."""
-        return tuple(co_runner_of(m, self.load(i)) for i, m in enumerate(self.members))
+        made = co_runner_of if self.per is None else self.per.co_runner
+        return tuple(made(m, self.load(i)) for i, m in enumerate(self.members))
 
     @property
     def shared(self) -> bool:
@@ -211,7 +216,7 @@ def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_cap
             return []
         i = empty if empty is not None else occupancy.least_loaded(name, count)
         ms = occupancy.members(name, i)
-        return [PlacementOption(pool, i, ms, mem - per.used_gb(ms), 0, 0, per.loads(ms))]
+        return [PlacementOption(pool, i, ms, mem - per.used_gb(ms), 0, 0, per.loads(ms), per)]
     chosen = [*([] if empty_free is None else [empty_free]), *shared]
     if keep is not None and keep not in chosen and occupancy.count(name, keep) < cap:
         chosen.append(keep)
@@ -219,7 +224,7 @@ def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_cap
     for i in chosen:
         ms = occupancy.members(name, i)
         out.append(PlacementOption(pool, i, ms, mem - per.used_gb(ms), cap - len(ms) - 1, pool_free - 1,
-                                   per.loads(ms)))
+                                   per.loads(ms), per))
     return out
 
 
@@ -231,6 +236,7 @@ class _PerPlacement:
     def __init__(self, load_of: Callable[[Placement], float] | None, loads_version: Hashable) -> None:
         self.load_of, self.loads_version = load_of, loads_version
         self._seen: dict[int, tuple[Placement, float, float | None]] = {}  # id -> (p, need, load); holds p
+        self._co: dict[int, tuple[Placement, float, CoRunner]] = {}  # id -> (p, load, its co-runner); holds p
 
     def _of(self, p: Placement) -> tuple[Placement, float, float | None]:
         hit = self._seen.get(id(p))
@@ -245,3 +251,10 @@ class _PerPlacement:
 
     def loads(self, placements: Sequence[Placement]) -> tuple[float, ...]:
         return () if self.load_of is None else tuple([self._of(p)[2] for p in placements])
+
+    def co_runner(self, p: Placement, load: float) -> CoRunner:
+        """``co_runner_of(p, load)``, made once per placement object and load (co-runners are frozen)."""
+        hit = self._co.get(id(p))
+        if hit is None or hit[0] is not p or hit[1] != load:
+            hit = put_bounded(self._co, id(p), (p, load, co_runner_of(p, load)), MAX_MEMO * 16)
+        return hit[2]
