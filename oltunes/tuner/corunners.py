@@ -29,6 +29,7 @@ from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.member_kernels import member_logs, member_verdicts
+from oltunes.tuner.member_prior import prior_latency, prior_latency_heads
 from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.prior_table import stream_rate
 from oltunes.types import Candidate, JobSpec, Variant
@@ -134,9 +135,10 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     # family while the model holds (``member_memo``), with the parts (their ids stay unique meanwhile).
     stacks = est.member_memo.table("stacks")
     hit = stacks.get(xd_key)
-    if hit is None or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
-        hit = stacks[xd_key] = (parts, *_scored(est, parts, xd_key))
-    _, packed, log_with, slowed = hit
+    plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
+    if hit is None or hit[1] is not plan or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
+        hit = stacks[xd_key] = (parts, plan, *_scored(est, parts, plan, xd_key))
+    _, _, packed, log_with, slowed = hit
     sizes = xd_key[1]
     size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
     starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
@@ -146,7 +148,8 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
 
 
-def _scored(est: Estimator, parts: list[_OptionTerms], xd_key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
+            xd_key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stacked members' packed terms, log latencies with the newcomer (M, S, L) and their SLO-check values
     (``exp(log latency + margin)``): the FM's sums over the whole stack (their rounding depends on it)."""
     sizes = xd_key[1]
@@ -155,7 +158,7 @@ def _scored(est: Estimator, parts: list[_OptionTerms], xd_key: tuple) -> tuple[n
     packed = parts[0].packed if len(parts) == 1 else np.concatenate([t.packed for t in parts])
     s_a = parts[0].s_a if len(parts) == 1 else np.concatenate([t.s_a for t in parts])
     M = packed.shape[0]
-    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
+    rows_d, vals_d, _ = plan
     a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
     if any(t.overlap is not None for t in parts):
         a_at = np.zeros((M, *rows_d.shape))
@@ -379,21 +382,3 @@ def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
                                 stream_rate(ctx, est.priors.partial_batches))
     return base_x, heads, float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps))
 
-
-def prior_latency_heads(base_lat: float, batch: float, conc: float, lat1: float, rate: float) -> tuple:
-    """The terms of the prior's log request latency (``Prior.adjust``'s first output) that do not depend on the
-    co-runners' load, computed by the very expressions ``adjust`` computes them with: a member's prior latency at
-    each of its co-load levels is then one log over the levels (``prior_latency``) instead of a whole ``adjust``
-    (three outputs, a dozen numpy calls); ``tests/tuner/test_member_rows.py`` checks it against ``adjust`` bit for
-    bit."""
-    slow = np.log1p(0.5 * (np.asarray(conc) - 1.0))
-    if rate > 0:
-        log_b_eff = np.log(np.minimum(batch, 1.0 + rate * np.asarray(lat1) / 1000.0 / conc))
-        return np.log(lat1) + 0.75 * log_b_eff, slow
-    return np.log(base_lat), slow
-
-
-def prior_latency(heads: tuple, co_load: np.ndarray) -> np.ndarray:
-    """``Prior.adjust(base_lat, _, batch, conc, co_load, lat1, _, rate)[LAT]`` from ``prior_latency_heads``."""
-    head, slow = heads
-    return head + (slow + np.log1p(0.5 * np.asarray(co_load)))

@@ -155,8 +155,9 @@ def _devices(cluster: ClusterState) -> list[list[str]]:
 def test_a_members_prior_latency_from_its_heads_is_the_priors_adjust(seed):
     """The members' prior log latencies per co-load (the load-free terms kept per member) equal the prior's own
     ``adjust`` bit for bit, streaming (dynamic batches) or not."""
-    from oltunes.tuner.corunners import LOAD_LEVELS, prior_latency, prior_latency_heads
+    from oltunes.tuner.corunners import LOAD_LEVELS
     from oltunes.tuner.estimate import LAT
+    from oltunes.tuner.member_prior import prior_latency, prior_latency_heads
     from oltunes.tuner.prior import Prior
 
     rng = np.random.default_rng(seed)
