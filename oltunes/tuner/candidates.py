@@ -18,14 +18,16 @@ Batch size is the *largest* batch: streaming workers batch dynamically (``fill_w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from oltunes.tuner import built
+from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.occupancy import MAX_MEMO, Occupancy
 from oltunes.types import CoRunner, Placement, Pool, Variant
 
@@ -55,6 +57,9 @@ def fill_wait_ms(batch: Any, rate: float, delay_ms: float = BATCH_DELAY_MS) -> A
     full or its oldest request has waited ``delay_ms``, whichever comes first (0 for batch jobs)."""
     if rate <= 0:
         return 0.0 * batch
+    if type(batch) is float:  # one batch size (a placed job's, a measurement's): numpy's minimum without its call
+        wait = 1000.0 * (batch - 1.0) / rate
+        return wait if wait < delay_ms or math.isnan(wait) else delay_ms  # (ties and NaN as np.minimum)
     return np.minimum(1000.0 * (batch - 1.0) / rate, delay_ms)
 
 
@@ -93,6 +98,9 @@ class PlacementOption:
     free_slots_after: int  # on the device, once the new job is placed
     pool_free_slots_after: int
     loads: tuple[float, ...] = ()  # busy share of the device each member keeps (empty: 1.0 each)
+    # the index's table of what each placement reads, where the option came from one (its members' co-runner
+    # objects are made once per placement and load there): not part of what the option is
+    per: _PerPlacement | None = field(default=None, compare=False, repr=False)
 
     def load(self, i: int) -> float:
         return self.loads[i] if i < len(self.loads) else 1.0
@@ -118,7 +126,8 @@ class PlacementOption:
     @cached_property
     def co_runners(self) -> tuple[CoRunner, ...]:
         """The members as ``CoRunner`` objects (built only for the chosen option)."""
-        return tuple(co_runner_of(m, self.load(i)) for i, m in enumerate(self.members))
+        made = co_runner_of if self.per is None else self.per.co_runner
+        return tuple(made(m, self.load(i)) for i, m in enumerate(self.members))
 
     @property
     def shared(self) -> bool:
@@ -146,6 +155,8 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
     memo = occupancy.memo
     if len(memo) > MAX_MEMO:
         memo.clear()
+    reordered = occupancy.reordered
+    per = _per_placement(memo, load_of, loads_version)
     for pool in pools:
         name = pool.name
         keep = include[1] if include is not None and include[0] == name and 0 <= include[1] < pool.count else None
@@ -154,26 +165,43 @@ def placement_options(pools: Sequence[Pool], occupancy: Occupancy, *, ignore_cap
         key = (name, keep, ignore_capacity, load_of is None)
         version = occupancy.version(name)
         hit = memo.get(key)
-        if (hit is None or hit[0] is not pool or hit[1] != version
-                or not all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1)):
-            opts = _pool_options(pool, occupancy, keep, ignore_capacity, load_of)
+        if hit is not None and hit[0] is pool and hit[1] == version and hit[4] != reordered:
+            # the list may have reordered its placements since: kept only if each device's members are still in
+            # its order (a change by appending and removing, the common one, never reorders: no check then)
+            if all(occupancy.in_list_order(o.members) for o in hit[2] if len(o.members) > 1):
+                hit = memo[key] = (*hit[:4], reordered)
+            else:
+                hit = None
+        if hit is None or hit[0] is not pool or hit[1] != version:
+            opts = _pool_options(pool, occupancy, keep, ignore_capacity, per)
             if version >= 0:
-                memo[key] = (pool, version, opts, loads_version)
+                memo[key] = (pool, version, opts, loads_version, reordered)
         elif load_of is not None and (loads_version is None or hit[3] != loads_version) and any(
                 o.members for o in hit[2]):
             opts = hit[2]
-            loaded = [o if o.loads == (ls := _loads(o.members, load_of)) else replace(o, loads=ls) for o in opts]
+            loaded = [o if o.loads == (ls := per.loads(o.members)) else replace(o, loads=ls) for o in opts]
             if any(a is not b for a, b in zip(loaded, opts)):
                 opts = loaded
-            memo[key] = (pool, version, opts, loads_version)
+            memo[key] = (pool, version, opts, loads_version, reordered)
         else:
             opts = hit[2]
         out += opts
     return out
 
 
+def _per_placement(memo: dict, load_of: Callable[[Placement], float] | None,
+                   loads_version: Hashable | None) -> _PerPlacement:
+    """The occupancy's table of what each placement reads, for this ``load_of`` at this ``loads_version`` (a new
+    one when either moves; loads read afresh on every call without a version)."""
+    per = memo.get(_PerPlacement)
+    if per is None or per.load_of != load_of or per.loads_version != loads_version or (
+            load_of is not None and loads_version is None):
+        per = memo[_PerPlacement] = _PerPlacement(load_of, loads_version)
+    return per
+
+
 def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_capacity: bool,
-                  load_of: Callable[[Placement], float] | None) -> list[PlacementOption]:
+                  per: _PerPlacement) -> list[PlacementOption]:
     name, cap, count = pool.name, pool.slots_per_device, pool.count
     mem = pool.accelerator.memory_gb
     if not occupancy.occupied(name) and keep in (None, 0):  # the common case on a quiet cluster
@@ -188,21 +216,45 @@ def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_cap
             return []
         i = empty if empty is not None else occupancy.least_loaded(name, count)
         ms = occupancy.members(name, i)
-        return [PlacementOption(pool, i, ms, mem - _used_gb(ms), 0, 0, _loads(ms, load_of))]
+        return [PlacementOption(pool, i, ms, mem - per.used_gb(ms), 0, 0, per.loads(ms), per)]
     chosen = [*([] if empty_free is None else [empty_free]), *shared]
     if keep is not None and keep not in chosen and occupancy.count(name, keep) < cap:
         chosen.append(keep)
     out = []
     for i in chosen:
         ms = occupancy.members(name, i)
-        out.append(PlacementOption(pool, i, ms, mem - _used_gb(ms), cap - len(ms) - 1, pool_free - 1,
-                                   _loads(ms, load_of)))
+        out.append(PlacementOption(pool, i, ms, mem - per.used_gb(ms), cap - len(ms) - 1, pool_free - 1,
+                                   per.loads(ms), per))
     return out
 
 
-def _loads(placements: Sequence[Placement], load_of: Callable[[Placement], float] | None) -> tuple[float, ...]:
-    return () if load_of is None else tuple(load_of(p) for p in placements)
+class _PerPlacement:
+    """Each placement's memory need, and its load while ``loads_version`` holds, read once per placement object:
+    a pool whose placements changed has its options built again, mostly of the same placements (placements are
+    frozen, so the same object needs the same memory and, until the version moves, keeps the same load)."""
 
+    def __init__(self, load_of: Callable[[Placement], float] | None, loads_version: Hashable) -> None:
+        self.load_of, self.loads_version = load_of, loads_version
+        self._seen: dict[int, tuple[Placement, float, float | None]] = {}  # id -> (p, need, load); holds p
+        self._co: dict[int, tuple[Placement, float, CoRunner]] = {}  # id -> (p, load, its co-runner); holds p
 
-def _used_gb(placements: Sequence[Placement]) -> float:
-    return sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in placements)
+    def _of(self, p: Placement) -> tuple[Placement, float, float | None]:
+        hit = self._seen.get(id(p))
+        if hit is None or hit[0] is not p:
+            c = p.candidate
+            load = None if self.load_of is None else self.load_of(p)
+            hit = put_bounded(self._seen, id(p), (p, memory_need_gb(c.variant, c.concurrency), load), MAX_MEMO * 16)
+        return hit
+
+    def used_gb(self, placements: Sequence[Placement]) -> float:
+        return sum([self._of(p)[1] for p in placements])
+
+    def loads(self, placements: Sequence[Placement]) -> tuple[float, ...]:
+        return () if self.load_of is None else tuple([self._of(p)[2] for p in placements])
+
+    def co_runner(self, p: Placement, load: float) -> CoRunner:
+        """``co_runner_of(p, load)``, made once per placement object and load (co-runners are frozen)."""
+        hit = self._co.get(id(p))
+        if hit is None or hit[0] is not p or hit[1] != load:
+            hit = put_bounded(self._co, id(p), (p, load, co_runner_of(p, load)), MAX_MEMO * 16)
+        return hit[2]

@@ -9,7 +9,8 @@ features that depend on its family, size and load, so one ``raw_sums`` call scor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
 from operator import is_
 from typing import Any, NamedTuple
 
@@ -27,8 +28,9 @@ from oltunes.learner.features import (
 from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
 from oltunes.tuner.estimate import LAT, Estimator
+from oltunes.tuner.member_kernels import member_logs, member_verdicts
+from oltunes.tuner.member_prior import prior_latency, prior_latency_heads
 from oltunes.tuner.memo import put_bounded
-from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import stream_rate
 from oltunes.types import Candidate, JobSpec, Variant
 
@@ -42,21 +44,56 @@ def load_level(busy: Any) -> Any:
     return np.minimum(np.searchsorted(LOAD_LEVELS, busy), len(LOAD_LEVELS) - 1)
 
 
-@dataclass
 class MemberChecks:
     """``ok`` (P, V, L): every member of option p keeps its SLO with variant v joining at load level l;
-    ``slow`` (M, S, L): each member's predicted slowdown per newcomer size and level (for the explanation)."""
+    ``slow`` (M, S, L): each member's predicted slowdown per newcomer size and level (for the explanation);
+    ``by_option``: option -> [(member job id, row of slow)]. A decision reads ``slow`` and ``by_option`` for its
+    chosen option only (if shared), so both are made on first read (``_Scored``), from the same arrays."""
 
-    ok: np.ndarray
-    by_option: dict[int, list[tuple[str, int]]]  # option -> [(member job id, row of slow)]
-    slow: np.ndarray | None = None
-    sizes: tuple[str, ...] = ()
+    __slots__ = ("_scored", "ok")
+
+    def __init__(self, ok: np.ndarray, scored: _Scored | None = None) -> None:
+        self.ok, self._scored = ok, scored
+
+    @property
+    def slow(self) -> np.ndarray | None:
+        return None if self._scored is None else self._scored.slow
+
+    @property
+    def by_option(self) -> dict[int, list[tuple[str, int]]]:
+        return {} if self._scored is None else self._scored.by_option
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        return () if self._scored is None else self._scored.sizes
 
     def slowdowns(self, p: int, size: str, level: int) -> dict[str, float]:
-        if self.slow is None:
+        if self._scored is None:
             return {}
-        j = self.sizes.index(size)
-        return {jid: float(self.slow[i, j, level]) for jid, i in self.by_option.get(p, [])}
+        j, slow = self.sizes.index(size), self.slow
+        return {jid: float(slow[i, j, level]) for jid, i in self.by_option.get(p, [])}
+
+
+class _Scored:
+    """The members' predicted log latencies with and without the newcomer and where each option's members sit
+    (what ``slow`` and ``by_option`` are made of, once, on first read)."""
+
+    def __init__(self, sizes: tuple[str, ...], log_with: np.ndarray, log_alone: np.ndarray,
+                 shared: np.ndarray, parts: Sequence[_OptionTerms]) -> None:
+        self.sizes, self._log_with, self._log_alone = sizes, log_with, log_alone
+        self._shared, self._parts = shared, parts
+
+    @cached_property
+    def slow(self) -> np.ndarray:
+        return np.exp(self._log_with - self._log_alone[:, None, None])
+
+    @cached_property
+    def by_option(self) -> dict[int, list[tuple[str, int]]]:
+        out, i = {}, 0
+        for p, t in zip(self._shared.tolist(), self._parts):
+            out[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
+            i += len(t.job_ids)
+        return out
 
 
 def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
@@ -70,14 +107,14 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
     if hit is None or hit[0] is not options:
         hit = by_list[job.family] = (options, _member_checks(est, options, variants, job))
     checks = hit[1]
-    return MemberChecks(checks.ok.copy(), checks.by_option, checks.slow, checks.sizes)
+    return MemberChecks(checks.ok.copy(), checks._scored)
 
 
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
                    job: JobSpec) -> MemberChecks:
     shared = [(p, o) for p, o in enumerate(options) if o.members]
     if not shared:
-        return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool), {})
+        return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool))
     sizes = tuple(sorted({v.size for v in variants}))
     xd_key = (job.family, sizes)
     # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
@@ -93,13 +130,35 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
 
 
 def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple) -> MemberChecks:
+    # The same options' terms in the same order as the last decision of this family (a move elsewhere, a newcomer
+    # placed on an empty device) stack to the same rows: the sums are those of last time, bit for bit. Kept per
+    # family while the model holds (``member_memo``), with the parts (their ids stay unique meanwhile).
+    stacks = est.member_memo.table("stacks")
+    hit = stacks.get(xd_key)
+    plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
+    if hit is None or hit[1] is not plan or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
+        hit = stacks[xd_key] = (parts, plan, *_scored(est, parts, plan, xd_key))
+    _, _, packed, log_with, slowed = hit
+    sizes = xd_key[1]
+    size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
+    starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
+    option_of = np.array([p for p, _ in shared], dtype=np.intp)
+    ok = member_verdicts(slowed, packed, len(packed[0]) - len(LOAD_LEVELS) - 5, size_of, starts, option_of,
+                         len(options))
+    return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
+
+
+def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
+            xd_key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stacked members' packed terms, log latencies with the newcomer (M, S, L) and their SLO-check values
+    (``exp(log latency + margin)``): the FM's sums over the whole stack (their rounding depends on it)."""
     sizes = xd_key[1]
     L = len(LOAD_LEVELS)
     T = parts[0].packed.shape[1] - L - 5  # (the FM's targets: ``_OptionTerms``' columns)
     packed = parts[0].packed if len(parts) == 1 else np.concatenate([t.packed for t in parts])
     s_a = parts[0].s_a if len(parts) == 1 else np.concatenate([t.s_a for t in parts])
     M = packed.shape[0]
-    rows_d, vals_d, _ = _newcomer_plan(est, xd_key)
+    rows_d, vals_d, _ = plan
     a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
     if any(t.overlap is not None for t in parts):
         a_at = np.zeros((M, *rows_d.shape))
@@ -110,21 +169,8 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
             at += len(t.job_ids)
     d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
     raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
-    prior_with, (waits, slos, margins, corr, log_alone) = packed[:, T:T + L], packed[:, T + L:].T
-    log_with = raw[:, :, LAT].reshape(M, len(sizes), L) + prior_with[:, None, :] + corr[:, None, None]
-    good = np.exp(log_with + margins[:, None, None]) + waits[:, None, None] <= slos[:, None, None]  # M, S, L
-    slow = np.exp(log_with - log_alone[:, None, None])
-    ok = np.ones((len(options), len(variants), L), dtype=bool)
-    good_v = None if good.all() else good[:, [sizes.index(v.size) for v in variants], :]  # M, V, L
-    by_option: dict[int, list[tuple[str, int]]] = {}
-    i = 0
-    for (p, _), t in zip(shared, parts):
-        n = len(t.job_ids)
-        by_option[p] = [(jid, i + j) for j, jid in enumerate(t.job_ids)]
-        if good_v is not None:
-            ok[p] = good_v[i:i + n].all(axis=0)  # every member of the option keeps its SLO
-        i += n
-    return MemberChecks(ok, by_option, slow, sizes)
+    log_with, with_margin = member_logs(raw[:, :, LAT], packed, T, len(sizes))  # M, S, L
+    return packed, log_with, np.exp(with_margin)
 
 
 class _OptionTerms(NamedTuple):
@@ -310,14 +356,13 @@ def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
     own = static.get(key)
     if own is None:
         own = put_bounded(static, key, _member_own(est, o, mem))
-    base_x, lat0, en0, lat1, en1, rate, wait = own
+    base_x, heads, wait = own
     co = [CoLite(f, s, load) for f, s, load in others]
     co_load = sum(c.load for c in co)
     # the prior reads the co-runners' summed load only, which many co-runner sets share
     plat = static.get((key, co_load))
     if plat is None:
-        load = np.concatenate([[0.0], co_load + LOAD_LEVELS])
-        plat = Prior.adjust(lat0, en0, float(cand.batch_size), float(cand.concurrency), load, lat1, en1, rate)[LAT]
+        plat = prior_latency(heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
         plat.flags.writeable = False
         put_bounded(static, (key, co_load), plat)
     return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
@@ -331,7 +376,9 @@ def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
     base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
               **variant_features(cand.variant), **batch_features(cand.batch_size),
               **concurrency_features(cand.concurrency)}
-    lat0, en0 = est.priors.base(acc, cand.variant, cand.batch_size)
-    lat1, en1 = est.priors.base(acc, cand.variant, 1)
-    return (base_x, lat0, en0, lat1, en1, stream_rate(ctx, est.priors.partial_batches),
-            float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps)))
+    lat0, _ = est.priors.base(acc, cand.variant, cand.batch_size)
+    lat1, _ = est.priors.base(acc, cand.variant, 1)
+    heads = prior_latency_heads(lat0, float(cand.batch_size), float(cand.concurrency), lat1,
+                                stream_rate(ctx, est.priors.partial_batches))
+    return base_x, heads, float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps))
+

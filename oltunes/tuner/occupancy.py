@@ -61,6 +61,9 @@ class Occupancy:
         self._stamp: tuple[PlacementLog, int] | None = None  # (log, version) when the synced list was a snapshot
         self._by_position = False  # an object listed twice: keys are list positions, nothing is kept across syncs
         self.generation = 0  # moves on every sync that is not the very same list as last time
+        # moves on every sync that may have reordered the placements it kept (the general path): appending and
+        # removing keep the others' order, so derived values that read the order hold while this does
+        self.reordered = 0
         # Values derived from one pool's placements (its placement options), valid while ``version(pool)`` holds.
         self.memo: dict[Hashable, Any] = {}
 
@@ -88,6 +91,7 @@ class Occupancy:
         elif self._by_position or not self._placed or self._placed.keys().isdisjoint(map(id, placements)):
             self._rebuild(placements)  # nothing in common (e.g. a fresh request): group in one pass, in list order
         else:
+            self.reordered += 1
             self._excluded = {}  # what of them is still listed comes back below, with the other new keys
             order = dict(zip(map(id, placements), range(len(placements))))
             if len(order) < len(placements):  # an object listed twice

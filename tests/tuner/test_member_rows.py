@@ -149,3 +149,55 @@ def _devices(cluster: ClusterState) -> list[list[str]]:
     for p in cluster.placements:
         out.setdefault((p.pool, p.device), []).append(p.job_id)
     return list(out.values())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_members_prior_latency_from_its_heads_is_the_priors_adjust(seed):
+    """The members' prior log latencies per co-load (the load-free terms kept per member) equal the prior's own
+    ``adjust`` bit for bit, streaming (dynamic batches) or not."""
+    from oltunes.tuner.corunners import LOAD_LEVELS
+    from oltunes.tuner.estimate import LAT
+    from oltunes.tuner.member_prior import prior_latency, prior_latency_heads
+    from oltunes.tuner.prior import Prior
+
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        lat0, lat1 = float(rng.uniform(0.1, 500.0)), float(rng.uniform(0.05, 100.0))
+        en0, en1 = float(rng.uniform(0.01, 5.0)), float(rng.uniform(0.01, 5.0))
+        batch, conc = float(rng.choice([1, 2, 4, 8, 32])), float(rng.choice([1, 2, 3, 4]))
+        rate = float(rng.choice([0.0, rng.uniform(0.01, 5.0), rng.uniform(5.0, 5000.0)]))
+        co_load = float(rng.choice([0.0, 0.05, rng.uniform(0.0, 4.0)]))
+        load = np.concatenate([[0.0], co_load + LOAD_LEVELS])
+        want = Prior.adjust(lat0, en0, batch, conc, load, lat1, en1, rate)[LAT]
+        got = prior_latency(prior_latency_heads(lat0, batch, conc, lat1, rate), load)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_the_same_stack_of_option_terms_is_scored_once_per_model():
+    """A decision whose options stack the very same terms as the last one of its family (another list, another
+    pool changed) reads last time's sums, and its checks equal a fresh tuner's; a model change scores again."""
+    variants = make_variants()
+    rng = np.random.default_rng(5)
+    cluster = random_cluster(rng, variants, max_count=12)
+    tuner = Tuner(variants, seed=0)
+    job = JobSpec(family="cnn", slo_ms=120.0, items=100)
+    occ = Occupancy.of(cluster.placements)
+    options = placement_options(cluster.pools, occ, load_of=tuner.estimator.load_of)
+    assert any(o.members for o in options)
+    scored = []
+    model = tuner.estimator.model
+    raw_sums_of = model.raw_sums_of
+    model.raw_sums_of = lambda *a: scored.append(1) or raw_sums_of(*a)
+    family = tuner.catalogue.family(job.family)
+    member_checks(tuner.estimator, options, family, job)  # a fresh FM makes its tables on first use: its version
+    first = member_checks(tuner.estimator, list(options), family, job)  # moves once, then holds
+    scored.clear()
+    again = member_checks(tuner.estimator, list(options), family, job)  # a new list of the same options
+    assert len(scored) == 0
+    want = member_checks(Tuner(variants, seed=0).estimator, list(options), family, job)
+    for got in (first, again):
+        assert np.array_equal(got.ok, want.ok) and got.by_option == want.by_option
+        assert np.array_equal(got.slow, want.slow)
+    tuner.observe(_measured(rng, cluster, 0))
+    member_checks(tuner.estimator, list(options), family, job)
+    assert len(scored) == 1

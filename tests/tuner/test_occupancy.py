@@ -3,6 +3,8 @@ between two decisions (placements added, removed, moved, reordered, listed twice
 
 from __future__ import annotations
 
+from operator import is_
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,30 @@ def test_a_list_changed_in_place_is_seen():
     placements.reverse()  # same objects, another order: members follow the list
     occ.sync(placements)
     assert occ.listed() == placements
+
+
+def test_options_kept_without_an_order_check_until_the_list_may_have_reordered(monkeypatch):
+    """Appending and removing placements keep the others' order, so a pool that did not change keeps its options
+    without checking its members' order; a list that reorders them (same objects) has them checked, and the
+    options follow the new order."""
+    variants = make_variants()
+    a = Pool(name="a", accelerator=CATALOG["t4"], count=4, slots_per_device=3)
+    b = Pool(name="b", accelerator=CATALOG["t4"], count=4, slots_per_device=3)
+    rng = np.random.default_rng(2)
+    shared = [_placement(rng, variants, a, f"a{k}", device=0) for k in range(2)]
+    placements = [*shared, _placement(rng, variants, b, "b0", device=0)]
+    occ = Occupancy.of(placements)
+    before = placement_options([a, b], occ)
+    checks = []
+    original = Occupancy.in_list_order
+    monkeypatch.setattr(Occupancy, "in_list_order", lambda self, ms: checks.append(ms) or original(self, ms))
+    placements = [*placements, _placement(rng, variants, b, "b1", device=0)]  # pool b changes, at the list's end
+    occ.sync(placements)
+    after = placement_options([a, b], occ)
+    in_a = [o for o in before if o.pool is a]
+    assert [o for o in after if o.pool is a] == in_a and all(map(is_, in_a, after)) and not checks  # kept, no walk
+    placements = [placements[1], placements[0], *placements[2:]]  # the same objects, pool a's members swapped
+    occ.sync(placements)
+    swapped = placement_options([a, b], occ)
+    assert checks and next(o for o in swapped if o.pool is a and o.device == 0).members == (shared[1], shared[0])
+    assert swapped == brute_force_options(ClusterState.model_construct(pools=[a, b], placements=placements))

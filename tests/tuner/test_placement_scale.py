@@ -8,10 +8,19 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner, cluster_options
-from oltunes.tuner.candidates import PlacementOption, _loads, _used_gb, placement_options
+from oltunes.tuner.candidates import PlacementOption, memory_need_gb, placement_options
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool
 from tests.tuner.variants import make_variants
+
+
+def _used_gb(placements) -> float:
+    """The memory the placements' jobs need (the plain sum, read per placement every time)."""
+    return sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in placements)
+
+
+def _loads(placements, load_of) -> tuple[float, ...]:
+    return () if load_of is None else tuple(load_of(p) for p in placements)
 
 
 def brute_force_options(cluster: ClusterState, *, ignore_capacity=False, include=None, load_of=None,

@@ -75,3 +75,16 @@ def test_the_compiled_waits_are_the_numpy_ones_on_a_simulated_runs_grids(monkeyp
     for batch_lat, thr, rate, _, (req, queue, total) in calls:
         want = numpy_waits(batch_lat, thr, est.batch_sizes, est.concurrencies, rate, est.burstiness)
         assert _same((req, queue, total), want)
+
+
+def test_one_batchs_fill_wait_is_numpys_minimum():
+    """``fill_wait_ms`` of one float batch size (its path without numpy) gives np.minimum's value bit for bit."""
+    rng = np.random.default_rng(3)
+    batches = [1.0, 2.0, 8.0, 64.0, 0.5, np.inf, np.nan, *rng.uniform(1.0, 64.0, 50)]
+    rates = [1e-9, 0.2, 1.0, 199.0, 200.0, 1e6, np.inf, np.nan, *rng.uniform(0.01, 5000.0, 50)]
+    for b in map(float, batches):
+        for r in map(float, rates):
+            for delay in (5.0, 0.0, -0.0, np.nan):
+                got = fill_wait_ms(b, r, delay)
+                want = 0.0 * b if r <= 0 else np.minimum(1000.0 * (b - 1.0) / r, delay)
+                assert np.float64(got).tobytes() == np.float64(want).tobytes(), (b, r, delay)
