@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-KERNEL_MODULES = ("oltunes.learner.fm_kernels", "oltunes.learner.fm_step_kernels", "oltunes.learner.ftml_kernel",
+KERNEL_MODULES = ("oltunes.learner.fm_kernels", "oltunes.learner.ftml_kernel",
                   "oltunes.tuner.correction_kernels", "oltunes.tuner.fit_kernels", "oltunes.tuner.explain_kernels",
                   "oltunes.tuner.objective_kernels", "oltunes.tuner.selection_kernels", "oltunes.tuner.wait_kernels")
 
@@ -30,8 +30,8 @@ def test_warm_up_leaves_nothing_to_compile_for_simulated_runs():
 
     warm_up()
     before = _signatures()
-    called = ("fm_kernels.grid_sum", "fm_kernels.part_sums", "ftml_kernel.ftml_rows", "fm_step_kernels.fm_step_error",
-              "ftml_kernel.fm_step_update", "fit_kernels.fit", "correction_kernels.cell_corrections",
+    called = ("fm_kernels.grid_sum", "fm_kernels.part_sums", "ftml_kernel.ftml_rows", "ftml_kernel.fm_step",
+              "fit_kernels.fit", "correction_kernels.cell_corrections",
               "correction_kernels.add_measurements",
               "explain_kernels.pair_minima", "objective_kernels.effective_batch_cells",
               "selection_kernels.graded_violation", "wait_kernels.request_waits")  # (the rest run inside these)
