@@ -177,39 +177,45 @@ class PooledCorrection(TreeFit):
         interval's errors were ~20 % larger (a10-l4-wide seed 0, ~28 measurements a batch: mean |log latency error|
         0.47 vs 0.38 one by one), the margins wider and violations more frequent; the interpolation gives 0.39 at no
         refit."""
-        cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
+        cells = np.array([self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements],
+                         dtype=np.intp)
         self._fit()
         before = self._cell_corrections(cells)
         self._add_all(cells, measurements)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
         after = self._cell_corrections(cells)
         n = len(cells)
-        return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
+        # each row b + (a - b) * (k / n), the first left as it is (b + 0 * (a - b) is not b for b = -0.0 or a = inf)
+        moved = before + (after - before) * (np.arange(n) / n)[:, None]
+        moved[0] = before[0]
+        return list(moved), list(after)
 
-    def _add_all(self, cells: list[int], measurements: Sequence[tuple]) -> None:
+    def has(self, acc: str, v: Variant, batch: int, conc: int) -> bool:
+        """Whether this configuration was measured before (``learn``'s ``growth`` is read only for a new one)."""
+        return (acc, v.name, batch, conc) in self._cells
+
+    def _add_all(self, cells: np.ndarray, measurements: Sequence[tuple]) -> None:
         """The measurements (``learn_many``'s) into their configurations' decayed sums and counts, in order, in one
         compiled call (``correction_kernels.add_measurements``; no refit)."""
         ys = np.array([m[4] for m in measurements], dtype=float).reshape(len(cells), self.n_targets)
         masks = np.array([m[5] for m in measurements], dtype=bool).reshape(len(cells), self.n_targets)
-        full = [bool(m[7]) for m in measurements]
-        add_measurements(self._sums, self._counts, self._tilt_counts, np.array(cells, dtype=np.intp), ys, masks,
-                         np.array(full, dtype=float), self.decay)
-        self._tilt_news += int(np.count_nonzero(masks.any(axis=1) & full))
+        full = [1.0 if m[7] else 0.0 for m in measurements]
+        add_measurements(self._sums, self._counts, self._tilt_counts, cells, ys, masks, np.array(full), self.decay)
+        self._tilt_news += sum(1 for m in measurements if m[7] and any(m[5]))  # full-batch ones measuring anything
         self.version += len(cells)
 
-    def _cell_corrections(self, cells: list[int]) -> list[np.ndarray]:
-        """``_current`` of known configurations by their columns, as the effects stand: the same additions in the
-        same order, in one compiled call (``correction_kernels.cell_corrections``)."""
+    def _cell_corrections(self, cells: np.ndarray) -> np.ndarray:
+        """``_current`` (configurations, T) of known configurations by their columns, as the effects stand: the same
+        additions in the same order, in one compiled call (``correction_kernels.cell_corrections``)."""
         effects, offsets = self._all_effects()
         el, it, n_cells = self.elastic, self.intensity, len(self._cells)
         st = self._structure()
         groups = st.get("groups")
         if groups is None:  # every effect's group per configuration, kept with the structure
             groups = st["groups"] = tuple(st["idx"][e] for e in EFFECTS)
-        out = cell_corrections(np.array(cells, dtype=np.intp), groups, effects, tuple(offsets), self._mu,
-                               (el.coef, el.x, el.n_groups), (self.scale.coef, el.growth[GROWTH_TARGET]),
-                               (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
-        return list(out)
+        return cell_corrections(cells, groups, effects, tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
+                                (self.scale.coef, el.growth[GROWTH_TARGET]),
+                                (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""

@@ -45,10 +45,12 @@ class EstimatorLearning:
         """``learn_many`` of measurements' learning rows (``_learning_row``), fitted once."""
         n = len(TARGETS)
         before = after = [np.zeros(n)] * len(rows)
-        if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
-            before, after = self.correction.learn_many([
+        corr = self.correction
+        if corr is not None:  # the FM learns what the pooled correction leaves once updated
+            before, after = corr.learn_many([
                 (c.accelerator, c.variant, c.batch_size, c.concurrency, [v or 0.0 for v in ys], measured,
-                 self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
+                 None if corr.has(c.accelerator, c.variant, c.batch_size, c.concurrency)  # (read for a new one only)
+                 else self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
                 for m, c, _, ys, measured in rows])
         # per target in Python floats: the same IEEE operations as on numpy's scalars
         learn, residuals = self.model.learn_predict, [self.residuals[t] for t in TARGETS]

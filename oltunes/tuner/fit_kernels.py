@@ -72,19 +72,20 @@ def tree_counts(N: np.ndarray, leaf: np.ndarray, par: np.ndarray, ng: np.ndarray
 
 
 @compiled
-def _tree_pass(x, tree, share, npk, eff, mu, mu_den, sums, cum):
-    """Exact posterior means of one tree given partial residual sums ``x`` (T, configurations): writes each level's
+def _tree_pass(S, N, other, tree, share, npk, eff, mu, mu_den, sums, cum):
+    """Exact posterior means of one tree given partial residual sums ``S - N * other`` (T, configurations; ``other``:
+    the other tree's sum per configuration, taken element by element as numpy's two operations): writes each level's
     effect into ``eff``, returns the tree's sum per configuration and how far ``mu`` moved. With ``mu_den`` (the
     accelerator tree) the root ``mu`` (updated in place) is shrunk towards the prior; without (the variant tree),
     the root level towards 0."""
     leaf, par, ng, g_off, ks, eff_off = tree
-    T, C = x.shape
+    T, C = S.shape
     L = len(ng)
     lo = g_off[L - 1]
     sums[:] = 0.0
     for t in range(T):  # up: the leaf groups' sums, then each group's data as a message to its parent
         for c in range(C):
-            sums[t, lo + leaf[c]] += x[t, c]
+            sums[t, lo + leaf[c]] += S[t, c] - N[t, c] * other[t, c]
     for level in range(L - 1, 0, -1):
         a, p0 = g_off[level], g_off[level - 1]
         for t in range(T):
@@ -147,9 +148,9 @@ def fit_rounds(rounds, S, N, var_side, eff, mu, mu_den, acc_tree, acc_counts, va
     no_mu = np.empty(0)
     acc_side = np.zeros((T, C))
     for _ in range(rounds):
-        acc_side, mu_change = _tree_pass(S - N * var_side, acc_tree, acc_share, acc_npk, eff, mu, mu_den,
+        acc_side, mu_change = _tree_pass(S, N, var_side, acc_tree, acc_share, acc_npk, eff, mu, mu_den,
                                          acc_sums, acc_cum)
-        new_var_side, _ = _tree_pass(S - N * acc_side, var_tree, var_share, var_npk, eff, mu, no_mu,
+        new_var_side, _ = _tree_pass(S, N, acc_side, var_tree, var_share, var_npk, eff, mu, no_mu,
                                      var_sums, var_cum)
         # the families' centring: each kind's mean family effect (weighted by measurements) moves into the kind, the
         # fit unchanged. Both trees can carry a common offset per kind (all families up, the kind down); only the

@@ -97,7 +97,7 @@ class NumpyFit(PooledCorrection):
         return shift
 
     def _cell_corrections(self, cells):
-        return [self._cell_correction(j) for j in cells]
+        return np.array([self._cell_correction(j) for j in cells])
 
     def _cell_correction(self, j):
         effects, offsets = self._all_effects()
