@@ -334,11 +334,13 @@ class PooledCorrection(TreeFit):
 
     def _effects_side_by_side(self) -> np.ndarray:
         """Every effect's table side by side (T, groups of all effects), a new copy, with ``_effects`` made views of
-        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same)."""
-        tables = [self._effects[e] for e in EFFECTS]
-        offsets = list(accumulate((t.shape[1] for t in tables[:-1]), initial=0))
-        eff = np.concatenate(tables, axis=1)
-        self._effects.update({e: eff[:, o:o + t.shape[1]] for e, o, t in zip(EFFECTS, offsets, tables)})
+        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same), whose
+        copy it is when it stands (it holds what ``_effects`` hold until a configuration is added or a state restored,
+        which drop it)."""
+        eff, offsets = self._all_effects()
+        eff = eff.copy()
+        ends = [*offsets[1:], eff.shape[1]]
+        self._effects.update({e: eff[:, o:end] for e, o, end in zip(EFFECTS, offsets, ends)})
         self._all = (eff, offsets)
         return eff
 
