@@ -51,9 +51,11 @@ from oltunes.tuner.correction_trees import (
     EFFECTS,
     PARENTS,
     VARIANT_TREE,
+    TreeCounts,
     TreeFit,
     groups_of,
     kind_arrays,
+    levels_of,
     tree_arrays,
 )
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
@@ -307,29 +309,29 @@ class PooledCorrection(TreeFit):
                   np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
                  (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
                   *INTENSITY_BOUNDS))
-        trees, groups = self._fit_layout(st)
+        trees, groups, (acc_levels, var_levels) = self._fit_layout(st)
         tilt, mean, it.coef, it.mean, blocks, acc_tables, var_tables = fit(
             rounds, ROUNDS_PER_OBSERVATION, S, N, x_growth, eff, self._mu, self.root_k, _TOL, tilt, it.coef, it.mean,
             refit_tilt, trees, groups, state)
-        self._fit_counts = {ACCELERATOR_TREE: self._counts_of(ACCELERATOR_TREE, st, acc_tables),
-                            VARIANT_TREE: self._counts_of(VARIANT_TREE, st, var_tables)}
+        self._fit_counts = {ACCELERATOR_TREE: TreeCounts(acc_levels, acc_tables),
+                            VARIANT_TREE: TreeCounts(var_levels, var_tables)}
         if refit_tilt and blocks:
             el.mean, self._tilt_news = mean, 0
             self._tilt_fits += blocks
             self._tilt = ((n_cells, self._tilt_fits), tilt)
 
-    def _fit_layout(self, st: dict[str, Any]) -> tuple[tuple, tuple]:
-        """The trees and groups ``fit_kernels.fit`` reads, kept with the structure ``st`` (renewed with it when a
-        configuration is added)."""
+    def _fit_layout(self, st: dict[str, Any]) -> tuple[tuple, tuple, tuple]:
+        """The trees and groups ``fit_kernels.fit`` reads, and both trees' levels in its counts' tables
+        (``TreeCounts``), kept with the structure ``st`` (renewed with it when a configuration is added)."""
         layout = st.get("fit")
         if layout is None:
             idx, parent = st["idx"], st["parent"]
-            trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), tree_arrays(VARIANT_TREE, st, self.effect_k),
-                     *kind_arrays(st))
+            acc_tree, var_tree = (tree_arrays(tree, st, self.effect_k) for tree in (ACCELERATOR_TREE, VARIANT_TREE))
             groups = (tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
                       tuple(idx[e] for e in VARIANT_TREE),
                       (parent["shape"], parent["var"], parent["cfg"], parent["acc"]))
-            layout = st["fit"] = (trees, groups)
+            levels = (levels_of(ACCELERATOR_TREE, st, acc_tree), levels_of(VARIANT_TREE, st, var_tree))
+            layout = st["fit"] = ((acc_tree, var_tree, *kind_arrays(st)), groups, levels)
         return layout
 
     def _effects_side_by_side(self) -> np.ndarray:

@@ -64,25 +64,21 @@ class TreeFit:
                         "parent": {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}}
         return self._struct
 
-    def _counts_of(self, tree: tuple[str, ...], st: dict[str, Any], tables: tuple[np.ndarray, ...]) -> TreeCounts:
-        """Per level of a tree: measurements under each group, and the share of its data it passes up (each group's
-        data integrated over its own effect weighs n k / (n + k)), from its (share, n + k, n) tables
-        (``fit_kernels.tree_counts``, in ``fit_kernels.fit``)."""
-        out = TreeCounts(levels_of(tree, st, tree_arrays(tree, st, self.effect_k)))
-        out.tables = tables
-        return out
-
 
 class TreeCounts(dict):
-    """``_counts_of``' levels (effect -> (n, k, share, n + k)) and ``tables``: the (share, n + k, n) tables of
-    every level side by side, as ``fit_kernels.fit_rounds`` reads them. A level's entry is made from the
-    tables when first asked for (``levels``: effect -> its columns and k; a fit reads three of eight)."""
+    """A tree's counts per level (effect -> (n, k, share, n + k): measurements under each group, and the share of its
+    data it passes up, each group's data integrated over its own effect weighing n k / (n + k)) and ``tables``: the
+    (share, n + k, n) tables of every level side by side, as ``fit_kernels.tree_counts`` makes them. A level's entry is
+    made from the tables when first asked for (``levels``: effect -> its columns and k, ``levels_of``; a fit reads
+    three of eight)."""
 
     tables: tuple[np.ndarray, ...]
 
-    def __init__(self, levels: dict[str, tuple[slice, float]] | None = None) -> None:
+    def __init__(self, levels: dict[str, tuple[slice, float]] | None = None, tables: tuple[np.ndarray, ...] = ()
+                 ) -> None:
         super().__init__()
         self._levels = levels or {}
+        self.tables = tables
 
     def __missing__(self, e: str) -> tuple:
         if e not in self._levels:
