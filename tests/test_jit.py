@@ -23,7 +23,7 @@ def test_a_function_numba_cannot_cache_is_still_compiled():
 
 
 def test_a_kernel_is_cached_next_to_its_module():
-    from oltunes.tuner.correction_kernels import tree_counts
+    from oltunes.tuner.fit_kernels import tree_counts
 
     assert tree_counts._cache is not None and isinstance(tree_counts._cache, KernelCache)
 

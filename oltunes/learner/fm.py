@@ -82,7 +82,7 @@ class FMRegressor(FMScoring, FMLearning, FMState, base.Regressor):
         None = always ``replay``.
     robust
         If set (e.g. 2.0), residuals beyond ``robust`` x the running mean |residual| are down-weighted by
-        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (``fm_step_kernels._robust_weights``).
+        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (``ftml_kernel._robust_weights``).
         None = off (the default).
 
     Examples
@@ -163,8 +163,13 @@ class MultiFMRegressor(FMScoring, FMLearning, FMState, base.MultiTargetRegressor
         """Learn the targets in ``y``; return the raw predictions made just before the update (progressive
         validation without a second gather)."""
         given = [y.get(t) for t in self.targets]
-        yv = np.array([0.0 if v is None else float(v) for v in given])
-        return self._learn(x, yv, np.array([v is not None for v in given]), w)
+        return self.learn_predict(x, np.array([0.0 if v is None else float(v) for v in given]),
+                                  np.array([v is not None for v in given]), w)
+
+    def learn_predict(self, x: dict, y: np.ndarray, mask: np.ndarray, w: float = 1.0) -> np.ndarray:
+        """``learn_predict_one`` with the targets as arrays (n_targets,): their values ``y`` (any where not
+        ``mask``) and which are given ``mask``."""
+        return self._learn(x, y, mask, w)
 
     def predict_one(self, x: dict) -> dict[str, float]:
         rows, vals = self.index([x])

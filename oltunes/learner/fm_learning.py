@@ -11,9 +11,8 @@ from collections.abc import Mapping
 import numpy as np
 from river import optim
 
-from oltunes.learner.fm_step_kernels import fm_step_error
 from oltunes.learner.ftml import FTML
-from oltunes.learner.ftml_kernel import fm_step_update
+from oltunes.learner.ftml_kernel import fm_step, fm_step_error
 
 
 class FMLearning:
@@ -48,33 +47,36 @@ class FMLearning:
                   fresh: bool) -> np.ndarray:
         W = self._W
         Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
-        # the prediction, the error (standardised, robustly weighted: ``fm_step_kernels``) and the clipped gradient in
-        # one compiled call; the linear term's product stays numpy's (BLAS: its order of additions is its own)
+        # the prediction, the error (standardised, robustly weighted) and the clipped gradient, and FTML's step of both
+        # tables, in one compiled call (``ftml_kernel.fm_step``); the linear term's product stays numpy's (BLAS: its
+        # order of additions is its own)
         robust = self.robust is not None
-        yhat, g, s = fm_step_error(W, vals @ Wr, self._V, rows, vals, y, mask, float(w), float(self.clip_gradient),
-                                   bool(self.standardize), self._mu, self._sd, robust,
-                                   float(self.robust) if robust else 0.0, self._scale, self._n_scale, fresh)
-        if not self._compiled_step(rows, vals, s, g):
-            self._plain_step(rows, vals, Wr, s, g)
+        error = (W, vals @ Wr, self._V, rows, vals, y, mask, float(w), float(self.clip_gradient), bool(self.standardize),
+                 self._mu, self._sd, robust, float(self.robust) if robust else 0.0, self._scale, self._n_scale, fresh)
+        update = self._kernel_update()
+        if update is None:
+            yhat, g, s = fm_step_error(*error)
+        else:
+            yhat, g, s, stepped = fm_step(*error, *update)
+            if stepped:
+                return yhat
+            self._wopt.n_iterations -= 1  # declined: the step is ``_plain_step``'s, counted there
+            self._vopt.n_iterations -= 1
+        self._plain_step(rows, vals, Wr, s, g)
         return yhat
 
-    def _compiled_step(self, rows: np.ndarray, vals: np.ndarray, s: np.ndarray, g: np.ndarray) -> bool:
-        """Both tables' gradient and FTML steps in one compiled call (``ftml_kernel.fm_step_update``), as
-        ``_plain_step`` makes them; False (nothing done) for other optimizers, or when the kernel declines."""
+    def _kernel_update(self) -> tuple | None:
+        """What the compiled parameter step reads (``ftml_kernel.fm_step_update``: the regularisation and each table's
+        optimizer state and constants, each optimizer's step counted as ``step_rows`` counts it: one instance may serve
+        both tables); None for other optimizers (their step is ``_plain_step``'s)."""
         wopt, vopt = self._wopt, self._vopt
         if type(wopt) is not FTML or type(vopt) is not FTML:
-            return False
-        # each optimizer's step counted as ``step_rows`` counts it (one instance may serve both tables)
+            return None
         w_args = wopt.rows_kernel_args(self._W)
         wopt.n_iterations += 1
         v_args = vopt.rows_kernel_args(self._V)
         vopt.n_iterations += 1
-        if fm_step_update(self._W, self._V, rows, vals, s, g, float(self.l2_weight), float(self.l2_latent), w_args,
-                          v_args):
-            return True
-        wopt.n_iterations -= 1
-        vopt.n_iterations -= 1
-        return False
+        return float(self.l2_weight), float(self.l2_latent), w_args, v_args
 
     def _plain_step(self, rows: np.ndarray, vals: np.ndarray, Wr: np.ndarray, s: np.ndarray, g: np.ndarray) -> None:
         """The gradient step through the optimizers' ``step_rows`` (or their keyed dict path)."""

@@ -43,11 +43,7 @@ from typing import Any
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import (
-    add_measurements,
-    cell_corrections,
-    fit_rounds,
-)
+from oltunes.tuner.correction_kernels import add_measurements, cell_corrections
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -55,18 +51,20 @@ from oltunes.tuner.correction_trees import (
     EFFECTS,
     PARENTS,
     VARIANT_TREE,
+    TreeCounts,
     TreeFit,
     groups_of,
     kind_arrays,
+    levels_of,
     tree_arrays,
 )
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
+from oltunes.tuner.fit_kernels import fit
 from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
-from oltunes.tuner.slope_kernels import fit_start, refit_slopes
 from oltunes.types import Candidate, Variant
 
 __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
@@ -181,39 +179,45 @@ class PooledCorrection(TreeFit):
         interval's errors were ~20 % larger (a10-l4-wide seed 0, ~28 measurements a batch: mean |log latency error|
         0.47 vs 0.38 one by one), the margins wider and violations more frequent; the interpolation gives 0.39 at no
         refit."""
-        cells = [self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements]
+        cells = np.array([self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements],
+                         dtype=np.intp)
         self._fit()
         before = self._cell_corrections(cells)
         self._add_all(cells, measurements)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
         after = self._cell_corrections(cells)
         n = len(cells)
-        return [b + (a - b) * (k / n) if k else b for k, (b, a) in enumerate(zip(before, after))], after
+        # each row b + (a - b) * (k / n), the first left as it is (b + 0 * (a - b) is not b for b = -0.0 or a = inf)
+        moved = before + (after - before) * (np.arange(n) / n)[:, None]
+        moved[0] = before[0]
+        return list(moved), list(after)
 
-    def _add_all(self, cells: list[int], measurements: Sequence[tuple]) -> None:
+    def has(self, acc: str, v: Variant, batch: int, conc: int) -> bool:
+        """Whether this configuration was measured before (``learn``'s ``growth`` is read only for a new one)."""
+        return (acc, v.name, batch, conc) in self._cells
+
+    def _add_all(self, cells: np.ndarray, measurements: Sequence[tuple]) -> None:
         """The measurements (``learn_many``'s) into their configurations' decayed sums and counts, in order, in one
         compiled call (``correction_kernels.add_measurements``; no refit)."""
         ys = np.array([m[4] for m in measurements], dtype=float).reshape(len(cells), self.n_targets)
         masks = np.array([m[5] for m in measurements], dtype=bool).reshape(len(cells), self.n_targets)
-        full = [bool(m[7]) for m in measurements]
-        add_measurements(self._sums, self._counts, self._tilt_counts, np.array(cells, dtype=np.intp), ys, masks,
-                         np.array(full, dtype=float), self.decay)
-        self._tilt_news += int(np.count_nonzero(masks.any(axis=1) & full))
+        full = [1.0 if m[7] else 0.0 for m in measurements]
+        add_measurements(self._sums, self._counts, self._tilt_counts, cells, ys, masks, np.array(full), self.decay)
+        self._tilt_news += sum(1 for m in measurements if m[7] and any(m[5]))  # full-batch ones measuring anything
         self.version += len(cells)
 
-    def _cell_corrections(self, cells: list[int]) -> list[np.ndarray]:
-        """``_current`` of known configurations by their columns, as the effects stand: the same additions in the
-        same order, in one compiled call (``correction_kernels.cell_corrections``)."""
+    def _cell_corrections(self, cells: np.ndarray) -> np.ndarray:
+        """``_current`` (configurations, T) of known configurations by their columns, as the effects stand: the same
+        additions in the same order, in one compiled call (``correction_kernels.cell_corrections``)."""
         effects, offsets = self._all_effects()
         el, it, n_cells = self.elastic, self.intensity, len(self._cells)
         st = self._structure()
         groups = st.get("groups")
         if groups is None:  # every effect's group per configuration, kept with the structure
             groups = st["groups"] = tuple(st["idx"][e] for e in EFFECTS)
-        out = cell_corrections(np.array(cells, dtype=np.intp), groups, effects, tuple(offsets), self._mu,
-                               (el.coef, el.x, el.n_groups), (self.scale.coef, el.growth[GROWTH_TARGET]),
-                               (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
-        return list(out)
+        return cell_corrections(cells, groups, effects, tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
+                                (self.scale.coef, el.growth[GROWTH_TARGET]),
+                                (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
@@ -281,8 +285,8 @@ class PooledCorrection(TreeFit):
         as a group's message to its parent): against the fitted shape effects, which take ~97 % of what they see
         each round, it crept towards its fixed point over hundreds of rounds.
 
-        Two compiled calls per block (``correction_kernels.fit_rounds``, ``slope_kernels.refit_slopes``) over the
-        tables laid out here.
+        One compiled call (``fit_kernels.fit``) over the tables laid out here; what only the configurations and groups
+        decide is laid out once per structure (``_fit_layout``).
         """
         if self._fitted == self.version:
             return
@@ -293,59 +297,52 @@ class PooledCorrection(TreeFit):
         st = self._structure()
         eff = self._effects_side_by_side()  # the effects move (the kernel writes them in place)
         S, N = (np.ascontiguousarray(a[:, :n_cells]) for a in (self._sums, self._counts))  # one layout: one compile
-        counts = self._fit_counts = {tree: self._tree_counts(tree, st, N) for tree in (ACCELERATOR_TREE, VARIANT_TREE)}
-        acc_counts, var_counts = counts[ACCELERATOR_TREE], counts[VARIANT_TREE]
-        idx, it, el = st["idx"], self.intensity, self.elastic
+        idx, parent, it, el = st["idx"], st["parent"], self.intensity, self.elastic
         x_growth = el.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
         tilt = self._cell_tilt(st)
-        # the sums less the slopes' terms, and the variant side, in one compiled pass
-        S_untilted, var_side = fit_start(S, N, tilt, self.scale.coef, x_growth, eff,
-                                         tree_arrays(VARIANT_TREE, st, self.effect_k)[5],
-                                         (idx["fam"], idx["acc"], tuple(idx[e] for e in VARIANT_TREE)),
-                                         (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
-        n_top, _, share_top, _ = acc_counts[ACCELERATOR_TREE[0]]
-        mu_den = (n_top * share_top).sum(axis=1) + self.root_k  # mu's denominator, the same every round
         rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
         self._mu = self._mu.copy()  # updated in place by the rounds
-        trees = (tree_arrays(ACCELERATOR_TREE, st, self.effect_k), acc_counts.tables[:2],
-                 tree_arrays(VARIANT_TREE, st, self.effect_k), var_counts.tables, *kind_arrays(st))
-        fixed = self._slopes_inputs(st, S, N, x_growth, eff)
-        for done in range(0, rounds, ROUNDS_PER_OBSERVATION):
-            acc_side, var_side, converged = fit_rounds(min(ROUNDS_PER_OBSERVATION, rounds - done), S_untilted, N,
-                                                       var_side, eff, self._mu, mu_den, *trees, 0, _TOL)
-            S_untilted, tilt, mean, it.coef, it.mean = refit_slopes(acc_side + var_side, tilt, it.coef, it.mean,
-                                                                    refit_tilt, fixed)
-            if refit_tilt:
-                el.mean, self._tilt_news = mean, 0
-                self._tilt_fits += 1
-                self._tilt = ((n_cells, self._tilt_fits), tilt)
-            if converged:
-                break
-
-    def _slopes_inputs(self, st: dict[str, Any], S: np.ndarray, N: np.ndarray, x_growth: np.ndarray,
-                       eff: np.ndarray) -> tuple:
-        """What the slopes block reads and does not change over a fit (``slope_kernels.refit_slopes``' ``fixed``)."""
-        idx, parent, el, it, n_cells = st["idx"], st["parent"], self.elastic, self.intensity, st["n_cells"]
-        acc_counts, var_counts = self._fit_counts[ACCELERATOR_TREE], self._fit_counts[VARIANT_TREE]
-        acc_at, var_at = (tree_arrays(tree, st, self.effect_k)[5] for tree in (ACCELERATOR_TREE, VARIANT_TREE))
         el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
-        return (S, N, x_growth, tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
-                (parent["shape"], parent["var"], parent["cfg"], parent["acc"]), eff, (var_at[2], acc_at[3], acc_at[4]),
-                var_counts["shape"][0:3:2], acc_counts["cfg"][2], acc_counts["acc_var"][0:3:2],
-                (self.scale.coef, self.scale.k, *SCALE_BOUNDS),
-                (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
-                 np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
-                (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
-                 *INTENSITY_BOUNDS))
+        state = ((self.scale.coef, self.scale.k, *SCALE_BOUNDS),
+                 (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
+                  np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
+                 (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
+                  *INTENSITY_BOUNDS))
+        trees, groups, (acc_levels, var_levels) = self._fit_layout(st)
+        tilt, mean, it.coef, it.mean, blocks, acc_tables, var_tables = fit(
+            rounds, ROUNDS_PER_OBSERVATION, S, N, x_growth, eff, self._mu, self.root_k, _TOL, tilt, it.coef, it.mean,
+            refit_tilt, trees, groups, state)
+        self._fit_counts = {ACCELERATOR_TREE: TreeCounts(acc_levels, acc_tables),
+                            VARIANT_TREE: TreeCounts(var_levels, var_tables)}
+        if refit_tilt and blocks:
+            el.mean, self._tilt_news = mean, 0
+            self._tilt_fits += blocks
+            self._tilt = ((n_cells, self._tilt_fits), tilt)
+
+    def _fit_layout(self, st: dict[str, Any]) -> tuple[tuple, tuple, tuple]:
+        """The trees and groups ``fit_kernels.fit`` reads, and both trees' levels in its counts' tables
+        (``TreeCounts``), kept with the structure ``st`` (renewed with it when a configuration is added)."""
+        layout = st.get("fit")
+        if layout is None:
+            idx, parent = st["idx"], st["parent"]
+            acc_tree, var_tree = (tree_arrays(tree, st, self.effect_k) for tree in (ACCELERATOR_TREE, VARIANT_TREE))
+            groups = (tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
+                      tuple(idx[e] for e in VARIANT_TREE),
+                      (parent["shape"], parent["var"], parent["cfg"], parent["acc"]))
+            levels = (levels_of(ACCELERATOR_TREE, st, acc_tree), levels_of(VARIANT_TREE, st, var_tree))
+            layout = st["fit"] = ((acc_tree, var_tree, *kind_arrays(st)), groups, levels)
+        return layout
 
     def _effects_side_by_side(self) -> np.ndarray:
         """Every effect's table side by side (T, groups of all effects), a new copy, with ``_effects`` made views of
-        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same)."""
-        tables = [self._effects[e] for e in EFFECTS]
-        offsets = list(accumulate((t.shape[1] for t in tables[:-1]), initial=0))
-        eff = np.concatenate(tables, axis=1)
-        self._effects.update({e: eff[:, o:o + t.shape[1]] for e, o, t in zip(EFFECTS, offsets, tables)})
+        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same), whose
+        copy it is when it stands (it holds what ``_effects`` hold until a configuration is added or a state restored,
+        which drop it)."""
+        eff, offsets = self._all_effects()
+        eff = eff.copy()
+        ends = [*offsets[1:], eff.shape[1]]
+        self._effects.update({e: eff[:, o:end] for e, o, end in zip(EFFECTS, offsets, ends)})
         self._all = (eff, offsets)
         return eff
 

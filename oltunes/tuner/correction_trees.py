@@ -1,5 +1,5 @@
 """The pooled correction's two nested trees of effects: their groups, their index structure, and the per-level counts
-of a fit, laid out as the compiled passes up and down a tree read them (``oltunes.tuner.correction_kernels``; the
+of a fit, laid out as the compiled passes up and down a tree read them (``oltunes.tuner.fit_kernels``; the
 model: ``oltunes.tuner.correction``'s module docstring)."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.correction_kernels import tree_counts
 
 if TYPE_CHECKING:
     from oltunes.types import Variant
@@ -33,7 +32,7 @@ def groups_of(acc: str, v: Variant, batch: int, conc: int) -> tuple[str, ...]:
 
 # Parent of each effect's groups in its tree: name -> (the effect whose groups it indexes, the parent effect, or
 # None for a tree's root, whose parent is 0). "fam_kind" sends the family effects up to the kind (their centring,
-# ``correction_kernels.fit_rounds``).
+# ``fit_kernels.fit_rounds``).
 PARENTS: dict[str, tuple[str, str | None]] = {
     **{tree[0]: (tree[0], None) for tree in (ACCELERATOR_TREE, VARIANT_TREE)},
     **{c: (c, p) for tree in (ACCELERATOR_TREE, VARIANT_TREE) for c, p in zip(tree[1:], tree)},
@@ -65,26 +64,21 @@ class TreeFit:
                         "parent": {c: self._parent[c][:n_groups[of]] for c, (of, _) in PARENTS.items()}}
         return self._struct
 
-    def _tree_counts(self, tree: tuple[str, ...], st: dict[str, Any], N: np.ndarray) -> TreeCounts:
-        """Per level of a tree: measurements under each group, and the share of its data it passes up (each group's
-        data integrated over its own effect weighs n k / (n + k)), by ``correction_kernels.tree_counts``."""
-        arrays = tree_arrays(tree, st, self.effect_k)
-        n, share, npk = tree_counts(N, *arrays[:5])
-        out = TreeCounts(levels_of(tree, st, arrays))
-        out.tables = (share, npk, n)
-        return out
-
 
 class TreeCounts(dict):
-    """``_tree_counts``' levels (effect -> (n, k, share, n + k)) and ``tables``: the (share, n + k, n) tables of
-    every level side by side, as ``correction_kernels.fit_rounds`` reads them. A level's entry is made from the
-    tables when first asked for (``levels``: effect -> its columns and k; a fit reads three of eight)."""
+    """A tree's counts per level (effect -> (n, k, share, n + k): measurements under each group, and the share of its
+    data it passes up, each group's data integrated over its own effect weighing n k / (n + k)) and ``tables``: the
+    (share, n + k, n) tables of every level side by side, as ``fit_kernels.tree_counts`` makes them. A level's entry is
+    made from the tables when first asked for (``levels``: effect -> its columns and k, ``levels_of``; a fit reads
+    three of eight)."""
 
     tables: tuple[np.ndarray, ...]
 
-    def __init__(self, levels: dict[str, tuple[slice, float]] | None = None) -> None:
+    def __init__(self, levels: dict[str, tuple[slice, float]] | None = None, tables: tuple[np.ndarray, ...] = ()
+                 ) -> None:
         super().__init__()
         self._levels = levels or {}
+        self.tables = tables
 
     def __missing__(self, e: str) -> tuple:
         if e not in self._levels:
@@ -113,7 +107,7 @@ def levels_of(tree: tuple[str, ...], st: dict[str, Any], arrays: tuple[np.ndarra
 
 
 def tree_arrays(tree: tuple[str, ...], st: dict[str, Any], effect_k: dict[str, float]) -> tuple[np.ndarray, ...]:
-    """A tree as ``correction_kernels`` reads it (its module docstring: leaf, par, ng, g_off, ks, eff_off),
+    """A tree as ``fit_kernels`` reads it (its module docstring: leaf, par, ng, g_off, ks, eff_off),
     kept with the structure ``st`` (renewed with it when a configuration is added)."""
     held = st.setdefault("trees", {})
     arrays = held.get(tree)

@@ -21,7 +21,7 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.slope_kernels import elastic_fit
+from oltunes.tuner.fit_kernels import elastic_fit
 from oltunes.types import Variant
 
 __all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key"]
@@ -47,7 +47,7 @@ def _grown(a: np.ndarray, n: int) -> np.ndarray:
 
 class BatchElasticity:
     """Per-accelerator coefficients on the centred batch growth (module docstring); owned by ``PooledCorrection``,
-    its centred growth and coefficients refitted in its slopes block (``slope_kernels.centre_growth``,
+    its centred growth and coefficients refitted in its slopes block (``fit_kernels.centre_growth``,
     ``elastic_fit``)."""
 
     def __init__(self, n_targets: int, k: float = ELASTICITY_K) -> None:

@@ -45,43 +45,45 @@ class EstimatorLearning:
         """``learn_many`` of measurements' learning rows (``_learning_row``), fitted once."""
         n = len(TARGETS)
         before = after = [np.zeros(n)] * len(rows)
-        if self.correction is not None:  # the FM learns what the pooled correction leaves once updated
-            before, after = self.correction.learn_many([
-                (c.accelerator, c.variant, c.batch_size, c.concurrency, [y[t] or 0.0 for t in TARGETS],
-                 [y[t] is not None for t in TARGETS], self.priors.growth(c.accelerator, c.variant, c.batch_size),
-                 m.kind != "streaming")
-                for m, c, _, y in rows])
+        corr = self.correction
+        if corr is not None:  # the FM learns what the pooled correction leaves once updated
+            before, after = corr.learn_many([
+                (c.accelerator, c.variant, c.batch_size, c.concurrency, [v or 0.0 for v in ys], measured,
+                 None if corr.has(c.accelerator, c.variant, c.batch_size, c.concurrency)  # (read for a new one only)
+                 else self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
+                for m, c, _, ys, measured in rows])
         # per target in Python floats: the same IEEE operations as on numpy's scalars
-        for (m, c, x, y), corr_before, corr_after in zip(rows, before, after):
-            ys, cb, ca = [y[t] for t in TARGETS], corr_before.tolist(), corr_after.tolist()
-            fm_before = self.model.learn_predict_one(
-                x, {t: None if v is None else v - a for t, v, a in zip(TARGETS, ys, ca)}).tolist()
-            region = f"{c.accelerator}/{c.variant.family}"
-            for t, v, b, f in zip(TARGETS, ys, cb, fm_before):
+        learn, residuals = self.model.learn_predict, [self.residuals[t] for t in TARGETS]
+        for (m, c, x, ys, measured), corr_before, corr_after in zip(rows, before, after):
+            fm_before = learn(x, np.array([0.0 if v is None else v - a for v, a in zip(ys, corr_after.tolist())]),
+                              np.array(measured)).tolist()
+            acc = c.accelerator
+            region = f"{acc}/{c.variant.family}"
+            for res, v, b, f in zip(residuals, ys, corr_before.tolist(), fm_before):
                 if v is not None:  # progressive validation: the error of the prediction made before learning
                     err = v - b - f
-                    self.residuals[t].update(c.accelerator, err)
-                    self.residuals[t].update(region, err)
-            key = f"{c.accelerator}/{c.variant.name}"
+                    res.update(acc, err)
+                    res.update(region, err)
+            key = f"{acc}/{c.variant.name}"
             self.visits[key] = self.visits.get(key, 0) + 1
             self.jobs.learn(m)
             self.n_learned += 1
 
-    def _learning_row(self, m: Measurement) -> tuple[Measurement, Candidate, dict[str, float], dict[str, float | None]]:
-        """A measurement's candidate, features and log residuals over the prior per target (None: not measured)."""
+    def _learning_row(self, m: Measurement) -> tuple[Measurement, Candidate, dict[str, float], list[float | None],
+                                                     list[bool]]:
+        """A measurement's candidate, features, log residuals over the prior per target (``TARGETS`` order; None: not
+        measured) and which targets were measured."""
         c = m.candidate
         ctx = job_context(m)
         x = encode(ctx, c)
         prior = self.priors.log(c, ctx).tolist()  # Python floats: the same values, cheaper arithmetic
         capacity = m.throughput_items_per_s > 0 and (
             m.kind != "streaming" or (m.gpu_util is not None and m.gpu_util >= self.saturated_util))
-        y: dict[str, float | None] = {
-            "log_latency": math.log(m.latency_p99_ms) - prior[LAT] if m.latency_p99_ms > 0 else None,
-            "log_energy": math.log(m.energy_j_per_item) - prior[EN] if m.energy_j_per_item > 0 else None,
-            "log_throughput": math.log(m.throughput_items_per_s) - prior[THR] if capacity else None,
-        }
+        ys = [math.log(m.latency_p99_ms) - prior[LAT] if m.latency_p99_ms > 0 else None,
+              math.log(m.energy_j_per_item) - prior[EN] if m.energy_j_per_item > 0 else None,
+              math.log(m.throughput_items_per_s) - prior[THR] if capacity else None]
         # Last line of defence (types already refuse NaN/inf): one non-finite value would poison the model.
-        if not (all(map(math.isfinite, x.values())) and all(v is None or math.isfinite(v) for v in y.values())):
-            bad = [k for k, v in (*x.items(), *y.items()) if v is not None and not math.isfinite(v)]
+        if not (all(map(math.isfinite, x.values())) and all(v is None or math.isfinite(v) for v in ys)):
+            bad = [k for k, v in (*x.items(), *zip(TARGETS, ys)) if v is not None and not math.isfinite(v)]
             raise DataError(f"measurement {m.measurement_id}: non-finite {', '.join(bad)}; not learnt")
-        return m, c, x, y
+        return m, c, x, ys, [v is not None for v in ys]

@@ -55,7 +55,7 @@ GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
 
 class GrowthScale:
     """Per-(kind x family) coefficients on the prior's latency growth (module docstring); owned by
-    ``PooledCorrection``, indexed by its "fam" groups, fitted in its slopes block (``slope_kernels.scale_fit``)."""
+    ``PooledCorrection``, indexed by its "fam" groups, fitted in its slopes block (``fit_kernels.scale_fit``)."""
 
     def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K) -> None:
         self.n_targets = n_targets

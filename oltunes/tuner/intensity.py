@@ -18,7 +18,7 @@ level, which the accelerator effect carries. A variant whose intensity is unknow
 nothing and teaches nothing; with none known the term is absent (the same floats as without it).
 
 Fitted, as the family growth scale is, on the accelerator x variant groups' data with their own effects and their
-configurations' integrated out (``slope_kernels.intensity_fit``, in ``PooledCorrection._fit``): on the
+configurations' integrated out (``fit_kernels.intensity_fit``, in ``PooledCorrection._fit``): on the
 configurations' raw residuals the accelerator x variant effects took most of each measured variant's deviation
 first.
 

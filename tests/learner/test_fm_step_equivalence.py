@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
-from oltunes.learner.fm_step_kernels import ROBUST_RATE as _ROBUST_RATE
-from oltunes.learner.fm_step_kernels import ROBUST_WARMUP as _ROBUST_WARMUP
+from oltunes.learner.ftml_kernel import ROBUST_RATE as _ROBUST_RATE
+from oltunes.learner.ftml_kernel import ROBUST_WARMUP as _ROBUST_WARMUP
 from oltunes.learner.ftml import FTML
 
 

@@ -1,4 +1,4 @@
-"""The FM's compiled learning step (``fm_step_kernels.fm_step_error``, ``ftml_kernel.fm_step_update``) against the
+"""The FM's compiled learning step (``ftml_kernel.fm_step_error``, ``fm_step_update``, ``fm_step``) against the
 numpy formulas it replaced, bit for bit (signs of zeros included), and a long stream learnt through it against the
 same stream learnt through the optimizers' ``step_rows`` (a shared optimizer with a schedule, and rows stepped past
 the powers' tables, where the kernel declines)."""
@@ -10,9 +10,8 @@ import pytest
 from river import optim
 
 from oltunes.learner.fm import MultiFMRegressor
-from oltunes.learner.fm_step_kernels import fm_step_error
 from oltunes.learner.ftml import FTML
-from oltunes.learner.ftml_kernel import fm_step_update
+from oltunes.learner.ftml_kernel import fm_step_error, fm_step_update
 from tests.learner.test_fm_step_equivalence import PlainFM, PlainFTML, _stream
 
 
@@ -113,8 +112,8 @@ def test_step_update_declines_past_the_powers_tables_and_changes_nothing():
 class StepRowsFM(MultiFMRegressor):
     """Learns through the optimizers' ``step_rows`` only (the path other optimizers and declined steps take)."""
 
-    def _compiled_step(self, rows, vals, s, g):
-        return False
+    def _kernel_update(self):
+        return None
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -152,3 +151,36 @@ def test_kernel_args_follow_the_optimizers_state():
     opt._power_tables(5000)
     assert len(opt.rows_kernel_args(W2)[4]) > 5000
     assert pickle.loads(pickle.dumps(opt))._kernel_args is None
+
+
+@pytest.mark.parametrize("decline", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_fm_step_is_the_error_then_the_update(seed, decline):
+    """``fm_step`` (one call) makes what ``fm_step_error`` then ``fm_step_update`` make, bit for bit: prediction,
+    gradient, latent sums, both tables, the optimizers' states and the robust scales; where the update declines,
+    neither table moves, in both."""
+    from oltunes.learner.ftml_kernel import fm_step
+
+    rng = np.random.default_rng(seed)
+    T, k, n, m = 3, 4, 20, int(rng.integers(0, 7))
+    W, V = _values(rng, (n, T)), _values(rng, (n, T, k))
+    rows = rng.choice(np.arange(1, n), size=m, replace=False).astype(np.intp)
+    vals, y, mask = _values(rng, m), _values(rng, T), rng.random(T) > 0.2
+    mu, sd = _values(rng, T), np.abs(_values(rng, T)) + 0.5
+    scale, n_scale = np.abs(_values(rng, T)), rng.integers(0, 40, T).astype(np.int64)
+    runs = []
+    for fused in (True, False):
+        Wc, Vc, sc, nc = W.copy(), V.copy(), scale.copy(), n_scale.copy()
+        w_opt, v_opt = FTML(0.03).rows_kernel_args(Wc), FTML(0.05, beta_1=0.5).rows_kernel_args(Vc)
+        if decline:
+            w_opt[0][0] = len(w_opt[4]) - 1  # the bias row's next step is beyond the tables
+        error = (Wc, vals @ Wc.take(rows, axis=0), Vc, rows, vals, y, mask, 0.5, 3.0, bool(seed % 2), mu, sd, True, 2.0,
+                 sc, nc, True)
+        if fused:
+            yhat, g, s, stepped = fm_step(*error, 1e-3, 1e-2, w_opt, v_opt)
+        else:
+            yhat, g, s = fm_step_error(*error)
+            stepped = fm_step_update(Wc, Vc, rows, vals, s, g, 1e-3, 1e-2, w_opt, v_opt)
+        runs.append((stepped, yhat, g, s, Wc, Vc, sc, nc, *w_opt[:4], *v_opt[:4]))
+    assert runs[0][0] is runs[1][0] is (not decline)
+    assert all(_same(a, b) for a, b in zip(runs[0][1:], runs[1][1:]))

@@ -1,5 +1,5 @@
 """The pooled correction's fit in plain numpy, as it ran before its compiled kernels (``oltunes.tuner
-.correction_kernels``): the reference the kernels must equal bit for bit (``test_correction_kernels.py``). Not used at
+.fit_kernels``): the reference the kernels must equal bit for bit (``test_correction_kernels.py``). Not used at
 run time."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class NumpyFit(PooledCorrection):
         return shift
 
     def _cell_corrections(self, cells):
-        return [self._cell_correction(j) for j in cells]
+        return np.array([self._cell_correction(j) for j in cells])
 
     def _cell_correction(self, j):
         effects, offsets = self._all_effects()
@@ -165,7 +165,7 @@ class NumpyFit(PooledCorrection):
     def _plus_intensity(self, per_cell: np.ndarray, idx: dict[str, np.ndarray]) -> np.ndarray:
         """``per_cell`` (T, cells) + the intensity slopes' term as of their last fit; ``per_cell`` itself when no
         variant's intensity is known (nothing added: the same floats as without the term). (With ``_cell_scale``:
-        the numpy terms ``slope_kernels.fit_start`` adds in one pass.)"""
+        the numpy terms ``fit_kernels.fit_start`` adds in one pass.)"""
         return per_cell + intensity_cells(self.intensity, idx["acc"]) if self.intensity.active else per_cell
 
     def _cell_scale(self, idx: dict[str, np.ndarray], x_growth: np.ndarray) -> np.ndarray:

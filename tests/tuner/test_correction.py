@@ -465,3 +465,12 @@ def test_growth_scale_carries_a_familys_flat_growth_to_its_other_variants_and_gp
             for acc in ("t4", "a100"):
                 assert np.array_equal(back.predict(acc, gpt[1], 8, 1, g8), pc.predict(acc, gpt[1], 8, 1, g8))
     assert max(errors["with"]) < 0.3 and min(errors["without"]) > 1.0, errors
+
+
+def test_has_knows_the_configurations_measured():
+    """``has``: a configuration is known once measured (the learner then skips the prior's growth it would not read)."""
+    pc = PooledCorrection(n_targets=3)
+    assert not pc.has("t4", V[0], 4, 1)
+    pc.learn("t4", V[0], 4, 1, np.zeros(3), ON, np.ones(3))
+    assert pc.has("t4", V[0], 4, 1)
+    assert not pc.has("t4", V[0], 8, 1) and not pc.has("a100", V[0], 4, 1) and not pc.has("t4", V[1], 4, 1)

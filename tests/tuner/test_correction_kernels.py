@@ -1,4 +1,4 @@
-"""The pooled correction's compiled fit (``oltunes.tuner.correction_kernels``, ``slope_kernels``) against the numpy
+"""The pooled correction's compiled fit (``oltunes.tuner.fit_kernels``) against the numpy
 fit it replaced (``tests/tuner/correction_reference.py``): bit for bit, on random streams and on the stream a
 simulated run records."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from oltunes.tuner.correction import PooledCorrection
-from oltunes.tuner.correction_kernels import _row_sum
+from oltunes.tuner.fit_kernels import _row_sum
 from oltunes.types import Variant
 from tests.tuner.correction_reference import NumpyFit
 from tests.tuner.test_correction import _RebuiltEachFit
@@ -97,9 +97,9 @@ def test_compiled_fit_is_the_numpy_fit_on_a_simulated_runs_stream(monkeypatch):
 @pytest.mark.parametrize("active", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 def test_fit_start_is_the_numpy_terms(active, seed):
-    """``slope_kernels.fit_start`` against the numpy expressions it replaced (``NumpyFit``'s ``S_untilted`` and the
+    """``fit_kernels.fit_start`` against the numpy expressions it replaced (``NumpyFit``'s ``S_untilted`` and the
     variant side), signed zeros included, an accelerator newer than the slopes' last fit and unknown intensities."""
-    from oltunes.tuner.slope_kernels import fit_start
+    from oltunes.tuner.fit_kernels import fit_start
     from tests.tuner.correction_reference import intensity_cells
 
     rng = np.random.default_rng(seed)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-KERNEL_MODULES = ("oltunes.learner.fm_kernels", "oltunes.learner.fm_step_kernels", "oltunes.learner.ftml_kernel",
-                  "oltunes.tuner.correction_kernels", "oltunes.tuner.slope_kernels", "oltunes.tuner.explain_kernels",
+KERNEL_MODULES = ("oltunes.learner.fm_kernels", "oltunes.learner.ftml_kernel", "oltunes.tuner.correction_kernels",
+                  "oltunes.tuner.fit_kernels", "oltunes.tuner.explain_kernels", "oltunes.tuner.member_kernels",
                   "oltunes.tuner.objective_kernels", "oltunes.tuner.selection_kernels", "oltunes.tuner.wait_kernels")
 
 
@@ -31,11 +31,10 @@ def test_warm_up_leaves_nothing_to_compile_for_simulated_runs():
     warm_up()
     before = _signatures()
     called = ("fm_kernels.grid_sum", "fm_kernels.part_sums", "fm_kernels.prefixed_unary", "ftml_kernel.ftml_rows",
-              "fm_step_kernels.fm_step_error",
-              "ftml_kernel.fm_step_update", "correction_kernels.tree_counts",
-              "correction_kernels.fit_rounds", "correction_kernels.cell_corrections", "slope_kernels.refit_slopes",
-              "slope_kernels.fit_start",
-              "explain_kernels.pair_minima", "objective_kernels.effective_batch_cells",
+              "ftml_kernel.fm_step", "fit_kernels.fit", "correction_kernels.cell_corrections",
+              "correction_kernels.add_measurements",
+              "explain_kernels.pair_minima", "member_kernels.member_logs", "member_kernels.member_verdicts",
+              "objective_kernels.effective_batch_cells",
               "selection_kernels.graded_violation", "selection_kernels.lexsort_first5",
               "wait_kernels.request_waits")  # (the rest run inside these)
     assert all(n for k, n in before.items() if k.split(".", 2)[2] in called), before
