@@ -20,7 +20,7 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.kernel_math import pairwise_sum
 
-__all__ = ["MAX_FACTORS", "grid_sum", "part_sums", "prefixed_unary"]
+__all__ = ["MAX_FACTORS", "grid_sum", "key_overlap", "part_sums", "prefixed_unary"]
 
 MAX_FACTORS = 128  # the kernels' latent sums are tested against numpy's up to 128 factors
 
@@ -127,4 +127,25 @@ def grid_sum(block: np.ndarray, w0: np.ndarray, unary: np.ndarray, cross: np.nda
                 if plus_b.size:
                     x = x + plus_b[t, d, s]
                 out[t, d, s] = x
+    return out
+
+
+@compiled
+def key_overlap(rows_a: np.ndarray, vals_a: np.ndarray, rows_d: np.ndarray, vals_d: np.ndarray) -> np.ndarray:
+    """Where the padded index arrays' features meet: ``out[i, j, m]`` = vals_a[i, a] if row i of (rows_a, vals_a)
+    has the feature of entry m of row j of (rows_d, vals_d) (at a), else +0.0. Padding (value 0) meets nothing; a
+    feature sits at most once in a row (``index`` of a dict), so every entry is written at most once."""
+    n, wa = rows_a.shape
+    nd, md = rows_d.shape
+    out = np.zeros((n, nd, md))
+    for i in range(n):
+        for a in range(wa):
+            v = vals_a[i, a]
+            if v == 0.0:
+                continue
+            f = rows_a[i, a]
+            for j in range(nd):
+                for m in range(md):
+                    if vals_d[j, m] != 0.0 and rows_d[j, m] == f:
+                        out[i, j, m] = v
     return out

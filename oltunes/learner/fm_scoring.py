@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from oltunes.learner.fm_kernels import MAX_FACTORS, grid_sum, part_sums, prefixed_unary
+from oltunes.learner.fm_kernels import (
+    MAX_FACTORS,
+    grid_sum,
+    key_overlap,
+    part_sums,
+    prefixed_unary,
+)
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -181,28 +187,20 @@ class FMScoring:
         """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes).
         ``newcomer``: ``newcomer_plan(xd)``, if the caller kept it (valid as long as the vocabulary)."""
         rows_a, vals_a = self.index(xa)
-        rows_d, vals_d, at = newcomer if newcomer is not None else self.newcomer_plan(xd)
-        a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
-        for i, x in enumerate(xa):
-            for k, (js, ms) in at.items():
-                v = x.get(k)
-                if v is not None:
-                    a_at[i, js, ms] = v
-        return rows_a, vals_a, rows_d, vals_d, (a_at if a_at.any() else None)
+        rows_d, vals_d = newcomer if newcomer is not None else self.newcomer_plan(xd)
+        return rows_a, vals_a, rows_d, vals_d, self.overlap(rows_a, vals_a, rows_d, vals_d)
 
-    def newcomer_plan(self, xd: Sequence[Mapping[str, float]]) -> tuple:
-        """``index(xd)`` and where each of xd's keys sits in it (``sums_plan``'s part that depends on ``xd``
-        alone): few distinct keys, many positions."""
-        rows_d, vals_d = self.index(xd)
-        idx = self._index
-        at: dict[str, tuple[list[int], list[int]]] = {}
-        for j, x in enumerate(xd):
-            for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in idx):
-                js, ms = at.setdefault(k, ([], []))
-                js.append(j)
-                ms.append(m)
-        return rows_d, vals_d, {k: (np.array(js, dtype=np.intp), np.array(ms, dtype=np.intp))
-                                for k, (js, ms) in at.items()}
+    def newcomer_plan(self, xd: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """``sums_plan``'s part that depends on ``xd`` alone: ``index(xd)``."""
+        return self.index(xd)
+
+    @staticmethod
+    def overlap(rows_a: np.ndarray, vals_a: np.ndarray, rows_d: np.ndarray, vals_d: np.ndarray) -> np.ndarray | None:
+        """``sums_plan``'s ``a_at`` (n_a, n_d, m_d) of indexed rows: a row's value of each key of an ``xd`` entry
+        it also has (the overlap :meth:`raw_sums_of` corrects for), compiled (``fm_kernels.key_overlap``); None
+        if no key meets. Row by row: the overlap of stacked rows is the stacked overlaps, at any padding."""
+        a_at = key_overlap(rows_a, vals_a, rows_d, vals_d)
+        return a_at if a_at.any() else None
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
         rows_a, vals_a, rows_d, vals_d, a_at = plan
@@ -214,6 +212,14 @@ class FMScoring:
         any padding), so the terms of stacked rows are the stacked terms of their parts."""
         lin, s, _, inter = self._part_sums(rows, vals)
         return self._W[0] + lin + inter, s
+
+    def row_terms_and_raw(self, rows: np.ndarray, vals: np.ndarray,
+                          n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`row_terms` of the first ``n`` rows and the raw outputs (``predict_many``) of the others, in one
+        kernel call: every value is computed row by row (no product over the stack), so these are bit for bit
+        what the two calls on the parts give."""
+        y, s = self.row_terms(rows, vals)
+        return y[:n], s[:n], self._unscale(y[n:])
 
     def newcomer_terms(self, rows_d: np.ndarray, vals_d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What :meth:`raw_sums` reads of its ``xd`` rows (``newcomer_plan``'s index arrays): their own output

@@ -158,7 +158,7 @@ def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
     packed = parts[0].packed if len(parts) == 1 else np.concatenate([t.packed for t in parts])
     s_a = parts[0].s_a if len(parts) == 1 else np.concatenate([t.s_a for t in parts])
     M = packed.shape[0]
-    rows_d, vals_d, _ = plan
+    rows_d, vals_d = plan
     a_at = None  # the overlap of a member's keys with the newcomer's, if any member has one
     if any(t.overlap is not None for t in parts):
         a_at = np.zeros((M, *rows_d.shape))
@@ -234,11 +234,12 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> 
     members = [m for p in pending for m in p.option.members]
     _index_new_rows(est, rows, xd_key)
     pieces = [r.plans[xd_key] for r in rows]
-    y_a, s_a = est.model.row_terms(*stack_indexed([(p[0], p[1]) for p in pieces]))
+    # the rows with co-runners and alone scored in one call (row by row: the same values as two calls)
+    y_a, s_a, raw_alone = est.model.row_terms_and_raw(
+        *stack_indexed([(p[0], p[1]) for p in pieces] + [r.alone for r in rows]), len(rows))
     memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
     margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in members)))
-    log_alone = est.model.predict_many(*stack_indexed([r.alone for r in rows]))[:, LAT] + np.array(
-        [r.prior_alone for r in rows]) + corr
+    log_alone = raw_alone[:, LAT] + np.array([r.prior_alone for r in rows]) + corr
     T, L = y_a.shape[1], len(LOAD_LEVELS)
     packed = np.empty((len(rows), T + L + 5))
     packed[:, :T] = y_a
@@ -300,21 +301,23 @@ def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
 
 
 def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:
-    """Index the rows not indexed yet for this newcomer, in one ``sums_plan`` and one ``index`` call, and keep
-    each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
+    """Index the rows not indexed yet for this newcomer (with co-runners, and alone if not yet) in one ``index``
+    call, find their keys' overlap with the newcomer's (``overlap``: ``sums_plan``'s ``a_at``), and keep each row's
+    share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
     new = list({id(r): r for r in rows if xd_key not in r.plans}.values())
     if not new:
         return
-    rows_a, vals_a, _, _, a_at = est.model.sums_plan([r.x_with for r in new], _newcomer(est, xd_key),
-                                                     _newcomer_plan(est, xd_key))
-    alone_rows, alone_vals = est.model.index([r.x_alone for r in new])
+    n = len(new)
+    unindexed = [r for r in new if r.alone is None]
+    rows_a, vals_a = est.model.index([r.x_with for r in new] + [r.x_alone for r in unindexed])
+    a_at = est.model.overlap(rows_a[:n], vals_a[:n], *_newcomer_plan(est, xd_key))
     for i, r in enumerate(new):
         w = len(r.x_with) or 1
         mine = None if a_at is None or not a_at[i].any() else a_at[i]
         r.plans[xd_key] = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w], mine)
-        if r.alone is None:
-            w = len(r.x_alone) or 1
-            r.alone = (alone_rows[i : i + 1, :w], alone_vals[i : i + 1, :w])
+    for i, r in enumerate(unindexed, n):
+        w = len(r.x_alone) or 1
+        r.alone = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w])
 
 
 class _MemberRow:

@@ -207,3 +207,63 @@ def test_raw_grid_is_the_numpy_assembly_on_a_simulated_runs_grids(monkeypatch):
     sim = simulator(prep)
     sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
     assert len(shapes) > 50 and max(s[2] for s in shapes) > 1
+
+
+def dict_overlap(fm, xa, xd):
+    """The reference of ``sums_plan``'s ``a_at`` as it was written: per row of ``xa``, per key of ``xd``'s entries
+    (its positions in ``index(xd)``), the row's value of that key."""
+    rows_d, _ = fm.index(xd)
+    a_at = np.zeros((len(xa), len(xd), rows_d.shape[1]))
+    for j, x in enumerate(xd):
+        for m, k in enumerate(k for k, v in x.items() if v != 0.0 and k in fm._index):
+            for i, a in enumerate(xa):
+                if a.get(k) is not None:
+                    a_at[i, j, m] = a[k]
+    return a_at if a_at.any() else None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_key_overlap_is_the_dict_lookup_of_every_newcomer_key(seed):
+    """``overlap`` (``fm_kernels.key_overlap``) on ``index`` arrays against the dict lookups it replaced: keys
+    shared or not, unknown to the vocabulary, zero in the newcomer (no position), rows without any feature, and
+    feature 0 of the vocabulary (padding's row index) in both."""
+    rng = np.random.default_rng(seed)
+    fm = _random_fm(rng, standardize=False)
+
+    def dicts(n, width):
+        return [{f"f{i}": float(rng.choice([1.0, rng.normal(), 0.0, 1e-300]))
+                 for i in rng.choice(34, int(rng.integers(0, width)), replace=False)} for _ in range(n)]
+
+    met = 0
+    for _ in range(5):
+        xa, xd = dicts(int(rng.integers(1, 9)), 12), dicts(int(rng.integers(1, 7)), 5)
+        rows_a, vals_a = fm.index(xa)
+        rows_d, vals_d = fm.index(xd)
+        got, want = fm.overlap(rows_a, vals_a, rows_d, vals_d), dict_overlap(fm, xa, xd)
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert got.shape == want.shape and got.tobytes() == want.tobytes()
+            # row by row: any row's overlap is that of the row indexed alone, whatever the stack's padding
+            i = int(rng.integers(len(xa)))
+            alone = fm.overlap(*fm.index([xa[i]]), rows_d, vals_d)
+            assert (alone is None and not want[i].any()) or alone[0].tobytes() == want[i].tobytes()
+            met += 1
+        plan_at = fm.sums_plan(xa, xd)[4]  # (``raw_sums``' plan reads it the same way)
+        assert (plan_at is None and got is None) or plan_at.tobytes() == got.tobytes()
+    assert met  # (the seeds' draws do meet)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_terms_and_raw_are_the_two_calls_on_the_parts(seed):
+    """One kernel call over rows stacked and padded to the widest equals ``row_terms`` of the first rows and
+    ``predict_many`` of the others, each on its own index arrays, bit for bit."""
+    rng = np.random.default_rng(seed)
+    fm = _random_fm(rng, standardize=bool(seed % 2))
+
+    def dicts(n, width):
+        return [{f"f{i}": float(rng.choice([1.0, rng.normal(), -0.0]))
+                 for i in rng.choice(30, int(rng.integers(1, width)), replace=False)} for _ in range(n)]
+
+    xa, xb = dicts(int(rng.integers(1, 8)), 14), dicts(int(rng.integers(1, 8)), 6)
+    y_a, s_a, raw_b = fm.row_terms_and_raw(*fm.index(xa + xb), len(xa))
+    assert _same((y_a, s_a, raw_b), (*fm.row_terms(*fm.index(xa)), fm.predict_many(*fm.index(xb))))
