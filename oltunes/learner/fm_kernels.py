@@ -20,7 +20,7 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.kernel_math import pairwise_sum
 
-__all__ = ["MAX_FACTORS", "grid_sum", "key_overlap", "part_sums", "prefixed_unary"]
+__all__ = ["MAX_FACTORS", "grid_sum", "key_overlap", "newcomer_sums", "part_sums", "prefixed_unary"]
 
 MAX_FACTORS = 128  # the kernels' latent sums are tested against numpy's up to 128 factors
 
@@ -148,4 +148,30 @@ def key_overlap(rows_a: np.ndarray, vals_a: np.ndarray, rows_d: np.ndarray, vals
                 for m in range(md):
                     if vals_d[j, m] != 0.0 and rows_d[j, m] == f:
                         out[i, j, m] = v
+    return out
+
+
+@compiled
+def newcomer_sums(y_a: np.ndarray, y_d: np.ndarray, cross: np.ndarray, a_at: np.ndarray, vals_d: np.ndarray,
+                  norms: np.ndarray, sd: np.ndarray, mu: np.ndarray, scale: bool) -> np.ndarray:
+    """``raw_sums_of``'s outputs (n_a, n_d, T) from its BLAS product ``cross`` (T, n_a, n_d), in one pass:
+    ``(y_a[i, t] + y_d[j, t]) + cross[t, i, j]``, less (if ``a_at`` has rows) the overlap correction
+    Σ_m (a_at[i, j, m]·vals_d[j, m])·norms[j, m, t] added to +0.0 in m's order (numpy's einsum of three operands
+    without a BLAS path), then ``x * sd[t] + mu[t]`` if ``scale``: the numpy expressions' operations, in order."""
+    n, nd = cross.shape[1], cross.shape[2]
+    T = y_a.shape[1]
+    md = vals_d.shape[1]
+    out = np.empty((n, nd, T))
+    for i in range(n):
+        for j in range(nd):
+            for t in range(T):
+                x = (y_a[i, t] + y_d[j, t]) + cross[t, i, j]
+                if a_at.shape[0]:
+                    c = 0.0
+                    for m in range(md):
+                        c += (a_at[i, j, m] * vals_d[j, m]) * norms[j, m, t]
+                    x -= c
+                if scale:
+                    x = x * sd[t] + mu[t]
+                out[i, j, t] = x
     return out

@@ -17,6 +17,7 @@ from oltunes.learner.fm_kernels import (
     MAX_FACTORS,
     grid_sum,
     key_overlap,
+    newcomer_sums,
     part_sums,
     prefixed_unary,
 )
@@ -57,7 +58,7 @@ def _job_prefixed(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[
     return parts
 
 
-_NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add"
+_NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add", newcomer_sums' "no overlap"
 
 
 def _static_columns(sizes: Sequence[int]) -> np.ndarray:
@@ -231,7 +232,7 @@ class FMScoring:
         """:meth:`raw_sums_planned` from the rows' ``row_terms`` and the newcomers' ``newcomer_terms``."""
         y_a, s_a = a_terms
         y_d, s_d, norms = d_terms
-        out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
-        if a_at is not None:  # overlap correction for keys present in both a and d
-            out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
-        return self._unscale(out)
+        # the cross terms are a BLAS product (numpy's); the rest, the overlap correction for keys present in both a
+        # and d included, one compiled pass (``fm_kernels.newcomer_sums``)
+        return newcomer_sums(np.ascontiguousarray(y_a), y_d, _cross(s_a, s_d), _NONE if a_at is None else a_at, vals_d,
+                             norms, self._sd, self._mu, bool(self.standardize))

@@ -267,3 +267,58 @@ def test_row_terms_and_raw_are_the_two_calls_on_the_parts(seed):
     xa, xb = dicts(int(rng.integers(1, 8)), 14), dicts(int(rng.integers(1, 8)), 6)
     y_a, s_a, raw_b = fm.row_terms_and_raw(*fm.index(xa + xb), len(xa))
     assert _same((y_a, s_a, raw_b), (*fm.row_terms(*fm.index(xa)), fm.predict_many(*fm.index(xb))))
+
+
+def numpy_raw_sums_of(fm, a_terms, d_terms, vals_d, a_at):
+    """The numpy reference of ``raw_sums_of`` as it was written."""
+    (y_a, s_a), (y_d, s_d, norms) = a_terms, d_terms
+    out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
+    if a_at is not None:
+        out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
+    return fm._unscale(out)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_raw_sums_of_is_the_numpy_expression_on_random_terms(seed):
+    """``raw_sums_of`` (its sums past the BLAS product in ``fm_kernels.newcomer_sums``) against the numpy
+    expressions, on finite terms over many decades with exact and negative zeros, with and without an overlap,
+    with and without target standardisation, rows given as a column slice (as the co-runner checks pass them)."""
+    rng = np.random.default_rng(seed)
+    fm = _random_fm(rng, standardize=bool(seed % 2))
+    T, k = fm._V.shape[1], fm._V.shape[2]
+    n, nd, md = int(rng.integers(1, 60)), int(rng.integers(1, 13)), int(rng.integers(1, 6))
+
+    def r(*shape):
+        a = rng.normal(size=shape) * 10.0 ** rng.integers(-6, 7, size=shape)
+        a.flat[:: int(rng.integers(2, 9))] = rng.choice([0.0, -0.0])
+        return a
+
+    packed = r(n, T + 4)
+    a_terms, d_terms = (packed[:, :T], r(n, T, k)), (r(nd, T), r(nd, T, k), np.abs(r(nd, md, T)))
+    vals_d = r(nd, md)
+    for a_at in (None, r(n, nd, md)):
+        want = numpy_raw_sums_of(fm, a_terms, d_terms, vals_d, a_at)
+        got = fm.raw_sums_of(a_terms, d_terms, vals_d, a_at)
+        assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_raw_sums_of_is_the_numpy_expression_on_a_simulated_runs_checks(monkeypatch):
+    """Every co-runner check of a simulated run (stacks of members, overlaps with the newcomer's keys)."""
+    from oltunes.policies import Policy
+    from oltunes.sim.scenario import load_scenario
+    from oltunes.simulation import context, prepare, simulator
+
+    compiled_sums = fm_scoring.FMScoring.raw_sums_of
+    overlaps = []
+
+    def checked(self, a_terms, d_terms, vals_d, a_at):
+        got = compiled_sums(self, a_terms, d_terms, vals_d, a_at)
+        assert got.tobytes() == numpy_raw_sums_of(self, a_terms, d_terms, vals_d, a_at).tobytes()
+        overlaps.append(a_at is not None)
+        return got
+
+    monkeypatch.setattr(fm_scoring.FMScoring, "raw_sums_of", checked)
+    prep = prepare(load_scenario("bursty"))
+    sim = simulator(prep)
+    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    assert any(overlaps) and not all(overlaps)
