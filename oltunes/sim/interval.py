@@ -141,5 +141,6 @@ class IntervalServing:
 
 def _same(a: tuple[CoRunner, ...], b: tuple[CoRunner, ...]) -> bool:
     """``a == b`` for co-runners the cluster built (fields only: no private or extra attributes), without pydantic's
-    ``__eq__`` (many times the cost, and most co-runners' loads changed since the last interval)."""
-    return len(a) == len(b) and all(x is y or x.__dict__ == y.__dict__ for x, y in zip(a, b))
+    ``__eq__`` (many times the cost, and most co-runners' loads changed since the last interval); the same tuple
+    first (a job alone on its device, most jobs: ``()`` both times)."""
+    return a is b or (len(a) == len(b) and all(x is y or x.__dict__ == y.__dict__ for x, y in zip(a, b)))
