@@ -316,7 +316,7 @@ class Simulator(IntervalServing, ExternalStepping):
             # the rate seen over the last re-tune window is what an operator's monitor would report
             lo, hi = np.searchsorted(r.arr, (now - self.retune_s, now)).tolist()
             rate = (hi - lo) / self.retune_s
-            spec = spec.model_copy(update={"arrival_rate_rps": rate})
+            spec = with_rate(spec, rate)
         d = policy.decide(spec, self.cluster.state(), current=old_pl)
         dev = self._valid(r, d, res)
         if dev is None:
@@ -326,6 +326,13 @@ class Simulator(IntervalServing, ExternalStepping):
 
 
 _YOUNG_EVERY = 50_000  # allocations between collections of the youngest objects while a run lasts (Python: 700)
+
+
+def with_rate(spec: JobSpec, rate: float) -> JobSpec:
+    """``spec.model_copy(update={"arrival_rate_rps": rate})`` (the same fields, fields set, no extra or private
+    values; ``rate`` a float), without pydantic's generic copy: one per re-decision of a stream."""
+    return trusted_model(JobSpec, {**spec.__dict__, "arrival_rate_rps": rate},
+                         spec.__pydantic_fields_set__ | {"arrival_rate_rps"})
 
 
 @contextmanager
