@@ -232,3 +232,26 @@ def test_a_run_collects_young_objects_less_often_and_restores_the_thresholds(tin
         assert seen and set(seen) == {(0, 11, 12)} and gc.get_threshold() == (0, 11, 12)
     finally:
         gc.set_threshold(*before)
+
+
+def test_every_measurement_has_an_id_of_its_own_in_new_ids_form(tiny):
+    """An interval's ids come from one draw of random bytes, cut in 32 hex digits per measurement."""
+    import re
+
+    seen = []
+
+    class Recording:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def observe_many(self, ms):
+            seen.extend(m.measurement_id for m in ms)
+            return self.inner.observe_many(ms)
+
+    sim = simulator(tiny)
+    sim.run(Recording(Policy.make("oltunes", ctx=context(tiny, sim.model, sim.cluster))))
+    assert len(seen) > 20 and len(set(seen)) == len(seen)
+    assert all(re.fullmatch("[0-9a-f]{32}", i) for i in seen)
