@@ -137,7 +137,8 @@ class SimCluster:
         until the placements change."""
         if self._snapshot is None:
             self._snapshot = self._log.snapshot(self._listed)
-        return ClusterState.model_construct(pools=self.pools, placements=self._snapshot)
+        # (what ``model_construct`` leaves, without its walk over fields and defaults: one per decision)
+        return trusted_model(ClusterState, {"pools": self.pools, "placements": self._snapshot})
 
     # ------------------------------------------------------------------ changes (engine only)
     def place(self, pl: Placement) -> None:

@@ -316,13 +316,23 @@ class Simulator(IntervalServing, ExternalStepping):
             # the rate seen over the last re-tune window is what an operator's monitor would report
             lo, hi = np.searchsorted(r.arr, (now - self.retune_s, now)).tolist()
             rate = (hi - lo) / self.retune_s
-            spec = spec.model_copy(update={"arrival_rate_rps": rate})
+            spec = with_rate(spec, rate)
         d = policy.decide(spec, self.cluster.state(), current=old_pl)
         dev = self._valid(r, d, res)
         if dev is None:
             d, dev = r.decision, old_pl.device  # keep the old placement
         self._configure(r, d, dev, now, spec)
         self.cluster.place(r.placement)
+
+
+_YOUNG_EVERY = 50_000  # allocations between collections of the youngest objects while a run lasts (Python: 700)
+
+
+def with_rate(spec: JobSpec, rate: float) -> JobSpec:
+    """``spec.model_copy(update={"arrival_rate_rps": rate})`` (the same fields, fields set, no extra or private
+    values; ``rate`` a float), without pydantic's generic copy: one per re-decision of a stream."""
+    return trusted_model(JobSpec, {**spec.__dict__, "arrival_rate_rps": rate},
+                         spec.__pydantic_fields_set__ | {"arrival_rate_rps"})
 
 
 @contextmanager
@@ -332,12 +342,24 @@ def _frozen_while_running():
     policy's learnt state, the cluster's) as the ticks go, via the ``keep`` it yields (call it once per tick).
     Every full collection walked all of that again: a tenth of a run at 10,000 devices. Only when memory is
     scanned changes (garbage in reference cycles is collected when the run ends); a caller's own freeze is left
-    as it is (``keep`` then does nothing)."""
-    if gc.get_freeze_count():
-        yield lambda: None
-        return
-    gc.freeze()
+    as it is (``keep`` then does nothing).
+
+    The young objects are collected every ``_YOUNG_EVERY`` allocations rather than every 700 (the thresholds are
+    restored when the run ends; a threshold of 0, no automatic collection, is left as it is): a collection walks
+    every reference its young objects hold, and a decision's are many (the cluster snapshot lists every placement,
+    the policy's values per option), so at 10,000 devices a snapshot, young for one decision, was walked again and
+    again, and the collector took some 15 s of a run's CPU (under 5 s after; engine and policy alike)."""
+    thresholds = gc.get_threshold()
+    if thresholds[0]:
+        gc.set_threshold(max(thresholds[0], _YOUNG_EVERY), *thresholds[1:])
     try:
-        yield gc.freeze
+        if gc.get_freeze_count():
+            yield lambda: None
+            return
+        gc.freeze()
+        try:
+            yield gc.freeze
+        finally:
+            gc.unfreeze()
     finally:
-        gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oltunes.sim.serve_kernels import interval_figures, serve_batches
+from oltunes.sim.serve_kernels import serve_interval
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, Decision, Placement
 
@@ -105,29 +105,30 @@ class JobRun:
 
 def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) -> None:
     """Process one streaming instance's queue until no batch can start before ``t1`` (compiled:
-    :func:`~oltunes.sim.serve_kernels.serve_batches`); sets this interval's counts and, when it served any, its
+    :func:`~oltunes.sim.serve_kernels.serve_interval`); sets this interval's counts and, when it served any, its
     ``figures`` (its batches are the first ``interval_batches`` of ``batch_log``)."""
     i0 = r.i
     if i0 >= len(r.arr):
         return
-    drop_s = drop_after * r.job.spec.slo_ms / 1000.0
-    noise = r.rng.lognormal(0.0, sigma, _CHUNK)
+    slo_ms = r.job.spec.slo_ms
+    drop_s = drop_after * slo_ms / 1000.0
+    # the standard normals of the batches' lognormal noise (the kernel takes the exponential of those it uses)
+    z = r.rng.standard_normal(_CHUNK)
     b_start, b_end, b_size = r.batch_log
     i, q, busy, shed, finished = i0, 0, 0.0, 0, False
     while not finished:
-        if q == len(noise):  # the loop wants another batch: the next chunk of draws, as the loop always drew them
-            noise = np.concatenate((noise, r.rng.lognormal(0.0, sigma, _CHUNK)))
-            if len(b_start) < len(noise):
-                r.batch_log = b_start, b_end, b_size = tuple(np.resize(b, len(noise)) for b in r.batch_log)
-        i, q, busy, shed, finished = serve_batches(
-            r.arr, i, t1, r.free, r.lat, r.batch, drop_s, factor, noise, q, b_start, b_end, b_size,
-            r.start, r.done, r.acc_per_req, r.accuracy, r.dropped, busy, shed)  # fmt: skip
+        if q == len(z):  # the loop wants another batch: the next chunk of draws, as the loop always drew them
+            z = np.concatenate((z, r.rng.standard_normal(_CHUNK)))
+            if len(b_start) < len(z):
+                r.batch_log = b_start, b_end, b_size = tuple(np.resize(b, len(z)) for b in r.batch_log)
+        i, q, busy, shed, finished = serve_interval(
+            r.arr, i, t1, r.free, r.lat, r.batch, drop_s, factor, sigma, z, q, b_start, b_end, b_size,
+            r.start, r.done, r.acc_per_req, r.accuracy, r.dropped, busy, shed, i0, drop_after * slo_ms,
+            r.interval_dropped, r.figures)  # fmt: skip
     r.i = i
     r.interval_dropped += shed
     r.interval_batches = q
     if q:
-        interval_figures(b_start, b_end, b_size, q, r.batch, r.arr, r.start, r.done, r.dropped, i0, i,
-                         drop_after * r.job.spec.slo_ms, r.interval_dropped, r.figures)
         r.interval_items += i - i0 - shed
     r.busy_iso += busy
 

@@ -14,7 +14,11 @@ and comparisons are the same IEEE operations (no ``fastmath``); the executors' h
 
 Random draws stay with the caller: the serving loop takes one lognormal noise factor per batch from chunks of 256
 that ``serve`` draws exactly when the loop needs them (so the job's generator moves as it always did); the kernel
-returns when its chunk runs out and is called again, to resume, with the next chunk appended.
+returns when its chunk runs out and is called again, to resume, with the next chunk appended. The caller draws the
+chunk's standard normals (``Generator.standard_normal``: the same draws from the same generator states as
+``Generator.lognormal``) and the kernel takes the exponential only of those a batch uses (``_noise``: numpy's
+``exp(loc + scale * normal)``, the C library's ``exp`` in both): a chunk's 256 exponentials were a tenth of the
+engine's time, and an interval uses a handful.
 
 Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls only kernels of its own module and of
 ``oltunes.kernel_math``).
@@ -22,12 +26,14 @@ Compiled lazily and cached on disk (``oltunes.jit.compiled``; a kernel calls onl
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from oltunes.jit import compiled
 from oltunes.kernel_math import pairwise_sum
 
-__all__ = ["interval_figures", "serve_batches"]
+__all__ = ["interval_figures", "serve_batches", "serve_interval"]
 
 
 @compiled
@@ -76,19 +82,26 @@ def _bisect_right(a: np.ndarray, x: float, lo: int, hi: int) -> int:
 
 
 @compiled
+def _noise(z: float, sigma: float) -> float:
+    """The lognormal draw ``Generator.lognormal(0.0, sigma)`` makes from the standard normal draw ``z``."""
+    return math.exp(0.0 + sigma * z)
+
+
+@compiled
 def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.ndarray, batch: int, drop_s: float,
-                  factor: float, noise: np.ndarray, q: int, b_start: np.ndarray, b_end: np.ndarray,
+                  factor: float, sigma: float, z: np.ndarray, q: int, b_start: np.ndarray, b_end: np.ndarray,
                   b_size: np.ndarray, start: np.ndarray, done: np.ndarray, acc: np.ndarray, accuracy: float,
                   dropped: np.ndarray, busy: float, shed: int) -> tuple[int, int, float, int, bool]:
     """Serve requests ``arr[i:]`` until no batch can start before ``t1``: the earliest-free executor (``free``, a heap,
     updated in place) takes every request that has arrived, up to ``batch``, as one batch lasting
-    ``lat[size] * factor * noise[q]``; requests that waited ``drop_s`` or more by then are shed (``dropped``).
-    Each request's batch start and end and ``accuracy`` go to ``start``, ``done``, ``acc``; batch ``q`` (the q-th
-    noise draw) is recorded as ``b_start[q]``, ``b_end[q]``, ``b_size[q]``.
+    ``lat[size] * factor * noise`` (the q-th batch's noise: the lognormal of standard normal draw ``z[q]`` with
+    ``sigma``); requests that waited ``drop_s`` or more by then are shed (``dropped``).
+    Each request's batch start and end and ``accuracy`` go to ``start``, ``done``, ``acc``; batch ``q`` is recorded
+    as ``b_start[q]``, ``b_end[q]``, ``b_size[q]``.
 
     Returns (next request, batches so far, ``busy`` plus the batches' isolated seconds, ``shed`` plus the requests
-    shed, whether it is done): not done when a batch needs ``noise[q]`` past the end of ``noise`` (the caller appends
-    a chunk and calls again from the returned state; ``b_*`` must be as long as ``noise``)."""
+    shed, whether it is done): not done when a batch needs ``z[q]`` past the end of ``z`` (the caller appends
+    a chunk and calls again from the returned state; ``b_*`` must be as long as ``z``)."""
     n = len(arr)
     while i < n:
         e = free[0]
@@ -104,10 +117,10 @@ def serve_batches(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.
             i = j
             continue
         m = _bisect_right(arr, t, i, i + batch if i + batch < n else n)
-        if q == len(noise):
+        if q == len(z):
             return i, q, busy, shed, False
         base = lat[m - i]
-        end = t + base * factor * noise[q]
+        end = t + base * factor * _noise(z[q], sigma)
         _heapreplace(free, end)  # the executor free at e is busy until the batch ends
         b_start[q], b_end[q], b_size[q] = t, end, m - i
         q += 1
@@ -196,3 +209,20 @@ def interval_figures(b_start: np.ndarray, b_end: np.ndarray, b_size: np.ndarray,
     _sort(every)
     figures[4] = _quantile(every, 0.99)
     figures[5] = (0.0 + pairwise_sum(wait_ms, 0, served)) / served
+
+
+@compiled
+def serve_interval(arr: np.ndarray, i: int, t1: float, free: np.ndarray, lat: np.ndarray, batch: int, drop_s: float,
+                   factor: float, sigma: float, z: np.ndarray, q: int, b_start: np.ndarray, b_end: np.ndarray,
+                   b_size: np.ndarray, start: np.ndarray, done: np.ndarray, acc: np.ndarray, accuracy: float,
+                   dropped: np.ndarray, busy: float, shed: int, i0: int, shed_ms: float, n_shed: int,
+                   figures: np.ndarray) -> tuple[int, int, float, int, bool]:
+    """`serve_batches`, and once it is done having served any batch, `interval_figures` of the interval's requests
+    ``i0:`` (``n_shed``: those shed before this call sequence; ``shed`` adds this one's): one call where the
+    interval's draws suffice (nearly always), not two (each call of a kernel costs more than its work here)."""
+    i, q, busy, shed, finished = serve_batches(arr, i, t1, free, lat, batch, drop_s, factor, sigma, z, q, b_start,
+                                               b_end, b_size, start, done, acc, accuracy, dropped, busy, shed)
+    if finished and q:
+        interval_figures(b_start, b_end, b_size, q, batch, arr, start, done, dropped, i0, i, shed_ms, n_shed + shed,
+                         figures)
+    return i, q, busy, shed, finished

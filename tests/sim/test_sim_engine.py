@@ -202,3 +202,56 @@ def test_a_run_keeps_what_was_alive_out_of_collections_and_restores_the_collecto
         assert 0 < gc.get_freeze_count() <= before  # still frozen, nothing added (a frozen object may be freed)
     finally:
         gc.unfreeze()
+
+
+def test_a_run_collects_young_objects_less_often_and_restores_the_thresholds(tiny):
+    """While a run lasts the youngest generation's threshold is the engine's (a decision's snapshot is not walked
+    every 700 allocations); afterwards the caller's thresholds are back, and a threshold of 0 (no automatic
+    collection) is left as it is."""
+    import gc
+
+    from oltunes.sim.engine import _YOUNG_EVERY
+
+    seen = []
+
+    class Probe:  # a policy that looks at the collector mid-run
+        name, adaptive, learns, retunes_early = "probe", False, False, False
+
+        def decide(self, job, state, current=None):
+            seen.append(gc.get_threshold())
+            return None
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 11, 12)
+        simulator(tiny).run(Probe())
+        assert seen and set(seen) == {(_YOUNG_EVERY, 11, 12)} and gc.get_threshold() == (700, 11, 12)
+        seen.clear()
+        gc.set_threshold(0, 11, 12)
+        simulator(tiny).run(Probe())
+        assert seen and set(seen) == {(0, 11, 12)} and gc.get_threshold() == (0, 11, 12)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_every_measurement_has_an_id_of_its_own_in_new_ids_form(tiny):
+    """An interval's ids come from one draw of random bytes, cut in 32 hex digits per measurement."""
+    import re
+
+    seen = []
+
+    class Recording:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def observe_many(self, ms):
+            seen.extend(m.measurement_id for m in ms)
+            return self.inner.observe_many(ms)
+
+    sim = simulator(tiny)
+    sim.run(Recording(Policy.make("oltunes", ctx=context(tiny, sim.model, sim.cluster))))
+    assert len(seen) > 20 and len(set(seen)) == len(seen)
+    assert all(re.fullmatch("[0-9a-f]{32}", i) for i in seen)

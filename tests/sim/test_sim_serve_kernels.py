@@ -1,5 +1,5 @@
 """The serving kernels' pieces against what they replace, bit for bit: the executors' heap against ``heapq`` (the same
-order, not only the same minimum), and a measurement's figures against ``oltunes.percentile`` (the plain code, itself
+order, not only the same minimum), a batch's noise against ``Generator.lognormal``, and a measurement's figures against ``oltunes.percentile`` (the plain code, itself
 numpy's) and numpy, on samples of every size a measurement sees, with ties."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from oltunes.percentile import mean, percentiles, total
-from oltunes.sim.serve_kernels import _batch_figures, _heapreplace, interval_figures
+from oltunes.sim.serve_kernels import _batch_figures, _heapreplace, _noise, interval_figures
 
 
 def test_heapreplace_is_heapqs_in_every_position():
@@ -26,6 +26,19 @@ def test_heapreplace_is_heapqs_in_every_position():
             heapq.heapreplace(heap, item)
             _heapreplace(fast, item)
             assert fast.tolist() == heap
+
+
+@pytest.mark.parametrize("sigma", [0.0, 1e-3, 0.05, 0.23, 0.4, 1.0, 3.0])
+def test_noise_is_the_lognormal_draw_of_the_same_normal(sigma):
+    """``lognormal(0, sigma, n)`` and ``standard_normal(n)`` from one generator state: the same draws, and the
+    kernel's exponential of each normal is numpy's lognormal value bit for bit (the generators end equal too)."""
+    for seed in range(40):
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        want = a.lognormal(0.0, sigma, 4096)
+        z = b.standard_normal(4096)
+        got = np.array([_noise(float(x), sigma) for x in z])
+        assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+        assert a.bit_generator.state == b.bit_generator.state
 
 
 def _sample(rng: np.random.Generator) -> np.ndarray:

@@ -78,3 +78,48 @@ def test_built_is_model_construct_of_every_field():
     pl = trusted_model(Placement, {"job_id": "j", "pool": "p", "device": 0, "candidate": a, "slo_ms": 5.0,
                            "arrival_rate_rps": 1.0})
     assert pl == Placement(job_id="j", pool="p", device=0, candidate=a, slo_ms=5.0, arrival_rate_rps=1.0)
+
+
+def _same_state(a: BaseModel, b: BaseModel) -> None:
+    """``a`` and ``b`` hold the very same values (the same objects, in the same order), the same fields set and the
+    same (no) extra and private values."""
+    assert type(a) is type(b) and list(a.__dict__) == list(b.__dict__)
+    assert all(a.__dict__[k] is b.__dict__[k] for k in a.__dict__)
+    assert a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+    assert a.__pydantic_extra__ == b.__pydantic_extra__ and a.__pydantic_private__ == b.__pydantic_private__
+
+
+@pytest.mark.parametrize("given", [{}, {"arrival_rate_rps": 3.0}, {"kind": "streaming", "items": 7, "deadline_s": 9.0}])
+def test_a_specs_observed_rate_is_model_copy_of_it(given):
+    from oltunes.sim.engine import with_rate
+    from oltunes.types import JobSpec
+
+    spec = JobSpec(job_id="s-1", family="f", slo_ms=50.0, **given)
+    for rate in (0.0, 12.5, 1e6):
+        a, b = with_rate(spec, rate), spec.model_copy(update={"arrival_rate_rps": rate})
+        _same_state(a, b)
+        assert a == b and a.arrival_rate_rps == rate and spec.arrival_rate_rps == given.get("arrival_rate_rps", 0.0)
+
+
+def test_the_cluster_state_is_model_construct_of_the_pools_and_the_snapshot(shared_data):
+    from oltunes.types import ClusterState
+
+    prep = prepare(load_scenario("tiny"))
+    sim = simulator(prep)
+    states = []
+
+    class Keeping:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def decide(self, job, state, current=None):
+            states.append(state)
+            return self.inner.decide(job, state, current)
+
+    sim.run(Keeping(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster))))
+    assert len(states) > 10 and any(s.placements for s in states)
+    for s in states:
+        _same_state(s, ClusterState.model_construct(pools=s.pools, placements=s.placements))
