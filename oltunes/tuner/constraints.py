@@ -36,9 +36,19 @@ def at(mask: np.ndarray, idx: tuple[int, ...]) -> bool:
 def count_broadcast(mask: np.ndarray, shape: tuple[int, ...]) -> int:
     """True cells of ``mask`` broadcast to ``shape`` (each of its cells stands for the cells it is repeated over)."""
     mask = np.asarray(mask)
+    return int(np.count_nonzero(mask)) * _repeats(mask, shape)
+
+
+def count_false_broadcast(mask: np.ndarray, shape: tuple[int, ...]) -> int:
+    """``count_broadcast(~mask, shape)`` without negating a copy of the mask (its cells less its True ones)."""
+    mask = np.asarray(mask)
+    return (mask.size - int(np.count_nonzero(mask))) * _repeats(mask, shape)
+
+
+def _repeats(mask: np.ndarray, shape: tuple[int, ...]) -> int:
+    """How many cells of ``shape`` each cell of ``mask`` stands for, broadcast to it."""
     lead = len(shape) - mask.ndim
-    reps = math.prod(shape[:lead]) * math.prod(n for n, m in zip(shape[lead:], mask.shape) if m == 1)
-    return int(np.count_nonzero(mask)) * reps
+    return math.prod(shape[:lead]) * math.prod(n for n, m in zip(shape[lead:], mask.shape) if m == 1)
 
 
 def conjunction(masks, shape: tuple[int, ...]) -> np.ndarray:
@@ -198,7 +208,7 @@ class Verdict:
     def infeasible_note(self, idx: tuple[int, ...], where: str) -> str:
         broken = self.broken(idx)
         full = self.est.shape
-        counts = ", ".join(f"{count_broadcast(~self.masks[n], full)} fail {n}" for n in NOTE_ORDER)
+        counts = ", ".join(f"{count_false_broadcast(self.masks[n], full)} fail {n}" for n in NOTE_ORDER)
         detail = next((d for n in DETAIL_ORDER if n in broken for d in [self.constraints[n].detail(self.est, idx)]
                        if d), "")
         labels = [self.constraints[n].label for n in broken]

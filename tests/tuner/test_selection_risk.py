@@ -95,7 +95,7 @@ def test_effective_batch_energy_equals_its_definition_cell_for_cell(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_whole_grid_ones(seed):
-    from oltunes.tuner.constraints import count_broadcast
+    from oltunes.tuner.constraints import count_broadcast, count_false_broadcast
 
     rng = np.random.default_rng(seed)
     streaming = bool(seed % 2)
@@ -107,8 +107,9 @@ def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_who
     flat = np.sort(rng.choice(np.prod(shape), size=17, replace=False))
     np.testing.assert_array_equal(tolerated_slowdown(est, 1.2, flat), tolerated_slowdown(est, 1.2).ravel()[flat])
     for mshape in [(1, 1, 1, 1), (3, 2, 1, 4), (1, 2, 1, 1), (2, 5, 4), (3, 2, 5, 4), (5, 1)]:
-        mask = rng.random(mshape) < 0.5
-        assert count_broadcast(mask, shape) == int(np.broadcast_to(mask, shape).sum())
+        for mask in (rng.random(mshape) < 0.5, np.ones(mshape, dtype=bool), np.zeros(mshape, dtype=bool)):
+            assert count_broadcast(mask, shape) == int(np.broadcast_to(mask, shape).sum())
+            assert count_false_broadcast(mask, shape) == int((~np.broadcast_to(mask, shape)).sum())
 
 
 @pytest.mark.parametrize("seed", range(6))
