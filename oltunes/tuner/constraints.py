@@ -30,7 +30,7 @@ __all__ = ["Constraint", "Verdict", "at", "build_constraints"]
 
 def at(mask: np.ndarray, idx: tuple[int, ...]) -> bool:
     """``mask`` (broadcastable to the candidate grid) at grid index ``idx``."""
-    return bool(mask[tuple(i if n > 1 else 0 for i, n in zip(idx, mask.shape))])
+    return mask.item(tuple([i if n > 1 else 0 for i, n in zip(idx, mask.shape)]))
 
 
 def count_broadcast(mask: np.ndarray, shape: tuple[int, ...]) -> int:
@@ -213,4 +213,4 @@ class Verdict:
                        if d), "")
         labels = [self.constraints[n].label for n in broken]
         return (f"infeasible: no candidate meets every constraint; best available ({where}) fails "
-                f"{' and '.join(labels) or 'nothing'}{detail}; of {int(np.prod(full))} candidates: {counts}")
+                f"{' and '.join(labels) or 'nothing'}{detail}; of {math.prod(full)} candidates: {counts}")

@@ -33,7 +33,7 @@ def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.nd
     per_pair, cell, flat_infeasible = pair_minima(feasible, obj)
     per_pair[idx[0], idx[1]] = np.inf
     C = obj.shape[3]
-    for flat in np.argsort(per_pair, axis=None)[: k - 1].tolist():
+    for flat in per_pair.ravel().argsort()[: k - 1].tolist():  # np.argsort(axis=None) less its wrapper
         p, v = divmod(flat, V)
         if not math.isfinite(per_pair[p, v]):
             break

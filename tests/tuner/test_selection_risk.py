@@ -95,7 +95,7 @@ def test_effective_batch_energy_equals_its_definition_cell_for_cell(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_whole_grid_ones(seed):
-    from oltunes.tuner.constraints import count_broadcast, count_false_broadcast
+    from oltunes.tuner.constraints import at, count_broadcast, count_false_broadcast
 
     rng = np.random.default_rng(seed)
     streaming = bool(seed % 2)
@@ -110,6 +110,9 @@ def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_who
         for mask in (rng.random(mshape) < 0.5, np.ones(mshape, dtype=bool), np.zeros(mshape, dtype=bool)):
             assert count_broadcast(mask, shape) == int(np.broadcast_to(mask, shape).sum())
             assert count_false_broadcast(mask, shape) == int((~np.broadcast_to(mask, shape)).sum())
+            for idx in np.ndindex(shape) if mask.ndim == len(shape) else ():  # (at reads a grid-rank mask)
+                got = at(mask, idx)
+                assert type(got) is bool and got == bool(np.broadcast_to(mask, shape)[idx])
 
 
 @pytest.mark.parametrize("seed", range(6))
