@@ -67,7 +67,8 @@ def prefixed_unary(W: np.ndarray, V: np.ndarray, head_rows: np.ndarray, head_val
     """``part_sums`` of every row of (rows, vals) with the one-row (head_rows, head_vals) before it (the job's
     features before each placement's, padding included, as ``fm_scoring._prefixed`` lays them out), without
     building those arrays: (unary, s), unary[t, i] = lin[i, t] + inter[i, t] (T, n), s (n, T, k). The same
-    operations in the same order as ``part_sums`` on the prefixed arrays."""
+    operations in the same order as ``part_sums`` on the prefixed arrays, written out again: the shared loop as
+    helper kernels, inlined or not, made both 1.5-2x slower (measured on 40 and 400 rows)."""
     n, m1 = rows.shape
     m0 = head_rows.shape[1]
     T, k = V.shape[1], V.shape[2]
