@@ -178,20 +178,25 @@ def test_a_measurement_reports_the_decided_candidate_with_the_co_runners_seen(sh
     assert pol.reused > 50 and pol.with_co_runners > 50 and pol.checked > 300
 
 
+def _collector_probe(look):
+    """A policy class that calls ``look()`` at every decision (to see the collector mid-run) and decides nothing."""
+
+    class Probe:
+        name, adaptive, learns, retunes_early = "probe", False, False, False
+
+        def decide(self, job, state, current=None):
+            look()
+
+    return Probe
+
+
 def test_a_run_keeps_what_was_alive_out_of_collections_and_restores_the_collector(tiny):
     """While a run lasts, what was alive at its start (the workload, the job runs) is frozen out of the garbage
     collector's passes; afterwards nothing is left frozen, and a caller's own freeze is left as it was."""
     import gc
 
     seen = []
-
-    class Probe:  # a policy that looks at the collector mid-run
-        name, adaptive, learns, retunes_early = "probe", False, False, False
-
-        def decide(self, job, state, current=None):
-            seen.append(gc.get_freeze_count())
-            return None
-
+    Probe = _collector_probe(lambda: seen.append(gc.get_freeze_count()))
     assert gc.get_freeze_count() == 0
     simulator(tiny).run(Probe())
     assert seen and min(seen) > 0 and gc.get_freeze_count() == 0
@@ -213,14 +218,7 @@ def test_a_run_collects_young_objects_less_often_and_restores_the_thresholds(tin
     from oltunes.sim.engine import _YOUNG_EVERY
 
     seen = []
-
-    class Probe:  # a policy that looks at the collector mid-run
-        name, adaptive, learns, retunes_early = "probe", False, False, False
-
-        def decide(self, job, state, current=None):
-            seen.append(gc.get_threshold())
-            return None
-
+    Probe = _collector_probe(lambda: seen.append(gc.get_threshold()))
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 11, 12)
