@@ -186,14 +186,10 @@ class FMScoring:
     def sums_plan(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]],
                   newcomer: tuple | None = None) -> tuple:
         """The parameter-independent part of :meth:`raw_sums` (reusable until the vocabulary changes).
-        ``newcomer``: ``newcomer_plan(xd)``, if the caller kept it (valid as long as the vocabulary)."""
+        ``newcomer``: ``index(xd)``, if the caller kept it (valid as long as the vocabulary)."""
         rows_a, vals_a = self.index(xa)
-        rows_d, vals_d = newcomer if newcomer is not None else self.newcomer_plan(xd)
+        rows_d, vals_d = newcomer if newcomer is not None else self.index(xd)
         return rows_a, vals_a, rows_d, vals_d, self.overlap(rows_a, vals_a, rows_d, vals_d)
-
-    def newcomer_plan(self, xd: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
-        """``sums_plan``'s part that depends on ``xd`` alone: ``index(xd)``."""
-        return self.index(xd)
 
     @staticmethod
     def overlap(rows_a: np.ndarray, vals_a: np.ndarray, rows_d: np.ndarray, vals_d: np.ndarray) -> np.ndarray | None:
@@ -223,7 +219,7 @@ class FMScoring:
         return y[:n], s[:n], self._unscale(y[n:])
 
     def newcomer_terms(self, rows_d: np.ndarray, vals_d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What :meth:`raw_sums` reads of its ``xd`` rows (``newcomer_plan``'s index arrays): their own output
+        """What :meth:`raw_sums` reads of its ``xd`` rows (``index(xd)``): their own output
         less the bias (n_d, T), latent sums (n_d, T, k) and each entry's squared latent norm (n_d, m_d, T)."""
         lin_d, s_d, _, inter_d = self._part_sums(rows_d, vals_d)
         return lin_d + inter_d, s_d, (self._V[rows_d] ** 2).sum(-1)

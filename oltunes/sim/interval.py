@@ -7,14 +7,13 @@ A mixin of :class:`~oltunes.sim.engine.Simulator` (its truth model, cluster, dri
 from __future__ import annotations
 
 import math
-import os
 from typing import TYPE_CHECKING
 
 from oltunes.percentile import percentiles, total
 from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
 from oltunes.sim.result import RunResult
 from oltunes.trusted import trusted_model
-from oltunes.types import Candidate, CoRunner, Measurement
+from oltunes.types import Candidate, CoRunner, Measurement, new_ids
 
 if TYPE_CHECKING:
     from oltunes.sim.engine import Policy
@@ -95,9 +94,8 @@ class IntervalServing:
         if policy.learns and not final:  # the interval's measurements, reported together
             measured = [r for r in active if r.interval_items > 0]
             if measured:
-                ids = os.urandom(16 * len(measured)).hex()  # new_id's ids, with one system call for the interval
-                policy.observe_many([self._measurement(r, span, t1, ids[32 * k : 32 * k + 32])
-                                     for k, r in enumerate(measured)])
+                policy.observe_many([self._measurement(r, span, t1, mid)
+                                     for r, mid in zip(measured, new_ids(len(measured)))])
             for r in measured:
                 r.measured = True
 

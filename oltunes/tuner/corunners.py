@@ -296,8 +296,8 @@ def _newcomer(est: Estimator, xd_key: tuple) -> list[dict[str, float]]:
 
 
 def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
-    """The FM's ``newcomer_plan`` of the newcomer's features (kept while the vocabulary is)."""
-    return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.newcomer_plan(_newcomer(est, xd_key)))
+    """The FM's index arrays of the newcomer's features (kept while the vocabulary is)."""
+    return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
 
 
 def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:

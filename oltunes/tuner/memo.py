@@ -46,8 +46,8 @@ class Memo:
         self._values: dict[Hashable, Any] = {}
 
     def _current(self) -> dict[Hashable, Any]:
-        """The values of the current version (``get`` and ``table`` check it inline: a decision asks a few hundred
-        times, an observation too)."""
+        """The values of the current version (``get`` checks it inline: a decision asks a few hundred times, an
+        observation too)."""
         v = self._version_of()
         if v != self._version:
             self._values, self._version = {}, v
@@ -63,13 +63,6 @@ class Memo:
         return val
 
     def table(self, name: Hashable) -> dict[Hashable, Any]:
-        """A plain dict living as long as this version (for callers that check their own hits); one of the values
-        (``get(("table", name), dict)``, dropped with them when the bound is hit)."""
-        v = self._version_of()
-        if v != self._version:
-            self._values, self._version = {}, v
-        key = ("table", name)
-        t = self._values.get(key)
-        if t is None:
-            t = put_bounded(self._values, key, {}, self._max)
-        return t
+        """A plain dict living as long as this version (for callers that check their own hits): one of the values,
+        dropped with them when the bound is hit."""
+        return self.get(("table", name), dict)
