@@ -69,25 +69,32 @@ def test_part_sums_is_the_numpy_expression_on_random_tables(k, m):
     assert _same(part_sums(W, V, rows, vals), numpy_part_sums(W, V, rows, vals))
 
 
-def test_part_sums_is_the_numpy_expression_on_a_simulated_runs_calls(monkeypatch):
-    """Every (tables, index arrays) the tuner scores in a simulated run (scenario ``light``): the compiled sums
-    equal numpy's, so its decisions are those the numpy scoring made."""
+def _checked_in_light(monkeypatch, name, kernel, reference) -> list[tuple[int, int]]:
+    """Run scenario ``light`` under the tuner with ``fm_scoring.<name>`` checked against ``reference`` at every call
+    (bit for bit); the shapes of the index arrays it was called with."""
     from oltunes.policies import Policy
     from oltunes.sim.scenario import load_scenario
     from oltunes.simulation import context, prepare, simulator
 
     calls = []
 
-    def checked(W, V, rows, vals):
-        got = part_sums(W, V, rows, vals)
-        assert _same(got, numpy_part_sums(W, V, rows, vals))
-        calls.append(rows.shape)
+    def checked(*args):
+        got = kernel(*args)
+        assert _same(got, reference(*args))
+        calls.append(args[-2].shape)
         return got
 
-    monkeypatch.setattr(fm_scoring, "part_sums", checked)
+    monkeypatch.setattr(fm_scoring, name, checked)
     prep = prepare(load_scenario("light"))
     sim = simulator(prep)
     sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    return calls
+
+
+def test_part_sums_is_the_numpy_expression_on_a_simulated_runs_calls(monkeypatch):
+    """Every (tables, index arrays) the tuner scores in a simulated run (scenario ``light``): the compiled sums
+    equal numpy's, so its decisions are those the numpy scoring made."""
+    calls = _checked_in_light(monkeypatch, "part_sums", part_sums, numpy_part_sums)
     assert len(calls) > 100 and max(n for n, _ in calls) > 1 and max(m for _, m in calls) > 1
 
 
@@ -121,22 +128,7 @@ def test_prefixed_unary_is_the_numpy_expression_on_random_tables(k, m0, m1):
 
 def test_prefixed_unary_is_the_numpy_expression_on_a_simulated_runs_grids(monkeypatch):
     """Every (job row, placement rows) a simulated run scores (scenario ``light``)."""
-    from oltunes.policies import Policy
-    from oltunes.sim.scenario import load_scenario
-    from oltunes.simulation import context, prepare, simulator
-
-    calls = []
-
-    def checked(W, V, head_rows, head_vals, rows, vals):
-        got = fm_kernels.prefixed_unary(W, V, head_rows, head_vals, rows, vals)
-        assert _same(got, numpy_prefixed_unary(W, V, head_rows, head_vals, rows, vals))
-        calls.append(rows.shape)
-        return got
-
-    monkeypatch.setattr(fm_scoring, "prefixed_unary", checked)
-    prep = prepare(load_scenario("light"))
-    sim = simulator(prep)
-    sim.run(Policy.make("oltunes", ctx=context(prep, sim.model, sim.cluster)))
+    calls = _checked_in_light(monkeypatch, "prefixed_unary", fm_kernels.prefixed_unary, numpy_prefixed_unary)
     assert len(calls) > 100 and max(n for n, _ in calls) > 1
 
 
