@@ -1,0 +1,32 @@
+"""The profile benchmark's accounting: every function lands in one layer, and the layers add up to the run."""
+
+import pstats
+
+from benchmarks.sim_profile import by_layer, layer_of, profiled_run, top_functions
+
+
+def test_layers_of_known_functions():
+    assert layer_of(("/r/oltunes/tuner/fit_kernels.py", 436, "fit")) == "compiled kernels"
+    assert layer_of(("/r/oltunes/learner/ftml_kernel.py", 208, "fm_step")) == "compiled kernels"
+    assert layer_of(("/r/oltunes/tuner/estimate.py", 264, "_score_grid")) == "tuner Python"
+    assert layer_of(("/r/oltunes/learner/fm_state.py", 113, "index")) == "learner Python"
+    assert layer_of(("/r/oltunes/sim/jobrun.py", 106, "serve")) == "simulator Python"
+    assert layer_of(("/r/oltunes/simulation.py", 1, "prepare")) == "simulator Python"
+    assert layer_of(("/r/oltunes/trusted.py", 27, "trusted_model")) == "other OLTunes Python"
+    assert layer_of(("~", 0, "<built-in method numpy.array>")) == "numpy (C)"
+    assert layer_of(("~", 0, "<method 'get' of 'dict' objects>")) == "Python builtins (dict, list, len, ...)"
+    assert layer_of(("/usr/lib/python3.11/functools.py", 981, "__get__")) == "other"
+
+
+def test_a_small_run_is_accounted_in_full():
+    stats, run = profiled_run(20, 5_000, "oltunes")
+    assert isinstance(stats, pstats.Stats) and run["decide"] > 0 and run["observe"] > 0
+    layers = by_layer(stats)
+    total = sum(v[2] for v in stats.stats.values())
+    assert abs(sum(v["own_s"] for v in layers.values()) - total) < 1e-9
+    assert sum(v["calls"] for v in layers.values()) == sum(v[0] for v in stats.stats.values())
+    assert {"tuner Python", "compiled kernels", "simulator Python"} <= set(layers)
+    own = [v["own_s"] for v in layers.values()]
+    assert own == sorted(own, reverse=True)
+    top = top_functions(stats, 5)
+    assert len(top) == 5 and [r["own_s"] for r in top] == sorted((r["own_s"] for r in top), reverse=True)
