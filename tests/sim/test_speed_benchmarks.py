@@ -1,8 +1,10 @@
-"""The profile benchmark's accounting: every function lands in one layer, and the layers add up to the run."""
+"""The speed benchmarks' own arithmetic: the profile's layers (every function in one, adding up to the run) and
+sim_speed's median run."""
 
 import pstats
 
 from benchmarks.sim_profile import by_layer, layer_of, profiled_run, top_functions
+from benchmarks.sim_speed import median_run
 
 
 def test_layers_of_known_functions():
@@ -30,3 +32,10 @@ def test_a_small_run_is_accounted_in_full():
     assert own == sorted(own, reverse=True)
     top = top_functions(stats, 5)
     assert len(top) == 5 and [r["own_s"] for r in top] == sorted((r["own_s"] for r in top), reverse=True)
+
+
+def test_median_run_is_one_whole_run():
+    runs = [{"total_s": t, "decide_cpu_s": t / 2} for t in (12.0, 10.0, 11.0)]
+    assert median_run(runs) == {"total_s": 11.0, "decide_cpu_s": 5.5, "total_s_runs": [12.0, 10.0, 11.0]}
+    assert median_run(runs[:2])["total_s"] == 10.0  # an even count: the lower middle
+    assert median_run(runs[:1])["total_s_runs"] == [12.0]
