@@ -16,28 +16,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from oltunes.learner.features import (
-    batch_features,
-    co_runner_features,
-    concurrency_features,
-    job_context,
-    job_features,
-    placement_features,
-    variant_features,
-)
+from oltunes.learner.features import co_runner_features
 from oltunes.learner.fm_scoring import stack_indexed
-from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
+from oltunes.tuner.candidates import CoLite, PlacementOption
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.member_kernels import member_logs, member_verdicts
-from oltunes.tuner.member_prior import prior_latency, prior_latency_heads
+from oltunes.tuner.member_prior import LOAD_LEVELS
+from oltunes.tuner.member_rows import MemberRow, option_rows
 from oltunes.tuner.memo import put_bounded
-from oltunes.tuner.prior_table import stream_rate
 from oltunes.types import Candidate, JobSpec, Variant
 
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
-
-LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
-
 
 def load_level(busy: Any) -> Any:
     """Index into ``LOAD_LEVELS`` of the level a newcomer with this busy share is checked at."""
@@ -189,7 +178,7 @@ class _Pending(NamedTuple):
     """An option whose terms are to be built: its members' rows, and the keys they will be kept under."""
 
     option: PlacementOption
-    rows: list[_MemberRow]
+    rows: list[MemberRow]
     same: tuple
     content: tuple
 
@@ -236,7 +225,7 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> 
     pieces = [r.plans[xd_key] for r in rows]
     # the rows with co-runners and alone scored in one call (row by row: the same values as two calls)
     y_a, s_a, raw_alone = est.model.row_terms_and_raw(
-        *stack_indexed([(p[0], p[1]) for p in pieces] + [r.alone for r in rows]), len(rows))
+        *stack_indexed([(p[0], p[1]) for p in pieces] + [r.own.alone for r in rows]), len(rows))
     memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
     margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in members)))
     log_alone = raw_alone[:, LAT] + np.array([r.prior_alone for r in rows]) + corr
@@ -244,7 +233,7 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> 
     packed = np.empty((len(rows), T + L + 5))
     packed[:, :T] = y_a
     packed[:, T:T + L] = [r.prior_with for r in rows]
-    for i, col in enumerate(([r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
+    for i, col in enumerate(([r.own.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
         packed[:, T + L + i] = col
     out, at = [], 0
     for p in pending:
@@ -262,18 +251,17 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> 
     return out
 
 
-def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[_MemberRow]]:
+def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[MemberRow]]:
     """One option's part of the checks' key (per member: what its checks read) and its members' rows, kept per
     option object: a pool that did not change hands the tuner's next decision the same options (a move changes
     two pools; the others' options are the same objects), so their members are keyed and planned once."""
     table = est.memo.table("option_members")  # rows live as long as the vocabulary (``est.memo``'s version)
     hit = table.get(id(o))
     if hit is None or hit[0] is not o:
-        rows = est.memo.table("member_rows")
         hit = put_bounded(table, id(o), (o, tuple(
             (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
              mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
-            for mem in o.members), [_member_row(est, rows, o, mem) for mem in o.members]))
+            for mem in o.members), option_rows(est, o)))
     return hit
 
 
@@ -300,88 +288,22 @@ def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
     return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
 
 
-def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:
-    """Index the rows not indexed yet for this newcomer (with co-runners, and alone if not yet) in one ``index``
-    call, find their keys' overlap with the newcomer's (``overlap``: ``sums_plan``'s ``a_at``), and keep each row's
-    share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
+def _index_new_rows(est: Estimator, rows: Sequence[MemberRow], xd_key: tuple) -> None:
+    """Index the rows not indexed yet for this newcomer (with co-runners; alone, their own parts not indexed yet) in
+    one ``index`` call, find their keys' overlap with the newcomer's (``overlap``: ``sums_plan``'s ``a_at``), and keep
+    each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict: the same
+    arrays whatever else the call indexed)."""
     new = list({id(r): r for r in rows if xd_key not in r.plans}.values())
     if not new:
         return
     n = len(new)
-    unindexed = [r for r in new if r.alone is None]
-    rows_a, vals_a = est.model.index([r.x_with for r in new] + [r.x_alone for r in unindexed])
+    owns = list({id(r.own): r.own for r in new if r.own.alone is None}.values())
+    rows_a, vals_a = est.model.index([r.x_with for r in new] + [own.base_x for own in owns])
     a_at = est.model.overlap(rows_a[:n], vals_a[:n], *_newcomer_plan(est, xd_key))
     for i, r in enumerate(new):
         w = len(r.x_with) or 1
         mine = None if a_at is None or not a_at[i].any() else a_at[i]
         r.plans[xd_key] = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w], mine)
-    for i, r in enumerate(unindexed, n):
-        w = len(r.x_alone) or 1
-        r.alone = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w])
-
-
-class _MemberRow:
-    """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO, and
-    their FM index arrays (``_index_new_rows``; valid while the vocabulary is: the row lives in ``est.memo``)."""
-
-    __slots__ = ("alone", "plans", "prior_alone", "prior_with", "slo", "wait", "x_alone", "x_with")
-
-    def __init__(self, x_with, x_alone, prior_with, prior_alone, wait, slo) -> None:
-        self.x_with, self.x_alone, self.prior_with, self.prior_alone = x_with, x_alone, prior_with, prior_alone
-        self.wait, self.slo = wait, slo
-        self.alone: tuple[np.ndarray, np.ndarray] | None = None  # index([x_alone])
-        self.plans: dict[tuple, tuple] = {}  # (family, sizes) -> rows, vals and overlap of sums_plan([x_with], ..)
-
-
-def _member_row(est: Estimator, rows: dict, o: PlacementOption, mem):
-    """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO.
-
-    Memoised per what they read — the member's configuration and rate, its device's pool, and its co-runners'
-    (family, size, load) in order — so a cluster that changed elsewhere re-plans only the members that moved
-    (``rows``: the vocabulary-long table ``est.memo.table("member_rows")``)."""
-    cand, acc = mem.candidate, o.pool.accelerator
-    others = tuple((x.candidate.variant.family, x.candidate.variant.size, o.load(i))
-                   for i, x in enumerate(o.members) if x.job_id != mem.job_id)
-    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps,
-           mem.slo_ms, others)
-    row = rows.get(key)
-    if row is None:
-        row = put_bounded(rows, key, _build_member_row(est, o, mem, others))
-    return row
-
-
-def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
-    cand, acc = mem.candidate, o.pool.accelerator
-    # the member's own part (everything but its co-runners) is kept per its key less ``others``: co-runners'
-    # loads move far more often than a member's configuration
-    static = est.memo.table("member_static")
-    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps)
-    own = static.get(key)
-    if own is None:
-        own = put_bounded(static, key, _member_own(est, o, mem))
-    base_x, heads, wait = own
-    co = [CoLite(f, s, load) for f, s, load in others]
-    co_load = sum(c.load for c in co)
-    # the prior reads the co-runners' summed load only, which many co-runner sets share
-    plat = static.get((key, co_load))
-    if plat is None:
-        plat = prior_latency(heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
-        plat.flags.writeable = False
-        put_bounded(static, (key, co_load), plat)
-    return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
-
-
-def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
-    """A member's features alone, prior base latencies and energies (its batch and batch 1), prior stream rate
-    and batch-fill wait."""
-    cand, acc = mem.candidate, o.pool.accelerator
-    ctx = job_context(mem)
-    base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
-              **variant_features(cand.variant), **batch_features(cand.batch_size),
-              **concurrency_features(cand.concurrency)}
-    lat0, _ = est.priors.base(acc, cand.variant, cand.batch_size)
-    lat1, _ = est.priors.base(acc, cand.variant, 1)
-    heads = prior_latency_heads(lat0, float(cand.batch_size), float(cand.concurrency), lat1,
-                                stream_rate(ctx, est.priors.partial_batches))
-    return base_x, heads, float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps))
-
+    for i, own in enumerate(owns, n):
+        w = len(own.base_x) or 1
+        own.alone = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w])

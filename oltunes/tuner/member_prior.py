@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["prior_latency", "prior_latency_heads"]
+__all__ = ["LOAD_LEVELS", "prior_latency", "prior_latency_heads"]
+
+# The newcomer's busy shares a member is checked at (``corunners``: a candidate uses the smallest level >= its own).
+LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
 
 
 def prior_latency_heads(base_lat: float, batch: float, conc: float, lat1: float, rate: float) -> tuple:

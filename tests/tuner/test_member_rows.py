@@ -81,10 +81,10 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
     from oltunes.tuner.corunners import (
         LOAD_LEVELS,
         _member_checks,
-        _member_row,
         _member_terms,
         _newcomer,
     )
+    from oltunes.tuner.member_rows import option_rows
     from oltunes.tuner.estimate import LAT
 
     rng = np.random.default_rng(seed)
@@ -105,7 +105,7 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
     got = _member_checks(est, options, family, job)
     members = [(p, o, m) for p, o in enumerate(options) for m in o.members]
     assert members
-    rows = [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
+    rows = [r for o in options for r in option_rows(est, o)]
     terms = [_member_terms(est, {}, m.candidate) for _, _, m in members]
     margins, corr = (np.array(col) for col in zip(*terms))
     sizes = got.sizes
