@@ -84,8 +84,8 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
         _member_terms,
         _newcomer,
     )
-    from oltunes.tuner.member_rows import option_rows
     from oltunes.tuner.estimate import LAT
+    from oltunes.tuner.member_rows import option_rows
 
     rng = np.random.default_rng(seed)
     variants = make_variants()
