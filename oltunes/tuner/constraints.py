@@ -16,6 +16,7 @@ which constraints the best infeasible candidate breaks, how many candidates each
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import ClassVar
 
 import numpy as np
@@ -51,12 +52,15 @@ def _repeats(mask: np.ndarray, shape: tuple[int, ...]) -> int:
     return math.prod(shape[:lead]) * math.prod(n for n, m in zip(shape[lead:], mask.shape) if m == 1)
 
 
+_size = attrgetter("size")  # (a mask's cells: the attribute, not numpy's ``size`` function around it)
+
+
 def conjunction(masks, shape: tuple[int, ...]) -> np.ndarray:
     """The masks' AND over the full grid (a new array): the small ones first, so only the last steps run over
     every cell (AND is exact in any order)."""
-    small, full = None, []
-    for m in sorted(masks, key=np.size):
-        if np.size(m) < math.prod(shape):
+    small, full, cells = None, [], math.prod(shape)
+    for m in sorted(masks, key=_size):
+        if m.size < cells:
             small = m if small is None else small & m
         else:
             full.append(m)

@@ -126,11 +126,11 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     hit = stacks.get(xd_key)
     plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
     if hit is None or hit[1] is not plan or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
-        hit = stacks[xd_key] = (parts, plan, *_scored(est, parts, plan, xd_key))
-    _, _, packed, log_with, slowed = hit
+        starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)  # each part's 1st row
+        hit = stacks[xd_key] = (parts, plan, *_scored(est, parts, plan, xd_key), starts)
+    _, _, packed, log_with, slowed, starts = hit
     sizes = xd_key[1]
     size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
-    starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
     option_of = np.array([p for p, _ in shared], dtype=np.intp)
     ok = member_verdicts(slowed, packed, len(packed[0]) - len(LOAD_LEVELS) - 5, size_of, starts, option_of,
                          len(options))
