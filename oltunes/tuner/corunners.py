@@ -22,7 +22,7 @@ from oltunes.tuner.candidates import CoLite, PlacementOption
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.member_kernels import member_logs, member_verdicts
 from oltunes.tuner.member_prior import LOAD_LEVELS
-from oltunes.tuner.member_rows import MemberRow, option_rows
+from oltunes.tuner.member_rows import MemberRow, option_members
 from oltunes.tuner.memo import put_bounded
 from oltunes.types import Candidate, JobSpec, Variant
 
@@ -91,16 +91,30 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
     # Only the last list per family can come again (the tuner keeps one), so one slot each: a new list replaces
     # the old one, whose objects (a request's whole cluster, for the HTTP service) are freed one list at a time
     # instead of dozens at once when a bounded table fills (a 1-3 ms pause in whichever decision hit the bound).
-    by_list = est.member_memo.table("by_options")
-    hit = by_list.get(job.family)
+    tables = est.member_memo.get("corunners", _Tables)
+    hit = tables.by_options.get(job.family)
     if hit is None or hit[0] is not options:
-        hit = by_list[job.family] = (options, _member_checks(est, options, variants, job))
+        hit = tables.by_options[job.family] = (options, _member_checks(est, options, variants, job, tables))
     checks = hit[1]
     return MemberChecks(checks.ok.copy(), checks._scored)
 
 
+class _Tables:
+    """The checks' tables, in the memo that lives while the model holds (``est.member_memo``): the last checks per
+    family with their options list, each option's terms (``_kept_terms``), the last stack per newcomer and the
+    newcomer's FM terms (read with one version check per decision)."""
+
+    __slots__ = ("by_options", "newcomer_terms", "option_terms", "stacks")
+
+    def __init__(self) -> None:
+        self.by_options: dict[str, tuple] = {}
+        self.option_terms: dict[tuple, Any] = {}
+        self.stacks: dict[tuple, tuple] = {}
+        self.newcomer_terms: dict[tuple, tuple] = {}
+
+
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
-                   job: JobSpec) -> MemberChecks:
+                   job: JobSpec, tables: _Tables | None = None) -> MemberChecks:
     shared = [(p, o) for p, o in enumerate(options) if o.members]
     if not shared:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool))
@@ -109,25 +123,28 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
     # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
     # a decision re-reads the options that did not change and stacks them; only the sums that mix every member
     # (the FM's cross terms, a BLAS product whose rounding depends on the stack) are made per decision.
-    table = est.member_memo.table("option_terms")
+    if tables is None:
+        tables = est.member_memo.get("corunners", _Tables)
+    table = tables.option_terms
     parts = [_kept_terms(est, table, o, xd_key) for _, o in shared]
     pending = [i for i, t in enumerate(parts) if type(t) is _Pending]
+    plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
     if pending:  # the options met for the first time, built together (every value is computed row by row)
-        for i, terms in zip(pending, _build_terms(est, [parts[i] for i in pending], xd_key)):
+        for i, terms in zip(pending, _build_terms(est, [parts[i] for i in pending], xd_key, plan)):
             parts[i] = _keep(table, parts[i], terms, xd_key)
-    return _checks_of(est, options, variants, shared, parts, xd_key)
+    return _checks_of(est, tables, options, variants, shared, parts, xd_key, plan)
 
 
-def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple) -> MemberChecks:
+def _checks_of(est: Estimator, tables: _Tables, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple,
+               plan: tuple) -> MemberChecks:
     # The same options' terms in the same order as the last decision of this family (a move elsewhere, a newcomer
     # placed on an empty device) stack to the same rows: the sums are those of last time, bit for bit. Kept per
     # family while the model holds (``member_memo``), with the parts (their ids stay unique meanwhile).
-    stacks = est.member_memo.table("stacks")
+    stacks = tables.stacks
     hit = stacks.get(xd_key)
-    plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
     if hit is None or hit[1] is not plan or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
         starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)  # each part's 1st row
-        hit = stacks[xd_key] = (parts, plan, *_scored(est, parts, plan, xd_key), starts)
+        hit = stacks[xd_key] = (parts, plan, *_scored(est, tables, parts, plan, xd_key), starts)
     _, _, packed, log_with, slowed, starts = hit
     sizes = xd_key[1]
     size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
@@ -137,7 +154,7 @@ def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTer
     return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
 
 
-def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
+def _scored(est: Estimator, tables: _Tables, parts: list[_OptionTerms], plan: tuple,
             xd_key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stacked members' packed terms, log latencies with the newcomer (M, S, L) and their SLO-check values
     (``exp(log latency + margin)``): the FM's sums over the whole stack (their rounding depends on it)."""
@@ -156,7 +173,9 @@ def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
             if t.overlap is not None:
                 a_at[at:at + len(t.job_ids)] = t.overlap
             at += len(t.job_ids)
-    d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
+    d_terms = tables.newcomer_terms.get(xd_key)
+    if d_terms is None:
+        d_terms = tables.newcomer_terms[xd_key] = est.model.newcomer_terms(rows_d, vals_d)
     raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
     log_with, with_margin = member_logs(raw[:, :, LAT], packed, T, len(sizes))  # M, S, L
     return packed, log_with, np.exp(with_margin)
@@ -197,7 +216,7 @@ def _kept_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) 
     if kept is not None and all(map(is_, kept[0], o.members)):
         terms = kept[1]
     else:
-        _, key_part, rows = _option_members(est, o)
+        _, key_part, rows = option_members(est, o)
         content = (xd_key, acc.name, acc.max_w, key_part)
         terms = table.get(content)
         if terms is None:
@@ -215,13 +234,13 @@ def _keep(table: dict, pending: _Pending, terms: _OptionTerms, xd_key: tuple) ->
     return terms
 
 
-def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> list[_OptionTerms]:
+def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple, plan: tuple) -> list[_OptionTerms]:
     """The options' rows planned (each member's index arrays are kept with its row, ``_index_new_rows``) and
     scored together: every value is computed row by row, so any stack of options' terms is what scoring the
     stacked rows gives (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
     rows = [r for p in pending for r in p.rows]
     members = [m for p in pending for m in p.option.members]
-    _index_new_rows(est, rows, xd_key)
+    _index_new_rows(est, rows, xd_key, plan)
     pieces = [r.plans[xd_key] for r in rows]
     # the rows with co-runners and alone scored in one call (row by row: the same values as two calls)
     y_a, s_a, raw_alone = est.model.row_terms_and_raw(
@@ -251,20 +270,6 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> 
     return out
 
 
-def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[MemberRow]]:
-    """One option's part of the checks' key (per member: what its checks read) and its members' rows, kept per
-    option object: a pool that did not change hands the tuner's next decision the same options (a move changes
-    two pools; the others' options are the same objects), so their members are keyed and planned once."""
-    table = est.memo.table("option_members")  # rows live as long as the vocabulary (``est.memo``'s version)
-    hit = table.get(id(o))
-    if hit is None or hit[0] is not o:
-        hit = put_bounded(table, id(o), (o, tuple(
-            (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
-             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
-            for mem in o.members), option_rows(est, o)))
-    return hit
-
-
 def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, float]:
     """A member's log latency margin and pooled correction: they change with every observation, not with the
     cluster, so a burst of decisions between two observations reads them once per configuration (``memo``: the
@@ -288,7 +293,7 @@ def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
     return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
 
 
-def _index_new_rows(est: Estimator, rows: Sequence[MemberRow], xd_key: tuple) -> None:
+def _index_new_rows(est: Estimator, rows: Sequence[MemberRow], xd_key: tuple, plan: tuple) -> None:
     """Index the rows not indexed yet for this newcomer (with co-runners; alone, their own parts not indexed yet) in
     one ``index`` call, find their keys' overlap with the newcomer's (``overlap``: ``sums_plan``'s ``a_at``), and keep
     each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict: the same
@@ -299,7 +304,7 @@ def _index_new_rows(est: Estimator, rows: Sequence[MemberRow], xd_key: tuple) ->
     n = len(new)
     owns = list({id(r.own): r.own for r in new if r.own.alone is None}.values())
     rows_a, vals_a = est.model.index([r.x_with for r in new] + [own.base_x for own in owns])
-    a_at = est.model.overlap(rows_a[:n], vals_a[:n], *_newcomer_plan(est, xd_key))
+    a_at = est.model.overlap(rows_a[:n], vals_a[:n], *plan)
     for i, r in enumerate(new):
         w = len(r.x_with) or 1
         mine = None if a_at is None or not a_at[i].any() else a_at[i]

@@ -26,7 +26,7 @@ from oltunes.tuner.member_prior import LOAD_LEVELS, prior_latency, prior_latency
 from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.prior_table import stream_rate
 
-__all__ = ["MemberRow", "option_rows"]
+__all__ = ["MemberRow", "option_members"]
 
 
 class _MemberOwn:
@@ -75,11 +75,37 @@ class MemberRow:
         return self.own.wait
 
 
-def option_rows(est: Estimator, o: PlacementOption) -> list[MemberRow]:
+class _Tables:
+    """The rows' tables, in the vocabulary-long memo (``est.memo``): per option object, its key part and rows; rows
+    per what they read; own parts per configuration and rate (read with one version check per option)."""
+
+    __slots__ = ("owns", "per_option", "rows")
+
+    def __init__(self) -> None:
+        self.per_option: dict[int, tuple] = {}
+        self.rows: dict[tuple, MemberRow] = {}
+        self.owns: dict[tuple, _MemberOwn] = {}
+
+
+def option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[MemberRow]]:
+    """One option's part of the checks' key (per member: what its checks read) and its members' rows, kept per
+    option object: a pool that did not change hands the tuner's next decision the same options (a move changes
+    two pools; the others' options are the same objects), so their members are keyed and planned once."""
+    tables = est.memo.get("member_rows", _Tables)
+    hit = tables.per_option.get(id(o))
+    if hit is None or hit[0] is not o:
+        hit = put_bounded(tables.per_option, id(o), (o, tuple(
+            (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
+             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
+            for mem in o.members), _option_rows(est, tables, o)))
+    return hit
+
+
+def _option_rows(est: Estimator, tables: _Tables, o: PlacementOption) -> list[MemberRow]:
     """The rows of an option's members, memoised per what they read — the member's configuration, rate and SLO, its
     device's pool, and its co-runners' (family, size, load) in order — so a cluster that changed elsewhere re-plans
-    only the members that moved (``est.memo``'s tables: they live as long as the vocabulary)."""
-    rows, owns = est.memo.table("member_rows"), est.memo.table("member_static")
+    only the members that moved."""
+    rows, owns = tables.rows, tables.owns
     acc = o.pool.accelerator
     where = (o.pool.name, acc.name, acc.max_w)
     co, members = o.co_features, o.members

@@ -8,7 +8,7 @@ import pytest
 
 from oltunes.tuner import Tuner
 from oltunes.tuner.candidates import co_runner_of, placement_options
-from oltunes.tuner.corunners import member_checks
+from oltunes.tuner.corunners import _Tables, member_checks
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import ClusterState, JobSpec, Measurement
 from tests.tuner.test_placement_scale import random_cluster
@@ -85,7 +85,7 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
         _newcomer,
     )
     from oltunes.tuner.estimate import LAT
-    from oltunes.tuner.member_rows import option_rows
+    from oltunes.tuner.member_rows import option_members
 
     rng = np.random.default_rng(seed)
     variants = make_variants()
@@ -105,7 +105,7 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
     got = _member_checks(est, options, family, job)
     members = [(p, o, m) for p, o in enumerate(options) for m in o.members]
     assert members
-    rows = [r for o in options for r in option_rows(est, o)]
+    rows = [r for o in options for r in option_members(est, o)[2]]
     terms = [_member_terms(est, {}, m.candidate) for _, _, m in members]
     margins, corr = (np.array(col) for col in zip(*terms))
     sizes = got.sizes
@@ -141,7 +141,7 @@ def test_the_checks_kept_per_options_list_hold_one_list_per_family_and_equal_fre
         got = _checks(tuner, fresh, job)
         want = _checks(Tuner(variants, seed=0), fresh, job)
         assert np.array_equal(got.ok, want.ok) and got.by_option == want.by_option
-        assert len(tuner.estimator.member_memo.table("by_options")) <= 2
+        assert len(tuner.estimator.member_memo.get("corunners", _Tables).by_options) <= 2
 
 
 def _devices(cluster: ClusterState) -> list[list[str]]:
