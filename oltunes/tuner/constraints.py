@@ -171,7 +171,8 @@ class Memory(Constraint, name="memory"):
         need = self.estimator.memo.get(("need", est.job.family), lambda: np.array(
             [[memory_need_gb(v, c) for c in est.concurrencies] for v in est.variants]))  # V, C
         free_mem = np.array([o.free_memory_gb for o in est.options])
-        return (need[None, :, :] <= free_mem[:, None, None])[:, :, None, :] & (not est.no_capacity)  # P, V, 1, C
+        fits = np.greater_equal.outer(free_mem, need)[:, :, None, :]  # P, V, 1, C: need <= free memory
+        return fits & False if est.no_capacity else fits
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
         return "does not fit free memory/slots"

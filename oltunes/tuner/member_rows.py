@@ -28,6 +28,8 @@ from oltunes.tuner.prior_table import stream_rate
 
 __all__ = ["MemberRow", "option_members"]
 
+_LOADS = np.concatenate([[0.0], LOAD_LEVELS])  # a member's prior is read alone, then at each newcomer load level
+
 
 class _MemberOwn:
     """A member's part its co-runners do not change: its features alone (``base_x``) and their FM index arrays
@@ -46,7 +48,9 @@ class _MemberOwn:
         summed load only, which many co-runner sets share)."""
         plat = self.plats.get(co_load)
         if plat is None:
-            plat = self.plats[co_load] = prior_latency(self.heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
+            loads = co_load + _LOADS  # (co_load + each level, after the 0 that stands for alone)
+            loads[0] = 0.0
+            plat = self.plats[co_load] = prior_latency(self.heads, loads)
             plat.flags.writeable = False
         return plat
 

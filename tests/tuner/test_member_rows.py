@@ -201,3 +201,27 @@ def test_the_same_stack_of_option_terms_is_scored_once_per_model():
     tuner.observe(_measured(rng, cluster, 0))
     member_checks(tuner.estimator, list(options), family, job)
     assert len(scored) == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_members_own_part_reads_its_prior_at_a_co_load_as_the_plain_concatenated_loads(seed):
+    """``_MemberOwn.prior_at`` (the loads written into a copy of [0, levels] shifted by the co-load) gives, bit for
+    bit, the prior latency at ``[0, co_load + each level]``, for a co-load of no co-runner (the int 0 of an empty
+    sum) or of several; read-only, and the same array when asked again."""
+    from oltunes.tuner.member_prior import (
+        LOAD_LEVELS,
+        prior_latency,
+        prior_latency_heads,
+    )
+    from oltunes.tuner.member_rows import _MemberOwn
+
+    rng = np.random.default_rng(seed)
+    heads = prior_latency_heads(float(rng.uniform(0.1, 500.0)), float(rng.choice([1, 8, 32])),
+                                float(rng.choice([1, 2, 4])), float(rng.uniform(0.05, 100.0)),
+                                float(rng.choice([0.0, rng.uniform(1.0, 500.0)])))
+    own = _MemberOwn({}, heads, 0.0)
+    for co_load in [0, 0.0, *rng.uniform(0.0, 4.0, 20), *np.round(rng.uniform(0.05, 3.0, 20) * 20) / 20]:
+        got = own.prior_at(float(co_load) if not isinstance(co_load, int) else co_load)
+        want = prior_latency(heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
+        assert got.tobytes() == want.tobytes() and not got.flags.writeable
+        assert own.prior_at(co_load) is got
