@@ -246,14 +246,16 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple, pla
     y_a, s_a, raw_alone = est.model.row_terms_and_raw(
         *stack_indexed([(p[0], p[1]) for p in pieces] + [r.own.alone for r in rows]), len(rows))
     memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
-    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in members)))
-    log_alone = raw_alone[:, LAT] + np.array([r.prior_alone for r in rows]) + corr
+    # per row: batch-fill wait, SLO, log latency margin, pooled correction (packed's columns in order), prior alone
+    per_row = np.array([(r.own.wait, r.slo, *_member_terms(est, memo, m.candidate), r.prior_alone)
+                        for r, m in zip(rows, members)])
+    log_alone = raw_alone[:, LAT] + per_row[:, 4] + per_row[:, 3]
     T, L = y_a.shape[1], len(LOAD_LEVELS)
     packed = np.empty((len(rows), T + L + 5))
     packed[:, :T] = y_a
     packed[:, T:T + L] = [r.prior_with for r in rows]
-    for i, col in enumerate(([r.own.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
-        packed[:, T + L + i] = col
+    packed[:, T + L:T + L + 4] = per_row[:, :4]
+    packed[:, T + L + 4] = log_alone
     out, at = [], 0
     for p in pending:
         n = len(p.rows)
