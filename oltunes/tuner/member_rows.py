@@ -98,10 +98,10 @@ def option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption,
     tables = est.memo.get("member_rows", _Tables)
     hit = tables.per_option.get(id(o))
     if hit is None or hit[0] is not o:
-        hit = put_bounded(tables.per_option, id(o), (o, tuple(
-            (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
-             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
-            for mem in o.members), _option_rows(est, tables, o)))
+        key_part = (o.pool.name, o.device, o.loads, tuple([
+            (mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size, mem.candidate.concurrency, mem.slo_ms,
+             mem.arrival_rate_rps) for mem in o.members]))
+        hit = put_bounded(tables.per_option, id(o), (o, key_part, _option_rows(est, tables, o)))
     return hit
 
 
