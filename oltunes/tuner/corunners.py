@@ -28,6 +28,7 @@ from oltunes.types import Candidate, JobSpec, Variant
 
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
 
+
 def load_level(busy: Any) -> Any:
     """Index into ``LOAD_LEVELS`` of the level a newcomer with this busy share is checked at."""
     return np.minimum(np.searchsorted(LOAD_LEVELS, busy), len(LOAD_LEVELS) - 1)

@@ -1,5 +1,5 @@
 """A co-runner check's member: its prior log request latency at each co-load level, from the terms that do not
-depend on the co-load (kept with the member's own part, ``corunners._member_own``).
+depend on the co-load (kept with the member's own part, ``member_rows._MemberOwn``).
 
 ``Prior.adjust`` computes three outputs over whole candidate grids with a dozen numpy calls; a member needs the
 latency alone, at four loads, for every co-runner set it meets. The same expressions in the same order, split at
