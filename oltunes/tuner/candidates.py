@@ -31,9 +31,17 @@ from oltunes.tuner.memo import put_bounded
 from oltunes.tuner.occupancy import MAX_MEMO, Occupancy
 from oltunes.types import CoRunner, Placement, Pool, Variant
 
-__all__ = ["CoLite", "PlacementOption", "placement_options", "memory_need_gb", "model_bytes", "co_runner_of", "fill_wait_ms",
-           "queue_wait_ms",
-           "BATCH_DELAY_MS"]
+__all__ = [
+    "BATCH_DELAY_MS",
+    "CoLite",
+    "PlacementOption",
+    "co_runner_of",
+    "fill_wait_ms",
+    "memory_need_gb",
+    "model_bytes",
+    "placement_options",
+    "queue_wait_ms",
+]
 
 BATCH_DELAY_MS = 5.0  # the serving worker's default max_delay_ms (oltunes.worker.serve.ServeConfig)
 
@@ -108,8 +116,10 @@ class PlacementOption:
     @cached_property
     def co_features(self) -> tuple[CoLite, ...]:
         """The members as the encoding sees them (family, size, load)."""
-        return tuple(CoLite(m.candidate.variant.family, m.candidate.variant.size, self.load(i))
-                     for i, m in enumerate(self.members))
+        ms, loads = self.members, self.loads
+        if len(loads) < len(ms):
+            loads = (*loads, *(1.0,) * (len(ms) - len(loads)))  # (``load``: 1.0 past the loads given)
+        return tuple([CoLite(m.candidate.variant.family, m.candidate.variant.size, load) for m, load in zip(ms, loads)])
 
     @cached_property
     def model_key(self) -> tuple:
@@ -216,15 +226,16 @@ def _pool_options(pool: Pool, occupancy: Occupancy, keep: int | None, ignore_cap
             return []
         i = empty if empty is not None else occupancy.least_loaded(name, count)
         ms = occupancy.members(name, i)
-        return [PlacementOption(pool, i, ms, mem - per.used_gb(ms), 0, 0, per.loads(ms), per)]
+        used, loads = per.need_and_loads(ms)
+        return [PlacementOption(pool, i, ms, mem - used, 0, 0, loads, per)]
     chosen = [*([] if empty_free is None else [empty_free]), *shared]
     if keep is not None and keep not in chosen and occupancy.count(name, keep) < cap:
         chosen.append(keep)
     out = []
     for i in chosen:
         ms = occupancy.members(name, i)
-        out.append(PlacementOption(pool, i, ms, mem - per.used_gb(ms), cap - len(ms) - 1, pool_free - 1,
-                                   per.loads(ms), per))
+        used, loads = per.need_and_loads(ms)
+        out.append(PlacementOption(pool, i, ms, mem - used, cap - len(ms) - 1, pool_free - 1, loads, per))
     return out
 
 
@@ -246,8 +257,10 @@ class _PerPlacement:
             hit = put_bounded(self._seen, id(p), (p, memory_need_gb(c.variant, c.concurrency), load), MAX_MEMO * 16)
         return hit
 
-    def used_gb(self, placements: Sequence[Placement]) -> float:
-        return sum([self._of(p)[1] for p in placements])
+    def need_and_loads(self, placements: Sequence[Placement]) -> tuple[float, tuple[float, ...]]:
+        """The placements' summed memory need (GB) and ``loads(placements)``, each placement read once."""
+        seen = [self._of(p) for p in placements]
+        return sum([s[1] for s in seen]), (() if self.load_of is None else tuple([s[2] for s in seen]))
 
     def loads(self, placements: Sequence[Placement]) -> tuple[float, ...]:
         return () if self.load_of is None else tuple([self._of(p)[2] for p in placements])

@@ -16,6 +16,7 @@ which constraints the best infeasible candidate breaks, how many candidates each
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import ClassVar
 
 import numpy as np
@@ -51,12 +52,15 @@ def _repeats(mask: np.ndarray, shape: tuple[int, ...]) -> int:
     return math.prod(shape[:lead]) * math.prod(n for n, m in zip(shape[lead:], mask.shape) if m == 1)
 
 
+_size = attrgetter("size")  # (a mask's cells: the attribute, not numpy's ``size`` function around it)
+
+
 def conjunction(masks, shape: tuple[int, ...]) -> np.ndarray:
     """The masks' AND over the full grid (a new array): the small ones first, so only the last steps run over
     every cell (AND is exact in any order)."""
-    small, full = None, []
-    for m in sorted(masks, key=np.size):
-        if np.size(m) < math.prod(shape):
+    small, full, cells = None, [], math.prod(shape)
+    for m in sorted(masks, key=_size):
+        if m.size < cells:
             small = m if small is None else small & m
         else:
             full.append(m)
@@ -167,7 +171,8 @@ class Memory(Constraint, name="memory"):
         need = self.estimator.memo.get(("need", est.job.family), lambda: np.array(
             [[memory_need_gb(v, c) for c in est.concurrencies] for v in est.variants]))  # V, C
         free_mem = np.array([o.free_memory_gb for o in est.options])
-        return (need[None, :, :] <= free_mem[:, None, None])[:, :, None, :] & (not est.no_capacity)  # P, V, 1, C
+        fits = np.greater_equal.outer(free_mem, need)[:, :, None, :]  # P, V, 1, C: need <= free memory
+        return fits & False if est.no_capacity else fits
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
         return "does not fit free memory/slots"

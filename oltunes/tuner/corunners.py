@@ -16,27 +16,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from oltunes.learner.features import (
-    batch_features,
-    co_runner_features,
-    concurrency_features,
-    job_context,
-    job_features,
-    placement_features,
-    variant_features,
-)
+from oltunes.learner.features import co_runner_features
 from oltunes.learner.fm_scoring import stack_indexed
-from oltunes.tuner.candidates import CoLite, PlacementOption, fill_wait_ms
+from oltunes.tuner.candidates import CoLite, PlacementOption
 from oltunes.tuner.estimate import LAT, Estimator
 from oltunes.tuner.member_kernels import member_logs, member_verdicts
-from oltunes.tuner.member_prior import prior_latency, prior_latency_heads
+from oltunes.tuner.member_prior import LOAD_LEVELS
+from oltunes.tuner.member_rows import MemberRow, option_members
 from oltunes.tuner.memo import put_bounded
-from oltunes.tuner.prior_table import stream_rate
 from oltunes.types import Candidate, JobSpec, Variant
 
 __all__ = ["LOAD_LEVELS", "MemberChecks", "load_level", "member_checks"]
-
-LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
 
 
 def load_level(busy: Any) -> Any:
@@ -102,16 +92,30 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
     # Only the last list per family can come again (the tuner keeps one), so one slot each: a new list replaces
     # the old one, whose objects (a request's whole cluster, for the HTTP service) are freed one list at a time
     # instead of dozens at once when a bounded table fills (a 1-3 ms pause in whichever decision hit the bound).
-    by_list = est.member_memo.table("by_options")
-    hit = by_list.get(job.family)
+    tables = est.member_memo.get("corunners", _Tables)
+    hit = tables.by_options.get(job.family)
     if hit is None or hit[0] is not options:
-        hit = by_list[job.family] = (options, _member_checks(est, options, variants, job))
+        hit = tables.by_options[job.family] = (options, _member_checks(est, options, variants, job, tables))
     checks = hit[1]
     return MemberChecks(checks.ok.copy(), checks._scored)
 
 
+class _Tables:
+    """The checks' tables, in the memo that lives while the model holds (``est.member_memo``): the last checks per
+    family with their options list, each option's terms (``_kept_terms``), the last stack per newcomer and the
+    newcomer's FM terms (read with one version check per decision)."""
+
+    __slots__ = ("by_options", "newcomer_terms", "option_terms", "stacks")
+
+    def __init__(self) -> None:
+        self.by_options: dict[str, tuple] = {}
+        self.option_terms: dict[tuple, Any] = {}
+        self.stacks: dict[tuple, tuple] = {}
+        self.newcomer_terms: dict[tuple, tuple] = {}
+
+
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
-                   job: JobSpec) -> MemberChecks:
+                   job: JobSpec, tables: _Tables | None = None) -> MemberChecks:
     shared = [(p, o) for p, o in enumerate(options) if o.members]
     if not shared:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool))
@@ -120,35 +124,38 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
     # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
     # a decision re-reads the options that did not change and stacks them; only the sums that mix every member
     # (the FM's cross terms, a BLAS product whose rounding depends on the stack) are made per decision.
-    table = est.member_memo.table("option_terms")
+    if tables is None:
+        tables = est.member_memo.get("corunners", _Tables)
+    table = tables.option_terms
     parts = [_kept_terms(est, table, o, xd_key) for _, o in shared]
     pending = [i for i, t in enumerate(parts) if type(t) is _Pending]
+    plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
     if pending:  # the options met for the first time, built together (every value is computed row by row)
-        for i, terms in zip(pending, _build_terms(est, [parts[i] for i in pending], xd_key)):
+        for i, terms in zip(pending, _build_terms(est, [parts[i] for i in pending], xd_key, plan)):
             parts[i] = _keep(table, parts[i], terms, xd_key)
-    return _checks_of(est, options, variants, shared, parts, xd_key)
+    return _checks_of(est, tables, options, variants, shared, parts, xd_key, plan)
 
 
-def _checks_of(est: Estimator, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple) -> MemberChecks:
+def _checks_of(est: Estimator, tables: _Tables, options, variants, shared, parts: list[_OptionTerms], xd_key: tuple,
+               plan: tuple) -> MemberChecks:
     # The same options' terms in the same order as the last decision of this family (a move elsewhere, a newcomer
     # placed on an empty device) stack to the same rows: the sums are those of last time, bit for bit. Kept per
     # family while the model holds (``member_memo``), with the parts (their ids stay unique meanwhile).
-    stacks = est.member_memo.table("stacks")
+    stacks = tables.stacks
     hit = stacks.get(xd_key)
-    plan = _newcomer_plan(est, xd_key)  # (the newcomer's index arrays: the same object while the vocabulary holds)
     if hit is None or hit[1] is not plan or len(hit[0]) != len(parts) or not all(map(is_, hit[0], parts)):
-        hit = stacks[xd_key] = (parts, plan, *_scored(est, parts, plan, xd_key))
-    _, _, packed, log_with, slowed = hit
+        starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)  # each part's 1st row
+        hit = stacks[xd_key] = (parts, plan, *_scored(est, tables, parts, plan, xd_key), starts)
+    _, _, packed, log_with, slowed, starts = hit
     sizes = xd_key[1]
     size_of = np.array([sizes.index(v.size) for v in variants], dtype=np.intp)
-    starts = np.array([0, *accumulate(len(t.job_ids) for t in parts[:-1])], dtype=np.intp)
     option_of = np.array([p for p, _ in shared], dtype=np.intp)
     ok = member_verdicts(slowed, packed, len(packed[0]) - len(LOAD_LEVELS) - 5, size_of, starts, option_of,
                          len(options))
     return MemberChecks(ok, _Scored(sizes, log_with, packed[:, -1], option_of, parts))
 
 
-def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
+def _scored(est: Estimator, tables: _Tables, parts: list[_OptionTerms], plan: tuple,
             xd_key: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stacked members' packed terms, log latencies with the newcomer (M, S, L) and their SLO-check values
     (``exp(log latency + margin)``): the FM's sums over the whole stack (their rounding depends on it)."""
@@ -167,7 +174,9 @@ def _scored(est: Estimator, parts: list[_OptionTerms], plan: tuple,
             if t.overlap is not None:
                 a_at[at:at + len(t.job_ids)] = t.overlap
             at += len(t.job_ids)
-    d_terms = est.member_memo.get(("newcomer_terms", xd_key), lambda: est.model.newcomer_terms(rows_d, vals_d))
+    d_terms = tables.newcomer_terms.get(xd_key)
+    if d_terms is None:
+        d_terms = tables.newcomer_terms[xd_key] = est.model.newcomer_terms(rows_d, vals_d)
     raw = est.model.raw_sums_of((packed[:, :T], s_a), d_terms, vals_d, a_at)
     log_with, with_margin = member_logs(raw[:, :, LAT], packed, T, len(sizes))  # M, S, L
     return packed, log_with, np.exp(with_margin)
@@ -189,7 +198,7 @@ class _Pending(NamedTuple):
     """An option whose terms are to be built: its members' rows, and the keys they will be kept under."""
 
     option: PlacementOption
-    rows: list[_MemberRow]
+    rows: list[MemberRow]
     same: tuple
     content: tuple
 
@@ -208,7 +217,7 @@ def _kept_terms(est: Estimator, table: dict, o: PlacementOption, xd_key: tuple) 
     if kept is not None and all(map(is_, kept[0], o.members)):
         terms = kept[1]
     else:
-        _, key_part, rows = _option_members(est, o)
+        _, key_part, rows = option_members(est, o)
         content = (xd_key, acc.name, acc.max_w, key_part)
         terms = table.get(content)
         if terms is None:
@@ -226,26 +235,28 @@ def _keep(table: dict, pending: _Pending, terms: _OptionTerms, xd_key: tuple) ->
     return terms
 
 
-def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> list[_OptionTerms]:
+def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple, plan: tuple) -> list[_OptionTerms]:
     """The options' rows planned (each member's index arrays are kept with its row, ``_index_new_rows``) and
     scored together: every value is computed row by row, so any stack of options' terms is what scoring the
     stacked rows gives (``tests/tuner/test_member_rows.py`` checks it against the plain sums over every member)."""
     rows = [r for p in pending for r in p.rows]
     members = [m for p in pending for m in p.option.members]
-    _index_new_rows(est, rows, xd_key)
+    _index_new_rows(est, rows, xd_key, plan)
     pieces = [r.plans[xd_key] for r in rows]
     # the rows with co-runners and alone scored in one call (row by row: the same values as two calls)
     y_a, s_a, raw_alone = est.model.row_terms_and_raw(
-        *stack_indexed([(p[0], p[1]) for p in pieces] + [r.alone for r in rows]), len(rows))
+        *stack_indexed([(p[0], p[1]) for p in pieces] + [r.own.alone for r in rows]), len(rows))
     memo = est.per_observation.table("member_terms")  # margins and corrections move per observation
-    margins, corr = (np.array(col) for col in zip(*(_member_terms(est, memo, m.candidate) for m in members)))
-    log_alone = raw_alone[:, LAT] + np.array([r.prior_alone for r in rows]) + corr
+    # per row: batch-fill wait, SLO, log latency margin, pooled correction (packed's columns in order), prior alone
+    per_row = np.array([(r.own.wait, r.slo, *_member_terms(est, memo, m.candidate), r.prior_alone)
+                        for r, m in zip(rows, members)])
+    log_alone = raw_alone[:, LAT] + per_row[:, 4] + per_row[:, 3]
     T, L = y_a.shape[1], len(LOAD_LEVELS)
     packed = np.empty((len(rows), T + L + 5))
     packed[:, :T] = y_a
     packed[:, T:T + L] = [r.prior_with for r in rows]
-    for i, col in enumerate(([r.wait for r in rows], [r.slo for r in rows], margins, corr, log_alone)):
-        packed[:, T + L + i] = col
+    packed[:, T + L:T + L + 4] = per_row[:, :4]
+    packed[:, T + L + 4] = log_alone
     out, at = [], 0
     for p in pending:
         n = len(p.rows)
@@ -260,21 +271,6 @@ def _build_terms(est: Estimator, pending: Sequence[_Pending], xd_key: tuple) -> 
                                 overlap))
         at += n
     return out
-
-
-def _option_members(est: Estimator, o: PlacementOption) -> tuple[PlacementOption, tuple, list[_MemberRow]]:
-    """One option's part of the checks' key (per member: what its checks read) and its members' rows, kept per
-    option object: a pool that did not change hands the tuner's next decision the same options (a move changes
-    two pools; the others' options are the same objects), so their members are keyed and planned once."""
-    table = est.memo.table("option_members")  # rows live as long as the vocabulary (``est.memo``'s version)
-    hit = table.get(id(o))
-    if hit is None or hit[0] is not o:
-        rows = est.memo.table("member_rows")
-        hit = put_bounded(table, id(o), (o, tuple(
-            (o.pool.name, o.device, mem.job_id, mem.candidate.variant.name, mem.candidate.batch_size,
-             mem.candidate.concurrency, mem.slo_ms, mem.arrival_rate_rps, len(o.members), o.loads)
-            for mem in o.members), [_member_row(est, rows, o, mem) for mem in o.members]))
-    return hit
 
 
 def _member_terms(est: Estimator, memo: dict, c: Candidate) -> tuple[float, float]:
@@ -300,88 +296,22 @@ def _newcomer_plan(est: Estimator, xd_key: tuple) -> tuple:
     return est.memo.get(("newcomer_plan", xd_key), lambda: est.model.index(_newcomer(est, xd_key)))
 
 
-def _index_new_rows(est: Estimator, rows: Sequence[_MemberRow], xd_key: tuple) -> None:
-    """Index the rows not indexed yet for this newcomer (with co-runners, and alone if not yet) in one ``index``
-    call, find their keys' overlap with the newcomer's (``overlap``: ``sums_plan``'s ``a_at``), and keep each row's
-    share (its own row of those arrays, cut to the width ``index`` gives one feature dict)."""
+def _index_new_rows(est: Estimator, rows: Sequence[MemberRow], xd_key: tuple, plan: tuple) -> None:
+    """Index the rows not indexed yet for this newcomer (with co-runners; alone, their own parts not indexed yet) in
+    one ``index`` call, find their keys' overlap with the newcomer's (``overlap``: ``sums_plan``'s ``a_at``), and keep
+    each row's share (its own row of those arrays, cut to the width ``index`` gives one feature dict: the same
+    arrays whatever else the call indexed)."""
     new = list({id(r): r for r in rows if xd_key not in r.plans}.values())
     if not new:
         return
     n = len(new)
-    unindexed = [r for r in new if r.alone is None]
-    rows_a, vals_a = est.model.index([r.x_with for r in new] + [r.x_alone for r in unindexed])
-    a_at = est.model.overlap(rows_a[:n], vals_a[:n], *_newcomer_plan(est, xd_key))
+    owns = list({id(r.own): r.own for r in new if r.own.alone is None}.values())
+    rows_a, vals_a = est.model.index([r.x_with for r in new] + [own.base_x for own in owns])
+    a_at = est.model.overlap(rows_a[:n], vals_a[:n], *plan)
     for i, r in enumerate(new):
         w = len(r.x_with) or 1
         mine = None if a_at is None or not a_at[i].any() else a_at[i]
         r.plans[xd_key] = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w], mine)
-    for i, r in enumerate(unindexed, n):
-        w = len(r.x_alone) or 1
-        r.alone = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w])
-
-
-class _MemberRow:
-    """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO, and
-    their FM index arrays (``_index_new_rows``; valid while the vocabulary is: the row lives in ``est.memo``)."""
-
-    __slots__ = ("alone", "plans", "prior_alone", "prior_with", "slo", "wait", "x_alone", "x_with")
-
-    def __init__(self, x_with, x_alone, prior_with, prior_alone, wait, slo) -> None:
-        self.x_with, self.x_alone, self.prior_with, self.prior_alone = x_with, x_alone, prior_with, prior_alone
-        self.wait, self.slo = wait, slo
-        self.alone: tuple[np.ndarray, np.ndarray] | None = None  # index([x_alone])
-        self.plans: dict[tuple, tuple] = {}  # (family, sizes) -> rows, vals and overlap of sums_plan([x_with], ..)
-
-
-def _member_row(est: Estimator, rows: dict, o: PlacementOption, mem):
-    """One member's features (with and without its co-runners), prior latencies, batch-fill wait and SLO.
-
-    Memoised per what they read — the member's configuration and rate, its device's pool, and its co-runners'
-    (family, size, load) in order — so a cluster that changed elsewhere re-plans only the members that moved
-    (``rows``: the vocabulary-long table ``est.memo.table("member_rows")``)."""
-    cand, acc = mem.candidate, o.pool.accelerator
-    others = tuple((x.candidate.variant.family, x.candidate.variant.size, o.load(i))
-                   for i, x in enumerate(o.members) if x.job_id != mem.job_id)
-    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps,
-           mem.slo_ms, others)
-    row = rows.get(key)
-    if row is None:
-        row = put_bounded(rows, key, _build_member_row(est, o, mem, others))
-    return row
-
-
-def _build_member_row(est: Estimator, o: PlacementOption, mem, others):
-    cand, acc = mem.candidate, o.pool.accelerator
-    # the member's own part (everything but its co-runners) is kept per its key less ``others``: co-runners'
-    # loads move far more often than a member's configuration
-    static = est.memo.table("member_static")
-    key = (o.pool.name, acc.name, acc.max_w, cand.variant, cand.batch_size, cand.concurrency, mem.arrival_rate_rps)
-    own = static.get(key)
-    if own is None:
-        own = put_bounded(static, key, _member_own(est, o, mem))
-    base_x, heads, wait = own
-    co = [CoLite(f, s, load) for f, s, load in others]
-    co_load = sum(c.load for c in co)
-    # the prior reads the co-runners' summed load only, which many co-runner sets share
-    plat = static.get((key, co_load))
-    if plat is None:
-        plat = prior_latency(heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
-        plat.flags.writeable = False
-        put_bounded(static, (key, co_load), plat)
-    return _MemberRow({**base_x, **co_runner_features(co)}, base_x, plat[1:], plat[0], wait, mem.slo_ms)
-
-
-def _member_own(est: Estimator, o: PlacementOption, mem) -> tuple:
-    """A member's features alone, prior base latencies and energies (its batch and batch 1), prior stream rate
-    and batch-fill wait."""
-    cand, acc = mem.candidate, o.pool.accelerator
-    ctx = job_context(mem)
-    base_x = {**job_features(ctx), **placement_features(o.pool.name, acc.name, ()),
-              **variant_features(cand.variant), **batch_features(cand.batch_size),
-              **concurrency_features(cand.concurrency)}
-    lat0, _ = est.priors.base(acc, cand.variant, cand.batch_size)
-    lat1, _ = est.priors.base(acc, cand.variant, 1)
-    heads = prior_latency_heads(lat0, float(cand.batch_size), float(cand.concurrency), lat1,
-                                stream_rate(ctx, est.priors.partial_batches))
-    return base_x, heads, float(fill_wait_ms(float(cand.batch_size), mem.arrival_rate_rps))
-
+    for i, own in enumerate(owns, n):
+        w = len(own.base_x) or 1
+        own.alone = (rows_a[i : i + 1, :w], vals_a[i : i + 1, :w])

@@ -1,5 +1,5 @@
 """A co-runner check's member: its prior log request latency at each co-load level, from the terms that do not
-depend on the co-load (kept with the member's own part, ``corunners._member_own``).
+depend on the co-load (kept with the member's own part, ``member_rows._MemberOwn``).
 
 ``Prior.adjust`` computes three outputs over whole candidate grids with a dozen numpy calls; a member needs the
 latency alone, at four loads, for every co-runner set it meets. The same expressions in the same order, split at
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["prior_latency", "prior_latency_heads"]
+__all__ = ["LOAD_LEVELS", "prior_latency", "prior_latency_heads"]
+
+# The newcomer's busy shares a member is checked at (``corunners``: a candidate uses the smallest level >= its own).
+LOAD_LEVELS = np.array([0.25, 0.5, 1.0])
 
 
 def prior_latency_heads(base_lat: float, batch: float, conc: float, lat1: float, rate: float) -> tuple:

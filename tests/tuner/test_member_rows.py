@@ -8,7 +8,7 @@ import pytest
 
 from oltunes.tuner import Tuner
 from oltunes.tuner.candidates import co_runner_of, placement_options
-from oltunes.tuner.corunners import member_checks
+from oltunes.tuner.corunners import _Tables, member_checks
 from oltunes.tuner.occupancy import Occupancy
 from oltunes.types import ClusterState, JobSpec, Measurement
 from tests.tuner.test_placement_scale import random_cluster
@@ -81,11 +81,11 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
     from oltunes.tuner.corunners import (
         LOAD_LEVELS,
         _member_checks,
-        _member_row,
         _member_terms,
         _newcomer,
     )
     from oltunes.tuner.estimate import LAT
+    from oltunes.tuner.member_rows import option_members
 
     rng = np.random.default_rng(seed)
     variants = make_variants()
@@ -105,7 +105,7 @@ def test_checks_from_kept_option_terms_equal_the_plain_sums_over_every_member(se
     got = _member_checks(est, options, family, job)
     members = [(p, o, m) for p, o in enumerate(options) for m in o.members]
     assert members
-    rows = [_member_row(est, est.memo.table("member_rows"), o, m) for _, o, m in members]
+    rows = [r for o in options for r in option_members(est, o)[2]]
     terms = [_member_terms(est, {}, m.candidate) for _, _, m in members]
     margins, corr = (np.array(col) for col in zip(*terms))
     sizes = got.sizes
@@ -141,7 +141,7 @@ def test_the_checks_kept_per_options_list_hold_one_list_per_family_and_equal_fre
         got = _checks(tuner, fresh, job)
         want = _checks(Tuner(variants, seed=0), fresh, job)
         assert np.array_equal(got.ok, want.ok) and got.by_option == want.by_option
-        assert len(tuner.estimator.member_memo.table("by_options")) <= 2
+        assert len(tuner.estimator.member_memo.get("corunners", _Tables).by_options) <= 2
 
 
 def _devices(cluster: ClusterState) -> list[list[str]]:
@@ -201,3 +201,27 @@ def test_the_same_stack_of_option_terms_is_scored_once_per_model():
     tuner.observe(_measured(rng, cluster, 0))
     member_checks(tuner.estimator, list(options), family, job)
     assert len(scored) == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_members_own_part_reads_its_prior_at_a_co_load_as_the_plain_concatenated_loads(seed):
+    """``_MemberOwn.prior_at`` (the loads written into a copy of [0, levels] shifted by the co-load) gives, bit for
+    bit, the prior latency at ``[0, co_load + each level]``, for a co-load of no co-runner (the int 0 of an empty
+    sum) or of several; read-only, and the same array when asked again."""
+    from oltunes.tuner.member_prior import (
+        LOAD_LEVELS,
+        prior_latency,
+        prior_latency_heads,
+    )
+    from oltunes.tuner.member_rows import _MemberOwn
+
+    rng = np.random.default_rng(seed)
+    heads = prior_latency_heads(float(rng.uniform(0.1, 500.0)), float(rng.choice([1, 8, 32])),
+                                float(rng.choice([1, 2, 4])), float(rng.uniform(0.05, 100.0)),
+                                float(rng.choice([0.0, rng.uniform(1.0, 500.0)])))
+    own = _MemberOwn({}, heads, 0.0)
+    for co_load in [0, 0.0, *rng.uniform(0.0, 4.0, 20), *np.round(rng.uniform(0.05, 3.0, 20) * 20) / 20]:
+        got = own.prior_at(float(co_load) if not isinstance(co_load, int) else co_load)
+        want = prior_latency(heads, np.concatenate([[0.0], co_load + LOAD_LEVELS]))
+        assert got.tobytes() == want.tobytes() and not got.flags.writeable
+        assert own.prior_at(co_load) is got
