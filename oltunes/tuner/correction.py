@@ -36,6 +36,7 @@ The FM then learns what is left (co-runner interference, what the effects cannot
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
@@ -82,6 +83,15 @@ EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "
 # MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
 # cost per observation).
 ROUNDS_PER_OBSERVATION, MAX_ROUNDS, _TOL = 2, 200, 1e-4
+
+
+@functools.lru_cache(maxsize=64)
+def _shares(n: int) -> np.ndarray:
+    """``k / n`` for k = 0 .. n - 1, as a column (n, 1): the share of a chunk of ``n`` learnt before its k-th
+    measurement (``learn_many``), computed once per chunk size (read-only)."""
+    shares = (np.arange(n) / n)[:, None]
+    shares.flags.writeable = False
+    return shares
 
 
 def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
@@ -150,7 +160,7 @@ class PooledCorrection(TreeFit):
         self.intensity = IntensitySlope(n_targets, self.effect_k["intensity"])  # each accelerator's compute payoff
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
-        self._all: tuple[np.ndarray, list[int]] | None = None  # ``_all_effects``, None when the effects changed
+        self._all: tuple[np.ndarray, tuple[int, ...]] | None = None  # ``_all_effects``, None when the effects changed
         self._tilt: tuple[tuple[int, int], np.ndarray] | None = None  # ((cells, elasticity fits), tilt per cell)
         self._tilt_fits = 0
 
@@ -167,11 +177,11 @@ class PooledCorrection(TreeFit):
         before, after = self.learn_many([(acc, v, batch, conc, y, mask, growth, full_batches)])
         return before[0], after[0]
 
-    def learn_many(self, measurements: Sequence[tuple]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def learn_many(self, measurements: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches)`` (``learn``'s arguments)
         at once: every one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at
         most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction before it and
-        after them all.
+        after them all (measurements, n_targets) each.
 
         "Before it" is the fit before the batch moved along the batch's change by the share of the batch learnt before
         it: one by one, the correction has already taken the earlier measurements when a later one comes (the
@@ -186,11 +196,10 @@ class PooledCorrection(TreeFit):
         self._add_all(cells, measurements)
         self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
         after = self._cell_corrections(cells)
-        n = len(cells)
         # each row b + (a - b) * (k / n), the first left as it is (b + 0 * (a - b) is not b for b = -0.0 or a = inf)
-        moved = before + (after - before) * (np.arange(n) / n)[:, None]
+        moved = before + (after - before) * _shares(len(cells))
         moved[0] = before[0]
-        return list(moved), list(after)
+        return moved, after
 
     def has(self, acc: str, v: Variant, batch: int, conc: int) -> bool:
         """Whether this configuration was measured before (``learn``'s ``growth`` is read only for a new one)."""
@@ -213,9 +222,9 @@ class PooledCorrection(TreeFit):
         el, it, n_cells = self.elastic, self.intensity, len(self._cells)
         st = self._structure()
         groups = st.get("groups")
-        if groups is None:  # every effect's group per configuration, kept with the structure
-            groups = st["groups"] = tuple(st["idx"][e] for e in EFFECTS)
-        return cell_corrections(cells, groups, effects, tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
+        if groups is None:  # every effect's group per configuration in one table (one argument), kept with the structure
+            groups = st["groups"] = np.stack([st["idx"][e] for e in EFFECTS])
+        return cell_corrections(cells, groups, effects, offsets, self._mu, (el.coef, el.x, el.n_groups),
                                 (self.scale.coef, el.growth[GROWTH_TARGET]),
                                 (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
 
@@ -223,12 +232,12 @@ class PooledCorrection(TreeFit):
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
         return float(self.elastic.growth[GROWTH_TARGET, shape_group])
 
-    def _all_effects(self) -> tuple[np.ndarray, list[int]]:
+    def _all_effects(self) -> tuple[np.ndarray, tuple[int, ...]]:
         """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
         stand (dropped by a fit, a new configuration or a restore, which change them)."""
         if self._all is None:
             tables = [self._effects[e] for e in EFFECTS]
-            self._all = (np.concatenate(tables, axis=1), list(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
+            self._all = (np.concatenate(tables, axis=1), tuple(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
         return self._all
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:

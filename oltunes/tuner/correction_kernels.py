@@ -19,7 +19,8 @@ __all__ = ["add_measurements", "cell_corrections"]
 def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
     """The corrections (configurations, T) of known configurations ``cells`` as the effects stand
     (``PooledCorrection._current`` by column): ``mu`` + each effect of its groups (``idx``: the group per
-    configuration of each effect, ``eff_at`` where each effect starts in ``eff``), added in that order, + the batch
+    configuration of each effect, (effects, configurations); ``eff_at`` where each effect starts in ``eff``), added in
+    that order, + the batch
     elasticity's tilt (``elastic``: coef, x, shape groups; 0.0 for an accelerator beyond its coefficients), + the
     family growth scale x the prior's growth (``scale``: coef, the growth per shape group; 0.0 beyond its
     coefficients), + the intensity slope's term where any intensity is known (``intensity``: active, coef, mean, x
@@ -31,11 +32,11 @@ def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
     out = np.empty((len(cells), T))
     for i in range(len(cells)):
         j = cells[i]
-        acc, fam, shape = idx[1][j], idx[2][j], idx[4][j]
+        acc, fam, shape = idx[1, j], idx[2, j], idx[4, j]
         for t in range(T):
             v = mu[t]
-            for e in range(len(idx)):
-                v = v + eff[t, eff_at[e] + idx[e][j]]
+            for e in range(idx.shape[0]):
+                v = v + eff[t, eff_at[e] + idx[e, j]]
             v = v + (el_coef[t, acc] * el_x[t, shape] if acc < el_coef.shape[1] and shape < n_shapes else 0.0)
             v = v + (s_coef[t, fam] if fam < s_coef.shape[1] else 0.0) * growth[shape]
             if active:
