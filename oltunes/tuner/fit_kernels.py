@@ -34,8 +34,8 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.kernel_math import pairwise_sum
 
-__all__ = ["centre_growth", "clip", "elastic_fit", "fit", "fit_rounds", "fit_start", "intensity_fit", "refit_slopes",
-           "scale_fit", "slopes_within_kind", "tree_counts"]
+__all__ = ["cell_corrections", "centre_growth", "clip", "elastic_fit", "fit", "fit_around", "fit_rounds", "fit_start",
+           "intensity_fit", "refit_slopes", "scale_fit", "slopes_within_kind", "tree_counts"]
 
 
 @compiled
@@ -478,3 +478,58 @@ def fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean
         if converged:
             break
     return tilt, el_mean, i_coef, i_mean, blocks, (acc_share, acc_npk, acc_n), (var_share, var_npk, var_n)
+
+
+@compiled
+def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
+    """The corrections (configurations, T) of known configurations ``cells`` as the effects stand
+    (``PooledCorrection._current`` by column): ``mu`` + each effect of its groups (``idx``: the group per
+    configuration of each effect, (effects, configurations); ``eff_at`` where each effect starts in ``eff``), added in
+    that order, + the batch elasticity's tilt (``elastic``: coef, x, shape groups; 0.0 for an accelerator beyond its
+    coefficients), + the family growth scale x the prior's growth (``scale``: coef, the growth per shape group; 0.0
+    beyond its coefficients), + the intensity slope's term where any intensity is known (``intensity``: active, coef,
+    mean, x and known per configuration; 0.0 for an accelerator beyond its slopes or a variant of unknown
+    intensity)."""
+    el_coef, el_x, n_shapes = elastic
+    s_coef, growth = scale
+    active, i_coef, i_mean, i_x, i_known = intensity
+    T = len(mu)
+    out = np.empty((len(cells), T))
+    for i in range(len(cells)):
+        j = cells[i]
+        acc, fam, shape = idx[1, j], idx[2, j], idx[4, j]
+        for t in range(T):
+            v = mu[t]
+            for e in range(idx.shape[0]):
+                v = v + eff[t, eff_at[e] + idx[e, j]]
+            v = v + (el_coef[t, acc] * el_x[t, shape] if acc < el_coef.shape[1] and shape < n_shapes else 0.0)
+            v = v + (s_coef[t, fam] if fam < s_coef.shape[1] else 0.0) * growth[shape]
+            if active:
+                v = v + (i_coef[t, acc] * (i_x[j] - i_mean[t, acc]) if acc < i_coef.shape[1] and i_known[j] else 0.0)
+            out[i, t] = v
+    return out
+
+@compiled
+def fit_around(cells, idx, eff_at, before_coef, n_shapes, growth, rounds, step, S, N, x_growth, eff, mu, root_k, tol,
+               tilt, i_coef, i_mean, refit_tilt, trees, groups, state):
+    """A whole ``fit`` (its arguments from ``rounds`` on) with the corrections of the configurations ``cells`` read
+    around it by ``cell_corrections`` (``idx, eff_at`` as there; the elasticity's coefficients as they stood
+    ``before_coef``, as many shape groups as it has ``n_shapes``, the prior's growth per shape group ``growth``): each
+    one's "before", the correction before the fit moved along the fit's change by the share of them learnt before it
+    (``PooledCorrection.learn_many``: ``b + (a - b) * (k / n)``, the first ``b`` as it is), and each one's "after".
+    Returns them, then what ``fit`` returns. Read before the fit writes ``eff``, ``mu`` and the slopes' tables in place:
+    the very values the correction stood at."""
+    scale, elastic, intensity = state
+    active, i_x, i_known = intensity[0], intensity[1], intensity[2]
+    before = cell_corrections(cells, idx, eff, eff_at, mu, (before_coef, elastic[1], n_shapes), (scale[0], growth),
+                              (active, i_coef, i_mean, i_x, i_known))
+    out = fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean, refit_tilt, trees, groups, state)
+    after = cell_corrections(cells, idx, eff, eff_at, mu, (elastic[2], elastic[1], n_shapes), (scale[0], growth),
+                             (active, out[2], out[3], i_x, i_known))
+    n = len(cells)
+    moved = before.copy()
+    for i in range(1, n):
+        share = i / n
+        for t in range(before.shape[1]):
+            moved[i, t] = before[i, t] + (after[i, t] - before[i, t]) * share
+    return moved, after, out
