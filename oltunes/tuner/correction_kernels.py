@@ -8,8 +8,6 @@ Compiled lazily and cached on disk (``oltunes.jit.compiled``).
 
 from __future__ import annotations
 
-import numpy as np
-
 from oltunes.jit import compiled
 
 __all__ = ["add_measurements"]
