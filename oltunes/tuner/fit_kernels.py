@@ -312,14 +312,26 @@ def _intensity_term(coef, mean, x, known, a_cell, t, c):
 
 
 @compiled
-def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
+def intensity_terms(coef, mean, x, known, acc_of):
+    """``_intensity_term`` of every (target, configuration) (T, configurations): what a slopes block reads twice
+    (the intensity slopes as of their last fit) and the next one reads again, computed once."""
+    T, C = mean.shape[0], len(acc_of)
+    out = np.empty((T, C))
+    for t in range(T):
+        for c in range(C):
+            out[t, c] = _intensity_term(coef, mean, x, known, acc_of[c], t, c)
+    return out
+
+
+@compiled
+def refit_slopes(sides, tilt, i_coef, i_mean, i_term, refit_tilt, fixed):
     """The slopes block (``PooledCorrection._fit``) given both trees' fit ``sides`` (T, configurations): the growth
     scales (``scale``: coef, updated in place, k, bounds), then, with ``refit_tilt``, the batch elasticity on the
     growth as the correction now predicts it (``elastic``: growth, x and coef updated in place, centres, k, bounds,
     the full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and
-    known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit). Returns the
-    sums less the slopes' terms, the tilt per configuration, the elasticity's centres' means (empty without
-    ``refit_tilt``), the intensity slopes and centres. ``fixed``: what does not change over a fit, in one tuple (the
+    known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit, ``i_term`` their
+    term per configuration, ``intensity_terms``'). Returns the sums less the slopes' terms, the tilt per configuration,
+    the elasticity's centres' means (empty without ``refit_tilt``), the intensity slopes, centres and terms. ``fixed``: what does not change over a fit, in one tuple (the
     configurations' sums ``S`` and counts ``N``, the prior's growth per configuration, the effects' groups per
     configuration ``idx`` and parents, the effects ``eff`` and where three of them start, the counts of the shape,
     configuration and accelerator x variant levels, ``scale``, ``elastic``, ``intensity``)."""
@@ -345,7 +357,7 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
         for c in range(C):
             u = sides[t, c] - eff[t, shape_off + shape_of[c]] + tilt[t, c]
             if active:
-                u = u + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+                u = u + i_term[t, c]
             by_shape[t, shape_of[c]] += S[t, c] - N[t, c] * u
     weights, residual = np.empty((T, G)), np.empty((T, G))
     for t in range(T):
@@ -370,7 +382,7 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
                 share = tilt_counts[t, c] / N[t, c] if N[t, c] > 0 else 0.0
                 v = sides[t, c] + scaled[t, c]
                 if active:
-                    v = v + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+                    v = v + i_term[t, c]
                 x_cell[t, c] = el_x[t, shape_of[c]]
                 n_full[t, c] = N[t, c] * share
                 resid[t, c] = (S[t, c] - N[t, c] * v) * share
@@ -398,14 +410,15 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
                 residual[t, g] = by_av[t, g] * av_share[t, g]
         i_coef, i_mean = intensity_fit(weights, residual, av_of, fam_of_acc_var, acc_of_acc_fam, kind_of_acc, i_x,
                                        i_known, k_i, lo_i, hi_i)
+        i_term = intensity_terms(i_coef, i_mean, i_x, i_known, acc_of)
     out = np.empty((T, C))
     for t in range(T):
         for c in range(C):
             v = tilt[t, c] + scaled[t, c]
             if active:
-                v = v + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+                v = v + i_term[t, c]
             out[t, c] = S[t, c] - N[t, c] * v
-    return out, tilt, el_mean, i_coef, i_mean
+    return out, tilt, el_mean, i_coef, i_mean, i_term
 
 
 @compiled
@@ -465,13 +478,15 @@ def fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean
              (var_n[:, va[2]:va[3]], var_share[:, va[2]:va[3]]), acc_share[:, aa[4]:aa[5]],
              (acc_n[:, aa[3]:aa[4]], acc_share[:, aa[3]:aa[4]]), scale, elastic, intensity)
     el_mean = np.empty((T, 0))
+    # the intensity slopes' term per configuration as of their last fit (none: never read)
+    i_term = intensity_terms(i_coef, i_mean, intensity[1], intensity[2], idx[2]) if intensity[0] else np.empty((T, 0))
     blocks = 0
     for done in range(0, rounds, step):
         acc_side, var_side, converged = fit_rounds(min(step, rounds - done), S_untilted, N, var_side, eff, mu, mu_den,
                                                    acc_tree, (acc_share, acc_npk), var_tree,
                                                    (var_share, var_npk, var_n), fam_kind, kind_of_cell, 0, tol)
-        S_untilted, tilt, mean, i_coef, i_mean = refit_slopes(acc_side + var_side, tilt, i_coef, i_mean, refit_tilt,
-                                                              fixed)
+        S_untilted, tilt, mean, i_coef, i_mean, i_term = refit_slopes(acc_side + var_side, tilt, i_coef, i_mean,
+                                                                      i_term, refit_tilt, fixed)
         blocks += 1
         if refit_tilt:
             el_mean = mean
