@@ -1,14 +1,17 @@
 """Compiled kernels of the pooled correction's fit (``PooledCorrection._fit``), the whole fit in one call (``fit``):
 the trees' counts, rounds of backfitting (both trees' passes up and down, the families' centring, the convergence
 test) and, after each ``step`` of rounds, the slopes block: the families' growth scales (``tuner.growth_scale``), the
-batch elasticity (``tuner.elasticity``) and the intensity slopes (``tuner.intensity``) given both trees' fit.
+batch elasticity (``tuner.elasticity``) and the intensity slopes (``tuner.intensity``) given both trees' fit. After
+a chunk of measurements, the fit and the chunk's configurations' corrections before and after it are one call too
+(``fit_around``, ``PooledCorrection.learn_many``): as three calls, their set-up and numba's dispatch cost ~5 % of the
+tuner's observe CPU at 1,000 devices (``benchmarks.sim_speed``, side by side).
 
 Why compiled: a round was ~75 numpy calls on tables of a few hundred configurations x 3 targets, a slopes block ~60,
 and at cluster scale (``benchmarks.sim_speed``, 1,000 devices) tens of thousands of rounds spent their time in numpy's
 per-call overhead, not in arithmetic. Why one call: with a block of rounds and a slopes block as two calls, a fit of a
 few blocks still spent as much in Python set-up and numba's dispatch of the many arguments as in arithmetic. Why one
 file, long as it is: a kernel calls only kernels of its own module (``oltunes.jit``: the disk cache's stamp covers
-that file and ``oltunes.kernel_math`` only), and ``fit`` calls every kernel here.
+that file and ``oltunes.kernel_math`` only), and ``fit_around`` calls every kernel here.
 
 What they must equal: the numpy formulation (kept as the reference in ``tests/tuner/correction_reference.py``), bit
 for bit (``tests/tuner/test_correction_kernels.py``). ``np.bincount`` with weights adds each bin's weights in index
