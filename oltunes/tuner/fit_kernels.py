@@ -3,7 +3,7 @@ the trees' counts, rounds of backfitting (both trees' passes up and down, the fa
 test) and, after each ``step`` of rounds, the slopes block: the families' growth scales (``tuner.growth_scale``), the
 batch elasticity (``tuner.elasticity``) and the intensity slopes (``tuner.intensity``) given both trees' fit. After
 a chunk of measurements, the fit and the chunk's configurations' corrections before and after it are one call too
-(``fit_around``, ``PooledCorrection.learn_many``): as three calls, their set-up and numba's dispatch cost ~5 % of the
+(``fit_around``, ``PooledCorrection.learn_many``): as three calls, their set-up and numba's dispatch cost ~4 % of the
 tuner's observe CPU at 1,000 devices (``benchmarks.sim_speed``, side by side).
 
 Why compiled: a round was ~75 numpy calls on tables of a few hundred configurations x 3 targets, a slopes block ~60,
