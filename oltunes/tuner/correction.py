@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import add_measurements, cell_corrections
+from oltunes.tuner.correction_kernels import add_measurements
 from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
 from oltunes.tuner.correction_trees import (
@@ -60,7 +60,7 @@ from oltunes.tuner.correction_trees import (
 )
 from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
-from oltunes.tuner.fit_kernels import fit
+from oltunes.tuner.fit_kernels import fit, fit_around
 from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
 from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
@@ -150,7 +150,7 @@ class PooledCorrection(TreeFit):
         self.intensity = IntensitySlope(n_targets, self.effect_k["intensity"])  # each accelerator's compute payoff
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
-        self._all: tuple[np.ndarray, list[int]] | None = None  # ``_all_effects``, None when the effects changed
+        self._all: tuple[np.ndarray, tuple[int, ...]] | None = None  # ``_all_effects``, None when the effects changed
         self._tilt: tuple[tuple[int, int], np.ndarray] | None = None  # ((cells, elasticity fits), tilt per cell)
         self._tilt_fits = 0
 
@@ -167,11 +167,11 @@ class PooledCorrection(TreeFit):
         before, after = self.learn_many([(acc, v, batch, conc, y, mask, growth, full_batches)])
         return before[0], after[0]
 
-    def learn_many(self, measurements: Sequence[tuple]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def learn_many(self, measurements: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches)`` (``learn``'s arguments)
         at once: every one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at
         most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction before it and
-        after them all.
+        after them all (measurements, n_targets) each.
 
         "Before it" is the fit before the batch moved along the batch's change by the share of the batch learnt before
         it: one by one, the correction has already taken the earlier measurements when a later one comes (the
@@ -182,15 +182,8 @@ class PooledCorrection(TreeFit):
         cells = np.array([self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements],
                          dtype=np.intp)
         self._fit()
-        before = self._cell_corrections(cells)
-        self._add_all(cells, measurements)
-        self._fit()  # what the FM learns beside the correction is what a fitted correction leaves
-        after = self._cell_corrections(cells)
-        n = len(cells)
-        # each row b + (a - b) * (k / n), the first left as it is (b + 0 * (a - b) is not b for b = -0.0 or a = inf)
-        moved = before + (after - before) * (np.arange(n) / n)[:, None]
-        moved[0] = before[0]
-        return list(moved), list(after)
+        self._add_all(cells, measurements)  # (the corrections "before" read the effects only, not the sums)
+        return self._refit_around(cells)  # what the FM learns beside the correction is what a fitted correction leaves
 
     def has(self, acc: str, v: Variant, batch: int, conc: int) -> bool:
         """Whether this configuration was measured before (``learn``'s ``growth`` is read only for a new one)."""
@@ -206,29 +199,41 @@ class PooledCorrection(TreeFit):
         self._tilt_news += sum(1 for m in measurements if m[7] and any(m[5]))  # full-batch ones measuring anything
         self.version += len(cells)
 
-    def _cell_corrections(self, cells: np.ndarray) -> np.ndarray:
-        """``_current`` (configurations, T) of known configurations by their columns, as the effects stand: the same
-        additions in the same order, in one compiled call (``correction_kernels.cell_corrections``)."""
-        effects, offsets = self._all_effects()
-        el, it, n_cells = self.elastic, self.intensity, len(self._cells)
-        st = self._structure()
+    def _refit_around(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The fit that follows ``_add_all`` (``_fit``'s) and the corrections (configurations, T) of the known
+        configurations ``cells`` around it, ``_current`` by column, in one compiled call (``fit_kernels.fit_around``):
+        each one's "before", the correction as the effects stood moved along the fit's change by the share of
+        ``cells`` learnt before it (``b + (a - b) * (k / n)``, the first left as it is: ``b + 0 * (a - b)`` is not
+        ``b`` for ``b = -0.0`` or ``a = inf``), and each one's "after"."""
+        if not len(cells):
+            return np.zeros((0, self.n_targets)), np.zeros((0, self.n_targets))
+        el, st = self.elastic, self._structure()
+        before_coef = el.coef  # (the fit's set-up may grow it for a new accelerator: "before" reads it as it stood)
+        args, done = self._fit_args()
+        self._fitted = self.version
+        moved, after, out = fit_around(cells, self._groups_table(st), self._all_effects()[1], before_coef, el.n_groups,
+                                       el.growth[GROWTH_TARGET], *args)
+        self._fitted_as(out, *done)
+        return moved, after
+
+    def _groups_table(self, st: dict[str, Any]) -> np.ndarray:
+        """Every effect's group per configuration in one table (effects, configurations), what ``cell_corrections``
+        reads, kept with the structure ``st``."""
         groups = st.get("groups")
-        if groups is None:  # every effect's group per configuration, kept with the structure
-            groups = st["groups"] = tuple(st["idx"][e] for e in EFFECTS)
-        return cell_corrections(cells, groups, effects, tuple(offsets), self._mu, (el.coef, el.x, el.n_groups),
-                                (self.scale.coef, el.growth[GROWTH_TARGET]),
-                                (it.active, it.coef, it.mean, it.x[:n_cells], it.known[:n_cells]))
+        if groups is None:
+            groups = st["groups"] = np.stack([st["idx"][e] for e in EFFECTS])
+        return groups
 
     def _shape_growth(self, shape_group: int) -> float:
         """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
         return float(self.elastic.growth[GROWTH_TARGET, shape_group])
 
-    def _all_effects(self) -> tuple[np.ndarray, list[int]]:
+    def _all_effects(self) -> tuple[np.ndarray, tuple[int, ...]]:
         """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
         stand (dropped by a fit, a new configuration or a restore, which change them)."""
         if self._all is None:
             tables = [self._effects[e] for e in EFFECTS]
-            self._all = (np.concatenate(tables, axis=1), list(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
+            self._all = (np.concatenate(tables, axis=1), tuple(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
         return self._all
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:
@@ -290,17 +295,22 @@ class PooledCorrection(TreeFit):
         """
         if self._fitted == self.version:
             return
-        fitted, self._fitted = self._fitted, self.version
+        if self._cells:
+            args, done = self._fit_args()
+            self._fitted_as(fit(*args), *done)
+        self._fitted = self.version
+
+    def _fit_args(self) -> tuple[tuple, tuple]:
+        """``fit_kernels.fit``'s arguments for the measurements since the last fit (there are configurations), and
+        what ``_fitted_as`` then reads."""
         n_cells = len(self._cells)
-        if n_cells == 0:
-            return
         st = self._structure()
         eff = self._effects_side_by_side()  # the effects move (the kernel writes them in place)
         S, N = (np.ascontiguousarray(a[:, :n_cells]) for a in (self._sums, self._counts))  # one layout: one compile
         idx, parent, it, el = st["idx"], st["parent"], self.intensity, self.elastic
         x_growth = el.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
         tilt = self._cell_tilt(st)
-        rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - fitted))
+        rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - self._fitted))
         refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
         self._mu = self._mu.copy()  # updated in place by the rounds
         el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
@@ -309,14 +319,18 @@ class PooledCorrection(TreeFit):
                   np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
                  (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
                   *INTENSITY_BOUNDS))
-        trees, groups, (acc_levels, var_levels) = self._fit_layout(st)
-        tilt, mean, it.coef, it.mean, blocks, acc_tables, var_tables = fit(
-            rounds, ROUNDS_PER_OBSERVATION, S, N, x_growth, eff, self._mu, self.root_k, _TOL, tilt, it.coef, it.mean,
-            refit_tilt, trees, groups, state)
+        trees, groups, levels = self._fit_layout(st)
+        return ((rounds, ROUNDS_PER_OBSERVATION, S, N, x_growth, eff, self._mu, self.root_k, _TOL, tilt, it.coef,
+                 it.mean, refit_tilt, trees, groups, state), (levels, refit_tilt, n_cells))
+
+    def _fitted_as(self, out: tuple, levels: tuple, refit_tilt: bool, n_cells: int) -> None:
+        """What ``fit_kernels.fit`` returned (``out``), into the slopes and the trees' counts."""
+        tilt, mean, self.intensity.coef, self.intensity.mean, blocks, acc_tables, var_tables = out
+        acc_levels, var_levels = levels
         self._fit_counts = {ACCELERATOR_TREE: TreeCounts(acc_levels, acc_tables),
                             VARIANT_TREE: TreeCounts(var_levels, var_tables)}
         if refit_tilt and blocks:
-            el.mean, self._tilt_news = mean, 0
+            self.elastic.mean, self._tilt_news = mean, 0
             self._tilt_fits += blocks
             self._tilt = ((n_cells, self._tilt_fits), tilt)
 

@@ -1,5 +1,5 @@
-"""Compiled kernels of the pooled correction (``oltunes.tuner.correction``) per configuration: measurements into
-their configurations' sums, and known configurations' corrections as the effects stand. (The fit's kernels:
+"""Compiled kernel of the pooled correction (``oltunes.tuner.correction``) per configuration: measurements into
+their configurations' sums. (The fit's kernels, and the known configurations' corrections read around a fit:
 ``oltunes.tuner.fit_kernels``, whose docstring says what every kernel here must equal and why: bit for bit the numpy
 formulation, ``tests/tuner/correction_reference.py``.)
 
@@ -8,40 +8,9 @@ Compiled lazily and cached on disk (``oltunes.jit.compiled``).
 
 from __future__ import annotations
 
-import numpy as np
-
 from oltunes.jit import compiled
 
-__all__ = ["add_measurements", "cell_corrections"]
-
-
-@compiled
-def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
-    """The corrections (configurations, T) of known configurations ``cells`` as the effects stand
-    (``PooledCorrection._current`` by column): ``mu`` + each effect of its groups (``idx``: the group per
-    configuration of each effect, ``eff_at`` where each effect starts in ``eff``), added in that order, + the batch
-    elasticity's tilt (``elastic``: coef, x, shape groups; 0.0 for an accelerator beyond its coefficients), + the
-    family growth scale x the prior's growth (``scale``: coef, the growth per shape group; 0.0 beyond its
-    coefficients), + the intensity slope's term where any intensity is known (``intensity``: active, coef, mean, x
-    and known per configuration; 0.0 for an accelerator beyond its slopes or a variant of unknown intensity)."""
-    el_coef, el_x, n_shapes = elastic
-    s_coef, growth = scale
-    active, i_coef, i_mean, i_x, i_known = intensity
-    T = len(mu)
-    out = np.empty((len(cells), T))
-    for i in range(len(cells)):
-        j = cells[i]
-        acc, fam, shape = idx[1][j], idx[2][j], idx[4][j]
-        for t in range(T):
-            v = mu[t]
-            for e in range(len(idx)):
-                v = v + eff[t, eff_at[e] + idx[e][j]]
-            v = v + (el_coef[t, acc] * el_x[t, shape] if acc < el_coef.shape[1] and shape < n_shapes else 0.0)
-            v = v + (s_coef[t, fam] if fam < s_coef.shape[1] else 0.0) * growth[shape]
-            if active:
-                v = v + (i_coef[t, acc] * (i_x[j] - i_mean[t, acc]) if acc < i_coef.shape[1] and i_known[j] else 0.0)
-            out[i, t] = v
-    return out
+__all__ = ["add_measurements"]
 
 
 @compiled

@@ -43,8 +43,7 @@ class EstimatorLearning:
 
     def _learn_rows(self, rows: list[tuple]) -> None:
         """``learn_many`` of measurements' learning rows (``_learning_row``), fitted once."""
-        n = len(TARGETS)
-        before = after = [np.zeros(n)] * len(rows)
+        before = after = np.zeros((len(rows), len(TARGETS)))
         corr = self.correction
         if corr is not None:  # the FM learns what the pooled correction leaves once updated
             before, after = corr.learn_many([
@@ -54,12 +53,12 @@ class EstimatorLearning:
                 for m, c, _, ys, measured in rows])
         # per target in Python floats: the same IEEE operations as on numpy's scalars
         learn, residuals = self.model.learn_predict, [self.residuals[t] for t in TARGETS]
-        for (m, c, x, ys, measured), corr_before, corr_after in zip(rows, before, after):
-            fm_before = learn(x, np.array([0.0 if v is None else v - a for v, a in zip(ys, corr_after.tolist())]),
+        for (m, c, x, ys, measured), corr_before, corr_after in zip(rows, before.tolist(), after.tolist()):
+            fm_before = learn(x, np.array([0.0 if v is None else v - a for v, a in zip(ys, corr_after)]),
                               np.array(measured)).tolist()
             acc = c.accelerator
             region = f"{acc}/{c.variant.family}"
-            for res, v, b, f in zip(residuals, ys, corr_before.tolist(), fm_before):
+            for res, v, b, f in zip(residuals, ys, corr_before, fm_before):
                 if v is not None:  # progressive validation: the error of the prediction made before learning
                     err = v - b - f
                     res.update(acc, err)

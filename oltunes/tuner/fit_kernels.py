@@ -1,14 +1,17 @@
 """Compiled kernels of the pooled correction's fit (``PooledCorrection._fit``), the whole fit in one call (``fit``):
 the trees' counts, rounds of backfitting (both trees' passes up and down, the families' centring, the convergence
 test) and, after each ``step`` of rounds, the slopes block: the families' growth scales (``tuner.growth_scale``), the
-batch elasticity (``tuner.elasticity``) and the intensity slopes (``tuner.intensity``) given both trees' fit.
+batch elasticity (``tuner.elasticity``) and the intensity slopes (``tuner.intensity``) given both trees' fit. After
+a chunk of measurements, the fit and the chunk's configurations' corrections before and after it are one call too
+(``fit_around``, ``PooledCorrection.learn_many``): as three calls, their set-up and numba's dispatch cost ~4 % of the
+tuner's observe CPU at 1,000 devices (``benchmarks.sim_speed``, side by side).
 
 Why compiled: a round was ~75 numpy calls on tables of a few hundred configurations x 3 targets, a slopes block ~60,
 and at cluster scale (``benchmarks.sim_speed``, 1,000 devices) tens of thousands of rounds spent their time in numpy's
 per-call overhead, not in arithmetic. Why one call: with a block of rounds and a slopes block as two calls, a fit of a
 few blocks still spent as much in Python set-up and numba's dispatch of the many arguments as in arithmetic. Why one
 file, long as it is: a kernel calls only kernels of its own module (``oltunes.jit``: the disk cache's stamp covers
-that file and ``oltunes.kernel_math`` only), and ``fit`` calls every kernel here.
+that file and ``oltunes.kernel_math`` only), and ``fit_around`` calls every kernel here.
 
 What they must equal: the numpy formulation (kept as the reference in ``tests/tuner/correction_reference.py``), bit
 for bit (``tests/tuner/test_correction_kernels.py``). ``np.bincount`` with weights adds each bin's weights in index
@@ -34,8 +37,8 @@ import numpy as np
 from oltunes.jit import compiled
 from oltunes.kernel_math import pairwise_sum
 
-__all__ = ["centre_growth", "clip", "elastic_fit", "fit", "fit_rounds", "fit_start", "intensity_fit", "refit_slopes",
-           "scale_fit", "slopes_within_kind", "tree_counts"]
+__all__ = ["cell_corrections", "centre_growth", "clip", "elastic_fit", "fit", "fit_around", "fit_rounds", "fit_start",
+           "intensity_fit", "refit_slopes", "scale_fit", "slopes_within_kind", "tree_counts"]
 
 
 @compiled
@@ -312,14 +315,26 @@ def _intensity_term(coef, mean, x, known, a_cell, t, c):
 
 
 @compiled
-def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
+def intensity_terms(coef, mean, x, known, acc_of):
+    """``_intensity_term`` of every (target, configuration) (T, configurations): what a slopes block reads twice
+    (the intensity slopes as of their last fit) and the next one reads again, computed once."""
+    T, C = mean.shape[0], len(acc_of)
+    out = np.empty((T, C))
+    for t in range(T):
+        for c in range(C):
+            out[t, c] = _intensity_term(coef, mean, x, known, acc_of[c], t, c)
+    return out
+
+
+@compiled
+def refit_slopes(sides, tilt, i_coef, i_mean, i_term, refit_tilt, fixed):
     """The slopes block (``PooledCorrection._fit``) given both trees' fit ``sides`` (T, configurations): the growth
     scales (``scale``: coef, updated in place, k, bounds), then, with ``refit_tilt``, the batch elasticity on the
     growth as the correction now predicts it (``elastic``: growth, x and coef updated in place, centres, k, bounds,
     the full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and
-    known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit). Returns the
-    sums less the slopes' terms, the tilt per configuration, the elasticity's centres' means (empty without
-    ``refit_tilt``), the intensity slopes and centres. ``fixed``: what does not change over a fit, in one tuple (the
+    known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit, ``i_term`` their
+    term per configuration, ``intensity_terms``'). Returns the sums less the slopes' terms, the tilt per configuration,
+    the elasticity's centres' means (empty without ``refit_tilt``), the intensity slopes, centres and terms. ``fixed``: what does not change over a fit, in one tuple (the
     configurations' sums ``S`` and counts ``N``, the prior's growth per configuration, the effects' groups per
     configuration ``idx`` and parents, the effects ``eff`` and where three of them start, the counts of the shape,
     configuration and accelerator x variant levels, ``scale``, ``elastic``, ``intensity``)."""
@@ -345,7 +360,7 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
         for c in range(C):
             u = sides[t, c] - eff[t, shape_off + shape_of[c]] + tilt[t, c]
             if active:
-                u = u + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+                u = u + i_term[t, c]
             by_shape[t, shape_of[c]] += S[t, c] - N[t, c] * u
     weights, residual = np.empty((T, G)), np.empty((T, G))
     for t in range(T):
@@ -370,7 +385,7 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
                 share = tilt_counts[t, c] / N[t, c] if N[t, c] > 0 else 0.0
                 v = sides[t, c] + scaled[t, c]
                 if active:
-                    v = v + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+                    v = v + i_term[t, c]
                 x_cell[t, c] = el_x[t, shape_of[c]]
                 n_full[t, c] = N[t, c] * share
                 resid[t, c] = (S[t, c] - N[t, c] * v) * share
@@ -398,14 +413,15 @@ def refit_slopes(sides, tilt, i_coef, i_mean, refit_tilt, fixed):
                 residual[t, g] = by_av[t, g] * av_share[t, g]
         i_coef, i_mean = intensity_fit(weights, residual, av_of, fam_of_acc_var, acc_of_acc_fam, kind_of_acc, i_x,
                                        i_known, k_i, lo_i, hi_i)
+        i_term = intensity_terms(i_coef, i_mean, i_x, i_known, acc_of)
     out = np.empty((T, C))
     for t in range(T):
         for c in range(C):
             v = tilt[t, c] + scaled[t, c]
             if active:
-                v = v + _intensity_term(i_coef, i_mean, i_x, i_known, acc_of[c], t, c)
+                v = v + i_term[t, c]
             out[t, c] = S[t, c] - N[t, c] * v
-    return out, tilt, el_mean, i_coef, i_mean
+    return out, tilt, el_mean, i_coef, i_mean, i_term
 
 
 @compiled
@@ -465,16 +481,73 @@ def fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean
              (var_n[:, va[2]:va[3]], var_share[:, va[2]:va[3]]), acc_share[:, aa[4]:aa[5]],
              (acc_n[:, aa[3]:aa[4]], acc_share[:, aa[3]:aa[4]]), scale, elastic, intensity)
     el_mean = np.empty((T, 0))
+    # the intensity slopes' term per configuration as of their last fit (none: never read)
+    i_term = intensity_terms(i_coef, i_mean, intensity[1], intensity[2], idx[2]) if intensity[0] else np.empty((T, 0))
     blocks = 0
     for done in range(0, rounds, step):
         acc_side, var_side, converged = fit_rounds(min(step, rounds - done), S_untilted, N, var_side, eff, mu, mu_den,
                                                    acc_tree, (acc_share, acc_npk), var_tree,
                                                    (var_share, var_npk, var_n), fam_kind, kind_of_cell, 0, tol)
-        S_untilted, tilt, mean, i_coef, i_mean = refit_slopes(acc_side + var_side, tilt, i_coef, i_mean, refit_tilt,
-                                                              fixed)
+        S_untilted, tilt, mean, i_coef, i_mean, i_term = refit_slopes(acc_side + var_side, tilt, i_coef, i_mean,
+                                                                      i_term, refit_tilt, fixed)
         blocks += 1
         if refit_tilt:
             el_mean = mean
         if converged:
             break
     return tilt, el_mean, i_coef, i_mean, blocks, (acc_share, acc_npk, acc_n), (var_share, var_npk, var_n)
+
+
+@compiled
+def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
+    """The corrections (configurations, T) of known configurations ``cells`` as the effects stand
+    (``PooledCorrection._current`` by column): ``mu`` + each effect of its groups (``idx``: the group per
+    configuration of each effect, (effects, configurations); ``eff_at`` where each effect starts in ``eff``), added in
+    that order, + the batch elasticity's tilt (``elastic``: coef, x, shape groups; 0.0 for an accelerator beyond its
+    coefficients), + the family growth scale x the prior's growth (``scale``: coef, the growth per shape group; 0.0
+    beyond its coefficients), + the intensity slope's term where any intensity is known (``intensity``: active, coef,
+    mean, x and known per configuration; 0.0 for an accelerator beyond its slopes or a variant of unknown
+    intensity)."""
+    el_coef, el_x, n_shapes = elastic
+    s_coef, growth = scale
+    active, i_coef, i_mean, i_x, i_known = intensity
+    T = len(mu)
+    out = np.empty((len(cells), T))
+    for i in range(len(cells)):
+        j = cells[i]
+        acc, fam, shape = idx[1, j], idx[2, j], idx[4, j]
+        for t in range(T):
+            v = mu[t]
+            for e in range(idx.shape[0]):
+                v = v + eff[t, eff_at[e] + idx[e, j]]
+            v = v + (el_coef[t, acc] * el_x[t, shape] if acc < el_coef.shape[1] and shape < n_shapes else 0.0)
+            v = v + (s_coef[t, fam] if fam < s_coef.shape[1] else 0.0) * growth[shape]
+            if active:
+                v = v + (i_coef[t, acc] * (i_x[j] - i_mean[t, acc]) if acc < i_coef.shape[1] and i_known[j] else 0.0)
+            out[i, t] = v
+    return out
+
+@compiled
+def fit_around(cells, idx, eff_at, before_coef, n_shapes, growth, rounds, step, S, N, x_growth, eff, mu, root_k, tol,
+               tilt, i_coef, i_mean, refit_tilt, trees, groups, state):
+    """A whole ``fit`` (its arguments from ``rounds`` on) with the corrections of the configurations ``cells`` read
+    around it by ``cell_corrections`` (``idx, eff_at`` as there; the elasticity's coefficients as they stood
+    ``before_coef``, as many shape groups as it has ``n_shapes``, the prior's growth per shape group ``growth``): each
+    one's "before", the correction before the fit moved along the fit's change by the share of them learnt before it
+    (``PooledCorrection.learn_many``: ``b + (a - b) * (k / n)``, the first ``b`` as it is), and each one's "after".
+    Returns them, then what ``fit`` returns. Read before the fit writes ``eff``, ``mu`` and the slopes' tables in place:
+    the very values the correction stood at."""
+    scale, elastic, intensity = state
+    active, i_x, i_known = intensity[0], intensity[1], intensity[2]
+    before = cell_corrections(cells, idx, eff, eff_at, mu, (before_coef, elastic[1], n_shapes), (scale[0], growth),
+                              (active, i_coef, i_mean, i_x, i_known))
+    out = fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean, refit_tilt, trees, groups, state)
+    after = cell_corrections(cells, idx, eff, eff_at, mu, (elastic[2], elastic[1], n_shapes), (scale[0], growth),
+                             (active, out[2], out[3], i_x, i_known))
+    n = len(cells)
+    moved = before.copy()
+    for i in range(1, n):
+        share = i / n
+        for t in range(before.shape[1]):
+            moved[i, t] = before[i, t] + (after[i, t] - before[i, t]) * share
+    return moved, after, out

@@ -58,7 +58,7 @@ def test_compiled_fit_is_the_numpy_fit_bit_for_bit(fast_cls, ref_cls, seed):
             full_batches = bool(rng.random() > 0.3)
             chunk.append((acc, v, b, int(rng.choice([1, 2])), y, rng.random(3) > 0.15, growth, full_batches))
         got, want = fast.learn_many(chunk), ref.learn_many(chunk)
-        assert [a.tobytes() for a in got[0] + got[1]] == [b.tobytes() for b in want[0] + want[1]]
+        assert [a.tobytes() for a in (*got[0], *got[1])] == [b.tobytes() for b in (*want[0], *want[1])]
         assert _state(fast) == _state(ref)
     assert fast._tilt_fits > 0 and np.any(fast.scale.coef != 0) and np.any(fast.intensity.coef != 0)  # all moved
     grid = ([*accs, "v100"], variants, [1, 4, 8, 16], [1, 2])
@@ -82,7 +82,7 @@ def test_compiled_fit_is_the_numpy_fit_on_a_simulated_runs_stream(monkeypatch):
 
         def learn_many(self, measurements):
             got, want = super().learn_many(measurements), self.ref.learn_many(measurements)
-            assert [a.tobytes() for a in got[0] + got[1]] == [b.tobytes() for b in want[0] + want[1]]
+            assert [a.tobytes() for a in (*got[0], *got[1])] == [b.tobytes() for b in (*want[0], *want[1])]
             assert _state(self) == _state(self.ref)
             batches.append(len(measurements))
             return got

@@ -31,8 +31,8 @@ def test_warm_up_leaves_nothing_to_compile_for_simulated_runs():
     warm_up()
     before = _signatures()
     called = ("fm_kernels.grid_sum", "fm_kernels.key_overlap", "fm_kernels.newcomer_sums", "fm_kernels.part_sums",
-              "fm_kernels.prefixed_unary", "ftml_kernel.ftml_rows", "ftml_kernel.fm_step", "fit_kernels.fit",
-              "correction_kernels.cell_corrections", "correction_kernels.add_measurements",
+              "fm_kernels.prefixed_unary", "ftml_kernel.ftml_rows", "ftml_kernel.fm_step", "fit_kernels.fit_around",
+              "correction_kernels.add_measurements",
               "explain_kernels.pair_minima", "member_kernels.member_logs", "member_kernels.member_verdicts",
               "objective_kernels.effective_batch_cells", "selection_kernels.graded_violation",
               "selection_kernels.lexsort_first5",
