@@ -1,5 +1,5 @@
 """How sure the pooled correction is of one configuration: the posterior standard deviation of its correction, for
-exploration bounded by SLO risk (measured, not used by selection yet: README, issue 9).
+exploration bounded by SLO risk (measured, not used by selection yet: docs/measurements.md, issue 9).
 
 Each tree's part is exact for its nested levels (``var = 1 / (n + k) + (k / (n + k))^2 var(parent)``); the two sides
 are added as if independent (an approximation).
