@@ -18,9 +18,7 @@ import pstats
 import time
 
 from benchmarks.common import parser, print_table, write_json
-from benchmarks.sim_speed import TimedPolicy, measure, scenario, warm_up
-from oltunes.policies import Policy
-from oltunes.simulation import context, prepare, simulator
+from benchmarks.sim_speed import measure, timed_simulation, warm_up, workload
 
 # (layer, test on a pstats key (file, line, name)): the first that matches names the layer
 LAYERS = (
@@ -60,11 +58,8 @@ def top_functions(stats: pstats.Stats, n: int) -> list[dict]:
 
 def profiled_run(devices: int, requests: int, policy: str) -> tuple[pstats.Stats, dict]:
     warm_up(policy)
-    prep = prepare(scenario(devices, requests))
-    if prep.n_requests < requests:  # as sim_speed.measure: the same workload
-        prep = prepare(scenario(devices, requests, boost=1.01 * requests / prep.n_requests))
-    sim = simulator(prep)
-    timed = TimedPolicy(Policy.make(policy, ctx=context(prep, sim.model, sim.cluster)))
+    prep = workload(devices, requests)  # the very workload sim_speed.measure runs
+    sim, timed = timed_simulation(prep, policy)
     prof = cProfile.Profile()
     cpu0 = time.process_time()
     prof.runcall(sim.run, timed)
@@ -87,8 +82,8 @@ def main() -> None:
                   plain["decisions"], plain["observations"], 1e3 * plain["decide_cpu_s"] / plain["decisions"],
                   1e3 * plain["observe_cpu_s"] / plain["observations"]]])
     stats, run = profiled_run(a.devices, a.requests, a.policy)
-    total = sum(v[2] for v in stats.stats.values())
     layers = by_layer(stats)
+    total = sum(v["own_s"] for v in layers.values())
     print_table(f"own time by layer under cProfile ({run['profiled_cpu_s']:.1f} CPU s profiled)",
                 ["layer", "own s", "share", "calls", "calls / decision"],
                 [[k, v["own_s"], v["own_s"] / total, v["calls"], v["calls"] / run["decide"]] for k, v in layers.items()])

@@ -99,15 +99,26 @@ def warm_up(policy: str) -> float:
     return time.process_time() - cpu0
 
 
+def workload(devices: int, requests: int):
+    """``scenario(devices, requests)`` prepared; thinning is random, so topped up once to really hold >= ``requests``."""
+    prep = prepare(scenario(devices, requests))
+    if prep.n_requests < requests:
+        prep = prepare(scenario(devices, requests, boost=1.01 * requests / prep.n_requests))
+    return prep
+
+
+def timed_simulation(prep, policy: str):
+    """A simulator of ``prep`` and ``policy`` wrapped to count and time its calls (``TimedPolicy``)."""
+    sim = simulator(prep)
+    return sim, TimedPolicy(Policy.make(policy, ctx=context(prep, sim.model, sim.cluster)))
+
+
 def measure(devices: int, requests: int, policy: str) -> dict:
     warmup_cpu_s = warm_up(policy)
     t0 = time.perf_counter()
-    prep = prepare(scenario(devices, requests))
-    if prep.n_requests < requests:  # thinning is random: top up once so the run really has >= the target
-        prep = prepare(scenario(devices, requests, boost=1.01 * requests / prep.n_requests))
+    prep = workload(devices, requests)
     build_s = time.perf_counter() - t0
-    sim = simulator(prep)
-    timed = TimedPolicy(Policy.make(policy, ctx=context(prep, sim.model, sim.cluster)))
+    sim, timed = timed_simulation(prep, policy)
     cpu0 = time.process_time()
     res = sim.run(timed)
     cpu_s = time.process_time() - cpu0

@@ -110,16 +110,16 @@ class PlacementOption:
     # objects are made once per placement and load there): not part of what the option is
     per: _PerPlacement | None = field(default=None, compare=False, repr=False)
 
-    def load(self, i: int) -> float:
-        return self.loads[i] if i < len(self.loads) else 1.0
+    @cached_property
+    def member_loads(self) -> tuple[float, ...]:
+        """Each member's busy share: ``loads``, and 1.0 for the members past the loads given."""
+        return (*self.loads, *(1.0,) * (len(self.members) - len(self.loads)))
 
     @cached_property
     def co_features(self) -> tuple[CoLite, ...]:
         """The members as the encoding sees them (family, size, load)."""
-        ms, loads = self.members, self.loads
-        if len(loads) < len(ms):
-            loads = (*loads, *(1.0,) * (len(ms) - len(loads)))  # (``load``: 1.0 past the loads given)
-        return tuple([CoLite(m.candidate.variant.family, m.candidate.variant.size, load) for m, load in zip(ms, loads)])
+        return tuple([CoLite(m.candidate.variant.family, m.candidate.variant.size, load)
+                      for m, load in zip(self.members, self.member_loads)])
 
     @cached_property
     def model_key(self) -> tuple:
@@ -137,7 +137,7 @@ class PlacementOption:
     def co_runners(self) -> tuple[CoRunner, ...]:
         """The members as ``CoRunner`` objects (built only for the chosen option)."""
         made = co_runner_of if self.per is None else self.per.co_runner
-        return tuple(made(m, self.load(i)) for i, m in enumerate(self.members))
+        return tuple(made(m, load) for m, load in zip(self.members, self.member_loads))
 
     @property
     def shared(self) -> bool:
@@ -263,7 +263,7 @@ class _PerPlacement:
         return sum([s[1] for s in seen]), (() if self.load_of is None else tuple([s[2] for s in seen]))
 
     def loads(self, placements: Sequence[Placement]) -> tuple[float, ...]:
-        return () if self.load_of is None else tuple([self._of(p)[2] for p in placements])
+        return self.need_and_loads(placements)[1]
 
     def co_runner(self, p: Placement, load: float) -> CoRunner:
         """``co_runner_of(p, load)``, made once per placement object and load (co-runners are frozen)."""

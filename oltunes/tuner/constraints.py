@@ -172,7 +172,7 @@ class Memory(Constraint, name="memory"):
             [[memory_need_gb(v, c) for c in est.concurrencies] for v in est.variants]))  # V, C
         free_mem = np.array([o.free_memory_gb for o in est.options])
         fits = np.greater_equal.outer(free_mem, need)[:, :, None, :]  # P, V, 1, C: need <= free memory
-        return fits & False if est.no_capacity else fits
+        return np.zeros_like(fits) if est.no_capacity else fits  # no capacity: nothing fits
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
         return "does not fit free memory/slots"

@@ -134,7 +134,8 @@ class Tuner:
         Correct the prior first with a hierarchical shrinkage of measured residuals (``tuner.correction``: all ->
         accelerator -> family -> variant -> configuration, the prior's weight = ``Prior.evidence``); the FM learns
         what is left. The heuristic prior is 15-50x too fast for the simulator's ONNX Runtime timings, and the FM
-        alone needs hundreds of observations to learn that; this needs a handful (docs/measurements.md, "Tuner: split by job").
+        alone needs hundreds of observations to learn that; this needs a handful (docs/measurements.md, "Tuner:
+        split by job").
     implied_throughput
         Predict capacity as ``1000 b c / p99 batch latency`` (no further margin: p99 is already pessimistic)
         instead of learning throughput as a separate target, which streaming jobs teach only when saturated: its

@@ -233,7 +233,8 @@ class PooledCorrection(TreeFit):
         stand (dropped by a fit, a new configuration or a restore, which change them)."""
         if self._all is None:
             tables = [self._effects[e] for e in EFFECTS]
-            self._all = (np.concatenate(tables, axis=1), tuple(accumulate((t.shape[1] for t in tables[:-1]), initial=0)))
+            starts = tuple(accumulate((t.shape[1] for t in tables[:-1]), initial=0))
+            self._all = (np.concatenate(tables, axis=1), starts)
         return self._all
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:

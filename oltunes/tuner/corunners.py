@@ -95,7 +95,7 @@ def member_checks(est: Estimator, options: Sequence[PlacementOption], variants: 
     tables = est.member_memo.get("corunners", _Tables)
     hit = tables.by_options.get(job.family)
     if hit is None or hit[0] is not options:
-        hit = tables.by_options[job.family] = (options, _member_checks(est, options, variants, job, tables))
+        hit = tables.by_options[job.family] = (options, _member_checks(est, options, variants, job))
     checks = hit[1]
     return MemberChecks(checks.ok.copy(), checks._scored)
 
@@ -115,7 +115,7 @@ class _Tables:
 
 
 def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants: Sequence[Variant],
-                   job: JobSpec, tables: _Tables | None = None) -> MemberChecks:
+                   job: JobSpec) -> MemberChecks:
     shared = [(p, o) for p, o in enumerate(options) if o.members]
     if not shared:
         return MemberChecks(np.ones((len(options), len(variants), len(LOAD_LEVELS)), dtype=bool))
@@ -124,8 +124,7 @@ def _member_checks(est: Estimator, options: Sequence[PlacementOption], variants:
     # Each shared option's part (its members' terms) is kept until the model moves (``member_memo``'s version):
     # a decision re-reads the options that did not change and stacks them; only the sums that mix every member
     # (the FM's cross terms, a BLAS product whose rounding depends on the stack) are made per decision.
-    if tables is None:
-        tables = est.member_memo.get("corunners", _Tables)
+    tables = est.member_memo.get("corunners", _Tables)
     table = tables.option_terms
     parts = [_kept_terms(est, table, o, xd_key) for _, o in shared]
     pending = [i for i, t in enumerate(parts) if type(t) is _Pending]

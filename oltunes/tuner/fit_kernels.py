@@ -334,10 +334,11 @@ def refit_slopes(sides, tilt, i_coef, i_mean, i_term, refit_tilt, fixed):
     the full-batch counts), then, where any intensity is known, the intensity slopes (``intensity``: active, x and
     known per configuration, the groups' parents, k, bounds; ``i_coef, i_mean`` as of their last fit, ``i_term`` their
     term per configuration, ``intensity_terms``'). Returns the sums less the slopes' terms, the tilt per configuration,
-    the elasticity's centres' means (empty without ``refit_tilt``), the intensity slopes, centres and terms. ``fixed``: what does not change over a fit, in one tuple (the
-    configurations' sums ``S`` and counts ``N``, the prior's growth per configuration, the effects' groups per
-    configuration ``idx`` and parents, the effects ``eff`` and where three of them start, the counts of the shape,
-    configuration and accelerator x variant levels, ``scale``, ``elastic``, ``intensity``)."""
+    the elasticity's centres' means (empty without ``refit_tilt``), the intensity slopes, centres and terms.
+    ``fixed``: what does not change over a fit, in one tuple (the configurations' sums ``S`` and counts ``N``, the
+    prior's growth per configuration, the effects' groups per configuration ``idx`` and parents, the effects ``eff``
+    and where three of them start, the counts of the shape, configuration and accelerator x variant levels,
+    ``scale``, ``elastic``, ``intensity``)."""
     S, N, x_growth, idx, parents, eff, eff_at, shape_counts, cfg_share, acc_var_counts = fixed[:10]
     scale, elastic, intensity = fixed[10:]
     T, C = S.shape
@@ -527,6 +528,7 @@ def cell_corrections(cells, idx, eff, eff_at, mu, elastic, scale, intensity):
             out[i, t] = v
     return out
 
+
 @compiled
 def fit_around(cells, idx, eff_at, before_coef, n_shapes, growth, rounds, step, S, N, x_growth, eff, mu, root_k, tol,
                tilt, i_coef, i_mean, refit_tilt, trees, groups, state):
@@ -541,7 +543,8 @@ def fit_around(cells, idx, eff_at, before_coef, n_shapes, growth, rounds, step, 
     active, i_x, i_known = intensity[0], intensity[1], intensity[2]
     before = cell_corrections(cells, idx, eff, eff_at, mu, (before_coef, elastic[1], n_shapes), (scale[0], growth),
                               (active, i_coef, i_mean, i_x, i_known))
-    out = fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean, refit_tilt, trees, groups, state)
+    out = fit(rounds, step, S, N, x_growth, eff, mu, root_k, tol, tilt, i_coef, i_mean, refit_tilt, trees, groups,
+              state)
     after = cell_corrections(cells, idx, eff, eff_at, mu, (elastic[2], elastic[1], n_shapes), (scale[0], growth),
                              (active, out[2], out[3], i_x, i_known))
     n = len(cells)
