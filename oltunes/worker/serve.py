@@ -8,7 +8,8 @@ it restarts after a read with ``reset=true``); ``GET /health`` and ``POST /infer
 (the plain JSON form the launchers and the CLI use). Both infer routes are bare ASGI in front of FastAPI
 (`oltunes.worker.infer_route`: the hot path, and the only routes that read a body).
 
-Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
+Connections: capped, with deadlines for a request's head and body and for keep-alive (`guarded_http`, the
+gateway's guard). Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
 declared or received size is over); more than ``max_request_items`` items 413; a request whose predicted
 queueing delay (from the throughput this worker measured) exceeds ``max_queue_ms`` gets 429 with
 ``Retry-After`` at once. Errors are ``{"error": ...}`` and never repeat the input. On SIGTERM/SIGINT the server
@@ -29,11 +30,13 @@ from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.errors import DataError, OLTunesError, invalid
+from oltunes.gateway.connections import ConnectionLimits
 from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES
 from oltunes.gateway.protocol import ModelMetadata, ProtocolError, TensorMetadata, datatype_of, error_body, triton_config
 from oltunes.gateway.server import KEEP_ALIVE_S
 from oltunes.gateway.telemetry import ServingMetrics
 from oltunes.worker.batcher import DynamicBatcher, Metrics
+from oltunes.worker.guarded_http import guarded_protocol
 from oltunes.worker.infer_route import InferRoute
 from oltunes.worker.session import Device, ModelSession
 
@@ -285,5 +288,6 @@ def serve(cfg: ServeConfig) -> None:
     config = uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
         timeout_keep_alive=KEEP_ALIVE_S,  # longer than the gateway keeps idle connections: no reuse race
+        http=guarded_protocol(ConnectionLimits(idle_timeout_s=KEEP_ALIVE_S)),  # connection cap, read deadlines
     )
     _Server(config).run()
