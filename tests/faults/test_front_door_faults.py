@@ -130,14 +130,17 @@ def test_case_4_worker_closes_half_open_connections_at_its_head_deadline_and_kee
         port = int(w.url.rsplit(":", 1)[1])
         flood = HalfOpenFlood(port, 2000).start(reopen=False)
         try:
+            accepted = time.monotonic() + 10
+            while open_fds(w.pid) < base_fds + 1900 and time.monotonic() < accepted:  # the worker accepts the backlog
+                time.sleep(0.1)
             t0 = time.monotonic()
-            assert open_fds(w.pid) >= base_fds + 1500
+            assert open_fds(w.pid) >= base_fds + 1900
             ok, _ = valid_requests(w.url, 100)
-            while time.monotonic() - t0 < 16 and open_fds(w.pid) > base_fds + 5:
+            while time.monotonic() - t0 < 20 and open_fds(w.pid) > base_fds + 5:
                 time.sleep(0.5)
             closed_after_s = time.monotonic() - t0
             fds_after = open_fds(w.pid)
         finally:
             flood.stop()
     assert ok >= 99, ok
-    assert fds_after <= base_fds + 5 and 9 < closed_after_s < 16, (fds_after, base_fds, closed_after_s)
+    assert fds_after <= base_fds + 5 and 8 < closed_after_s < 20, (fds_after, base_fds, closed_after_s)
