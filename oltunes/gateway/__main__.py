@@ -14,7 +14,8 @@ import uvloop
 
 from oltunes.config import get_settings
 from oltunes.gateway.app import Gateway
-from oltunes.gateway.server import GatewayServer
+from oltunes.gateway.connections import ConnectionLimits
+from oltunes.gateway.server import KEEP_ALIVE_S, GatewayServer
 
 
 def main() -> None:
@@ -24,7 +25,16 @@ def main() -> None:
     ap.add_argument("--route", action="append", default=[], metavar="NAME=URL", help="model name -> worker URL")
     ap.add_argument("--slo-ms", type=float, default=None, help="admission: refuse (429) what would wait longer")
     ap.add_argument("--max-body-bytes", type=int, default=None)
+    ap.add_argument("--max-connections", type=int, default=None, help="open connections at most (default: half the fd limit)")
+    ap.add_argument("--header-timeout-s", type=float, default=10.0, help="a request's line and headers must be in within this")
+    ap.add_argument("--body-timeout-s", type=float, default=60.0, help="a request's whole body must be in within this")
     args = ap.parse_args()
+    try:
+        limits = ConnectionLimits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                                  idle_timeout_s=KEEP_ALIVE_S,
+                                  **({} if args.max_connections is None else {"max_connections": args.max_connections}))  # fmt: skip
+    except ValueError as e:
+        ap.error(str(e))
     settings = get_settings()
     token = settings.gateway_token.get_secret_value() if settings.gateway_token else None
     gw = Gateway(token=token) if args.max_body_bytes is None else Gateway(token=token, max_body_bytes=args.max_body_bytes)
@@ -39,7 +49,7 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with GatewayServer(gw, args.host, args.port) as srv:
+        async with GatewayServer(gw, args.host, args.port, limits) as srv:
             print(srv.url, flush=True)
             await stop.wait()
 

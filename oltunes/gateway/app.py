@@ -36,7 +36,7 @@ from oltunes.gateway.upstream import UpstreamPool
 
 CLIENT_KEEP_ALIVE_S = 15  # idle upstream connections are closed by us first (servers keep them for 75 s)
 
-MODEL_PATH = re.compile(r"^/v2/models/([^/]{1,128})(/versions/[^/]{1,32})?(/ready|/infer)?$")
+MODEL_PATH = re.compile(r"^/v2/models/([^/]{1,128})(/versions/[^/]{1,32})?(/ready|/infer|/config)?$")
 RETRYABLE = {502, 503}
 FORWARD_REQUEST = (b"content-type", HEADER_LENGTH.encode())
 FORWARD_RESPONSE = frozenset((b"inference-header-content-length", b"retry-after"))  # + content-type, kept apart
@@ -123,13 +123,13 @@ class Gateway:
             return Response(200, body, content_type=content_type.encode())
         match = MODEL_PATH.match(path)
         if match is None:
-            raise ProtocolError(404, "no such endpoint; see /v2/models/{name}[/ready|/infer]")
+            raise ProtocolError(404, "no such endpoint; see /v2/models/{name}[/versions/1][/ready|/config|/infer]")
         route = self.routes.get(match.group(1))
         if route is None:
             raise ProtocolError(404, f"unknown model; this service serves {', '.join(sorted(self.routes)) or 'nothing yet'}")
         is_infer = match.group(3) == "/infer"
         if is_infer != (req.method == b"POST") or req.method not in (b"GET", b"POST"):
-            raise ProtocolError(405, "method not allowed: infer is POST, metadata and ready are GET")
+            raise ProtocolError(405, "method not allowed: infer is POST, metadata, config and ready are GET")
         if is_infer:
             req.context = route  # counted from here on
             length = req.headers.get(b"content-length")

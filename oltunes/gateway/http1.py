@@ -15,8 +15,10 @@ The application (`Handler`) is asked twice per request:
 
 Answers go out in request order on each connection (pipelining-safe). A refusal that leaves an unread body
 (413) is sent with ``Connection: close``; the rest of the body is read and dropped for a short grace so the
-client sees the answer instead of a reset. Idle keep-alive connections are closed after ``keep_alive_s``;
-`Http1Server.stop` stops accepting, lets in-flight requests finish, then closes.
+client sees the answer instead of a reset. Connections are capped and every request has read deadlines
+(`oltunes.gateway.connections`: a head within 10 s, a body within 60 s, keep-alive idle for 75 s; at the cap the
+oldest half-open connection makes room). `Http1Server.stop` stops accepting, lets in-flight requests finish,
+then closes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import Any, Protocol
 from urllib.parse import unquote
 
 import httptools
+
+from oltunes.gateway.connections import BODY, BUSY, HEAD, IDLE, ConnectionGuard, ConnectionLimits, drop_transport, error_response
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +112,9 @@ class ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.queue: deque[tuple[Request, Response | None, bool]] = deque()
         self.task: asyncio.Task | None = None
-        self.last_active = time.monotonic()
+        self.guard = server.guard
+        self.fresh = True  # no request answered yet: waiting for one is a head deadline, not keep-alive
+        self.in_message = False  # a request has begun and is not all in
         self.discarding = False  # after a refusal with `close`: input is dropped unparsed
         self.closing = False  # the server is stopping: close after the current answer
         self.paused = False
@@ -124,13 +130,33 @@ class ServerConnection(asyncio.Protocol):
         self.answer: Response | None = None  # set early: a refusal (the body is dropped)
         self.reading = False  # `head` let the request through and its body is arriving
 
+    def _settle(self) -> None:
+        """Tell the guard which deadline applies now (`oltunes.gateway.connections`)."""
+        if self.in_message:
+            state = HEAD if self.request is None else BODY
+        elif self.task is not None or self.queue:
+            state = BUSY
+        else:
+            state = HEAD if self.fresh else IDLE
+        self.guard.state(self, state)
+
+    def drop(self, status: int | None, message: str) -> None:
+        """The guard closes this connection (a deadline passed, or it was evicted at the cap)."""
+        answer = error_response(status, message) if status is not None and self.in_message and not self.discarding else None
+        self.discarding = True
+        drop_transport(self.transport, answer)
+
     # -- asyncio -------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.server.connections.add(self)
+        if not self.guard.opened(self):
+            self.discarding = True
+            drop_transport(self.transport, error_response(503, "every connection of the server is busy; retry"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        self.guard.closed(self)
         self.discarding = True
         self._abandon()
 
@@ -140,7 +166,6 @@ class ServerConnection(asyncio.Protocol):
             self.handler.abandoned(self.request)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
         if self.discarding:
             return
         try:
@@ -153,6 +178,8 @@ class ServerConnection(asyncio.Protocol):
     # -- httptools callbacks -------------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._new_message()
+        self.in_message = True
+        self._settle()
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -185,6 +212,7 @@ class ServerConnection(asyncio.Protocol):
             self.reading = self.answer is None
             if expects:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
+        self._settle()
 
     def on_body(self, chunk: bytes) -> None:
         if self.answer is not None:
@@ -200,6 +228,7 @@ class ServerConnection(asyncio.Protocol):
         self.body.append(chunk)
 
     def on_message_complete(self) -> None:
+        self.in_message = False
         req = self.request
         if self.discarding or req is None:  # answered already (refused early, or the connection is gone)
             return
@@ -207,6 +236,7 @@ class ServerConnection(asyncio.Protocol):
         if self.answer is None:
             req.body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         self._enqueue(req, self.answer, self.parser.should_keep_alive())
+        self._settle()
 
     # -- answering -----------------------------------------------------------------------------------------
     def _refuse_now(self) -> None:
@@ -240,6 +270,7 @@ class ServerConnection(asyncio.Protocol):
                     self.transport.resume_reading()
         finally:
             self.task = None
+            self._settle()
 
     def _write(self, answer: Response, keep_alive: bool) -> None:
         t = self.transport
@@ -247,7 +278,7 @@ class ServerConnection(asyncio.Protocol):
             return
         close = answer.close or not keep_alive or self.closing
         t.writelines(encode(answer, close))
-        self.last_active = time.monotonic()
+        self.fresh = False
         if not close:
             return
         if answer.close:  # a body may still be arriving: drop it for a moment, so the client reads the answer
@@ -266,35 +297,25 @@ class ServerConnection(asyncio.Protocol):
 
 
 class Http1Server:
-    """``await Http1Server(handler, keep_alive_s).start(sock)``; ``await stop(grace_s)``."""
+    """``await Http1Server(handler, limits).start(sock)``; ``await stop(grace_s)``. `limits`: the connection cap and
+    the read and keep-alive deadlines (`oltunes.gateway.connections`)."""
 
-    def __init__(self, handler: Handler, keep_alive_s: float) -> None:
-        self.handler, self.keep_alive_s = handler, keep_alive_s
+    def __init__(self, handler: Handler, limits: ConnectionLimits | None = None) -> None:
+        self.handler = handler
+        self.guard = ConnectionGuard(limits)
         self.connections: set[ServerConnection] = set()
         self._server: asyncio.Server | None = None
-        self._sweeper: asyncio.Task | None = None
 
     async def start(self, sock: socket.socket, backlog: int = 2048) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: ServerConnection(self.handler, self), sock=sock, backlog=backlog)
-        self._sweeper = loop.create_task(self._sweep())
-
-    async def _sweep(self) -> None:
-        """Close connections idle for longer than the keep-alive (clients keep theirs for less: no reuse race)."""
-        while True:
-            await asyncio.sleep(min(5.0, self.keep_alive_s / 2))
-            now = time.monotonic()
-            for c in list(self.connections):
-                if c.idle and now - c.last_active > self.keep_alive_s:
-                    c.close()
 
     async def stop(self, grace_s: float = 30.0) -> None:
         """Stop accepting; idle connections close now, busy ones after their answers (at most `grace_s`)."""
         if self._server is None:
             return
         self._server.close()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        self.guard.stop()
         deadline = time.monotonic() + grace_s
         while True:
             for c in list(self.connections):

@@ -10,6 +10,7 @@ import socket
 
 from oltunes.errors import ConfigError
 from oltunes.gateway.app import Gateway
+from oltunes.gateway.connections import ConnectionLimits
 from oltunes.gateway.http1 import Http1Server
 from oltunes.netaddr import is_loopback
 
@@ -27,11 +28,15 @@ def check_bind(host: str, token: str | None) -> None:
 
 
 class GatewayServer:
-    """``async with GatewayServer(gateway, host, port) as srv: srv.url``; or `start()` / `stop()`."""
+    """``async with GatewayServer(gateway, host, port) as srv: srv.url``; or `start()` / `stop()`.
 
-    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
+    `limits`: the connection cap and read deadlines (`oltunes.gateway.connections`; keep-alive is `KEEP_ALIVE_S`).
+    """
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0, limits: ConnectionLimits | None = None) -> None:
         check_bind(host, gateway.token.decode() if gateway.token else None)
         self.gateway, self.host, self.port = gateway, host, port
+        self.limits = limits or ConnectionLimits(idle_timeout_s=KEEP_ALIVE_S)
         self._server: Http1Server | None = None
 
     @property
@@ -52,7 +57,7 @@ class GatewayServer:
         await self.gateway.open()
         # keep-alive longer than clients keep idle connections (app.CLIENT_KEEP_ALIVE_S), so a client never sends on a
         # connection the server is closing at that moment
-        self._server = Http1Server(self.gateway, KEEP_ALIVE_S)
+        self._server = Http1Server(self.gateway, self.limits)
         await self._server.start(sock)
         return self
 

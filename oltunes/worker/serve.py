@@ -1,13 +1,15 @@
 """Serve mode: the Open Inference Protocol (KServe v2 REST) over dynamic batching (`oltunes.worker.batcher`).
 
-Endpoints: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{name}[/ready]``,
-``POST /v2/models/{name}[/versions/{v}]/infer`` (typed tensors, JSON or binary; `oltunes.gateway.protocol`);
+Endpoints: ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{name}[/versions/1][/ready|/config]``,
+``POST /v2/models/{name}[/versions/1]/infer`` (typed tensors, JSON or binary, checked against the model's declared
+datatypes and shapes: nothing is cast; `oltunes.gateway.protocol`); the config is Triton's model-config JSON;
 ``GET /metrics`` (Prometheus text format); ``GET /window[?reset=true]`` (the JSON window the control loop reads;
 it restarts after a read with ``reset=true``); ``GET /health`` and ``POST /infer`` ``{"inputs": [item, ...]}``
-(the plain JSON form the launchers and the CLI use). The OIP infer route is bare ASGI in front of FastAPI
-(`oltunes.worker.infer_route`: the hot path).
+(the plain JSON form the launchers and the CLI use). Both infer routes are bare ASGI in front of FastAPI
+(`oltunes.worker.infer_route`: the hot path, and the only routes that read a body).
 
-Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
+Connections: capped, with deadlines for a request's head and body and for keep-alive (`guarded_http`, the
+gateway's guard). Limits, all before any inference: a body over ``max_body_bytes`` gets 413 before it is parsed (as soon as its
 declared or received size is over); more than ``max_request_items`` items 413; a request whose predicted
 queueing delay (from the throughput this worker measured) exceeds ``max_queue_ms`` gets 429 with
 ``Retry-After`` at once. Errors are ``{"error": ...}`` and never repeat the input. On SIGTERM/SIGINT the server
@@ -19,7 +21,6 @@ from __future__ import annotations
 import math
 import signal
 import sys
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,15 @@ from fastapi import Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from oltunes.errors import DataError, OLTunesError, invalid
+from oltunes.gateway.connections import ConnectionLimits
 from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES
-from oltunes.gateway.protocol import ModelMetadata, ProtocolError, TensorMetadata, datatype_of, error_body
+from oltunes.gateway.protocol import ModelMetadata, ProtocolError, TensorMetadata, datatype_of, error_body, triton_config
 from oltunes.gateway.server import KEEP_ALIVE_S
 from oltunes.gateway.telemetry import ServingMetrics
 from oltunes.worker.batcher import DynamicBatcher, Metrics
+from oltunes.worker.guarded_http import guarded_protocol
 from oltunes.worker.infer_route import InferRoute
-from oltunes.worker.session import Device, ModelSession, predictions
+from oltunes.worker.session import Device, ModelSession
 
 
 class ServeConfig(BaseModel):
@@ -66,21 +69,6 @@ def serve_config(**kwargs: Any) -> ServeConfig:
         raise invalid(e, "invalid serve settings") from e
 
 
-class InferRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    inputs: list[Any] = Field(min_length=1, description="items; each any nesting of numbers matching the model input")
-    ids: list[int | str] | None = None
-
-
-class InferResponse(BaseModel):
-    predictions: list[float | int]
-    ids: list[int | str] | None = None
-    model: str
-    batch_items: int = Field(description="items in the session call this request rode in")
-    latency_ms: float
-
-
 class Worker:
     """The serving core behind the routes: admission, preparation, batching, accounting."""
 
@@ -91,6 +79,7 @@ class Worker:
         self.window = Metrics()
         self.prom = ServingMetrics("worker")
         self.name = cfg.served_name
+        self.meta = self._metadata()
         self.draining = False
         self.batcher: DynamicBatcher | None = None
 
@@ -122,7 +111,7 @@ class Worker:
         self.window.request_ms.record(seconds * 1e3)
         self.window.items += items
 
-    def metadata(self) -> ModelMetadata:
+    def _metadata(self) -> ModelMetadata:
         s = self.first
         dims = [-1 if d is None else d for d in s.input_shape]
         out = s.session.get_outputs()[0]
@@ -138,11 +127,21 @@ class Worker:
         if name != self.name:
             raise ProtocolError(404, f"unknown model; this worker serves '{self.name}'")
 
+    def model_config(self) -> dict[str, Any]:
+        """Triton's model configuration (JSON) of what this worker serves: the batch axis, the batching and the
+        instances as configured."""
+        cfg = self.cfg
+        return triton_config(self.meta, batched=self.first.fixed_batch is None, max_batch_size=cfg.max_request_items,
+                             preferred_batch=cfg.max_batch, max_delay_ms=cfg.max_delay_ms, instances=cfg.concurrency,
+                             gpu=self.first.device_kind == "cuda")  # fmt: skip
+
     async def run(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         """Raw outputs of items `x` (any numeric array, items along axis 0) and the batch size they ran in."""
         batcher = self.batcher
         assert batcher is not None, "start() first"
         n = len(x)
+        if n == 0:
+            raise ProtocolError(400, "the input has no items (its first dimension is 0)")
         if n > self.cfg.max_request_items:
             raise ProtocolError(413, f"{n} items in one request; the limit is {self.cfg.max_request_items}")
         if self.draining:
@@ -193,8 +192,6 @@ def create_app(cfg: ServeConfig) -> Any:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        if request.url.path == "/infer":
-            w.count(422)
         where = "; ".join(f"field {'.'.join(map(str, e['loc']))!r}: {e['msg']}" for e in exc.errors()[:5])
         return Response(error_body(f"invalid request: {where}"), status_code=422, media_type="application/json")
 
@@ -216,38 +213,29 @@ def create_app(cfg: ServeConfig) -> Any:
     async def ready() -> Response:
         return readiness()
 
+    def model(name: str, version: str | None) -> ModelMetadata:
+        w.check_name(name)
+        w.meta.check_version(version)
+        return w.meta
+
     @app.get("/v2/models/{name}")
     @app.get("/v2/models/{name}/versions/{version}")
-    async def model_metadata(name: str) -> dict[str, Any]:
-        w.check_name(name)
-        return w.metadata().model_dump()
+    async def model_metadata(name: str, version: str | None = None) -> dict[str, Any]:
+        return model(name, version).model_dump()
 
     @app.get("/v2/models/{name}/ready")
     @app.get("/v2/models/{name}/versions/{version}/ready")
-    async def model_ready(name: str) -> Response:
-        w.check_name(name)
+    async def model_ready(name: str, version: str | None = None) -> Response:
+        model(name, version)
         return readiness()
 
-    # -- plain JSON and operations --------------------------------------------------------------------------
-    @app.post("/infer", response_model=InferResponse)
-    async def infer(req: InferRequest) -> Response | InferResponse:
-        t0 = time.perf_counter()
-        try:
-            if req.ids is not None and len(req.ids) != len(req.inputs):
-                raise ProtocolError(400, f"'ids' has {len(req.ids)} entries but 'inputs' has {len(req.inputs)}")
-            try:
-                x = np.asarray(req.inputs, dtype=w.first.input_dtype)
-            except (ValueError, TypeError):
-                raise ProtocolError(400, "'inputs' must be a list of equally shaped numeric items") from None
-            out, batch_items = await w.run(x)
-        except ProtocolError as e:
-            w.count(e.status)
-            return failed(e)
-        seconds = time.perf_counter() - t0
-        w.answered(seconds, len(out))
-        return InferResponse(predictions=predictions(out).tolist(), ids=req.ids, model=w.name, batch_items=batch_items,
-                             latency_ms=round(seconds * 1e3, 4))  # fmt: skip
+    @app.get("/v2/models/{name}/config")
+    @app.get("/v2/models/{name}/versions/{version}/config")
+    async def model_config(name: str, version: str | None = None) -> dict[str, Any]:
+        model(name, version)
+        return w.model_config()
 
+    # -- operations (plain `POST /infer` is bare ASGI: `oltunes.worker.infer_route`) -----------------------------
     @app.get("/health")
     async def health() -> dict[str, Any]:
         s = w.first
@@ -300,5 +288,6 @@ def serve(cfg: ServeConfig) -> None:
     config = uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
         timeout_keep_alive=KEEP_ALIVE_S,  # longer than the gateway keeps idle connections: no reuse race
+        http=guarded_protocol(ConnectionLimits(idle_timeout_s=KEEP_ALIVE_S)),  # connection cap, read deadlines
     )
     _Server(config).run()

@@ -149,12 +149,12 @@ def test_protocol_errors_have_the_protocols_shape_and_never_echo_the_input(worke
         with httpx.Client(base_url=url, timeout=30) as h:
             r = h.post(f"/v2/models/{secret}/infer", json={"inputs": []})
             assert r.status_code == 404 and "unknown model" in r.json()["error"] and secret not in r.text
-            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [secret] * 64}]})
+            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [secret] * 64}]})
             assert r.status_code == 400 and "inputs[0].data" in r.json()["error"] and secret not in r.text
-            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [2, 64], "datatype": "FP32", "data": [0.0] * 64}]})
+            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": "x", "shape": [2, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]})
             assert r.status_code == 400 and "needs 128" in r.json()["error"]
-            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": secret, "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]})
-            assert r.status_code == 400 and "named 'x'" in r.json()["error"] and secret not in r.text
+            r = h.post("/v2/models/cnn/infer", json={"inputs": [{"name": secret, "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]})
+            assert r.status_code == 400 and "not an input of model 'cnn' (it has: x)" in r.json()["error"] and secret not in r.text
             r = h.post("/v2/models/cnn/infer", content=secret.encode())
             assert r.status_code == 400 and r.json() == {"error": "the request body is not valid JSON"}
             assert h.get("/v2/models/cnn/infer").status_code == 405

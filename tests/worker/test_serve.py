@@ -244,3 +244,14 @@ def test_prometheus_metrics_count_requests_batches_and_latency(server, client, i
     assert delta("oltunes_worker_request_latency_seconds_count") == 3
     assert delta("oltunes_worker_batch_size_sum") == 6  # items, whatever the batching
     assert ("oltunes_worker_queue_depth", (("model", "cnn-s-fp32"),)) in after
+
+
+def test_a_request_head_over_64_kib_is_refused_and_the_worker_keeps_serving(server):
+    """uvicorn alone reads headers without a bound; the worker's guarded protocol stops at 64 KiB."""
+    import socket
+
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
+        assert s.recv(200).startswith(b"HTTP/1.1 400")
+    assert httpx.get(f"{server.url}/health", headers={"x-small": "a" * 1000}).status_code == 200
