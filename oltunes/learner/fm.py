@@ -82,7 +82,7 @@ class FMRegressor(FMScoring, FMLearning, FMState, base.Regressor):
         None = always ``replay``.
     robust
         If set (e.g. 2.0), residuals beyond ``robust`` x the running mean |residual| are down-weighted by
-        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (``ftml_kernel._robust_weights``).
+        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (``fm_learning.FMLearning._robust_weight``).
         None = off (the default).
 
     Examples
