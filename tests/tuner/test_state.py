@@ -52,9 +52,8 @@ JOBS = [JobSpec(job_id=f"q{i}", family="cnn", slo_ms=s, accuracy_floor=f, items=
         for i, (s, f, o) in enumerate([(5, 0.7, "energy"), (20, 0.75, "completion_time"), (50, 0.8, "cost")])]
 
 
-@pytest.mark.parametrize("learner_replay", [False, True])
-def test_round_trip_gives_identical_predictions_and_decisions(tmp_path, learner_replay):
-    t = trained(explore_rate=0.5, learner_replay=learner_replay)  # exploration draws must continue identically too
+def test_round_trip_gives_identical_predictions_and_decisions(tmp_path):
+    t = trained(explore_rate=0.5)  # exploration draws must continue identically too
     path = t.save(tmp_path / "state" / "tuner.json")
     u = Tuner.load(path)
     cands = [Candidate(pool=p.name, accelerator=p.accelerator.name, variant=v, batch_size=4)
