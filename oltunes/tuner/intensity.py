@@ -113,8 +113,8 @@ class IntensitySlope:
         return 0.0 if x is None else self.coef[:, acc_group] * (x - self.mean[:, acc_group])
 
     def of_variants(self, acc_groups: np.ndarray, variants: list[Variant]) -> np.ndarray:
-        """The term of every (accelerator group (-1: none), variant) pair (T, P, V): ``term`` vectorised, the same
-        IEEE operations (0.0 where ``term`` gives 0.0)."""
+        """The term of every (accelerator group (-1: none), variant) pair (T, P, V): ``term`` vectorised (0.0 where
+        ``term`` gives 0.0)."""
         T, A = self.n_targets, self.coef.shape[1]
         xs = [self.x_of(v) for v in variants]
         known = np.array([x is not None for x in xs], dtype=bool)
