@@ -38,6 +38,31 @@ def test_one_measurement_moves_every_related_candidate():
     assert 0 < other_acc < same_acc_other_variant < measured < 3.0
 
 
+def _common_and_pair_errors(seed: int) -> float:
+    """A world whose log residual is a common factor (2.0: the prior far too fast) everywhere, plus 1.0 on one
+    accelerator x variant pair; measured with noise on random configurations, never at batch 8. Returns the worst
+    |error| of the learnt correction on configurations never measured: the pair's, and others'."""
+    rng = np.random.default_rng(seed)
+    pc = PooledCorrection(n_targets=1, root_k=1.0)
+    accs = ["t4", "a100", "v100"]
+    for _ in range(80):
+        acc, v = accs[rng.integers(3)], V[rng.integers(3)]
+        b, c = int(rng.choice([1, 2, 4, 16])), int(rng.choice([1, 2]))
+        truth = 2.0 + (1.0 if (acc, v.name) == ("a100", "cnn-l") else 0.0)
+        pc.learn(acc, v, b, c, np.array([truth + rng.normal(0, 0.1)]), np.array([True]))
+    pair = abs(pc.predict("a100", V[2], 8, 1)[0] - 3.0)
+    others = max(abs(pc.predict(acc, v, 8, 1)[0] - 2.0) for acc in accs for v in V[:2])
+    return max(pair, others)
+
+
+def test_learns_a_common_factor_and_a_per_pair_effect_from_measurements():
+    """The common factor reaches every configuration and the pair's own effect stays with the pair: unmeasured batch
+    sizes are predicted within 0.3 (log; the effects are shrunk) by the median seed (0.18, range 0.13-0.27, when
+    written). Without the pair's own effect its error alone would be ~1."""
+    worst, spread = over_seeds(_common_and_pair_errors)
+    assert worst < 0.3, spread
+
+
 def test_missing_target_is_not_learned():
     pc = PooledCorrection(n_targets=2, root_k=1.0)
     pc.learn("t4", V[0], 1, 1, np.array([2.0, 99.0]), np.array([True, False]))
