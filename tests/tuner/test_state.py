@@ -110,7 +110,8 @@ def test_missing_state_file(tmp_path):
 
 
 # A state written by OLTunes 9900f8b (format version 1: standard-library JSON, plain float lists, RNG states as
-# integers beyond 64 bits) from `trained(explore_rate=0.5, learner_replay=True)` after one recommend per job.
+# integers beyond 64 bits) from `trained(explore_rate=0.5, learner_replay=True)` (a switch since retired: its value
+# is ignored, the FM keeps the replay settings saved in its own state) after one recommend per job.
 V1_STATE = Path(__file__).parent / "data" / "tuner_state_v1.json"
 
 
