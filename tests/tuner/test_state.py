@@ -180,3 +180,16 @@ def test_find_nonfinite_looks_everywhere_and_only_at_numbers():
     assert find_nonfinite({"p": pack_floats([1.0, math.nan])}) == "p[1]"
     assert find_nonfinite({"r": [0.0, 1.0, math.nan]}) == "r[2]"
     assert find_nonfinite({"s": np.float64("nan")}) == "s"
+
+
+def test_a_state_saved_with_retired_switches_loads_and_predicts_as_saved(tmp_path):
+    """Switches since retired (``partial_batches``, ``learner_replay``, ``pooled_correction``,
+    ``implied_throughput``) in a saved config are ignored: the state loads and predicts what the saved tuner does."""
+    t = trained()
+    d = t.state_dict()
+    d["config"].update(partial_batches=False, learner_replay=False, pooled_correction=True, implied_throughput=True)
+    u = Tuner.from_state_dict(json.loads(json.dumps(d)))
+    c = [Candidate(pool="npu", accelerator="npu", variant=VARIANTS[1], batch_size=2)]
+    assert u.predict(JOBS[1], c) == t.predict(JOBS[1], c)
+    assert not {"partial_batches", "learner_replay", "pooled_correction", "implied_throughput"} & set(
+        u.state_dict()["config"])
