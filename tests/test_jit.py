@@ -23,9 +23,9 @@ def test_a_function_numba_cannot_cache_is_still_compiled():
 
 
 def test_a_kernel_is_cached_next_to_its_module():
-    from oltunes.tuner.fit_kernels import tree_counts
+    from oltunes.sim.serve_kernels import serve_batches
 
-    assert tree_counts._cache is not None and isinstance(tree_counts._cache, KernelCache)
+    assert serve_batches._cache is not None and isinstance(serve_batches._cache, KernelCache)
 
 
 def test_a_change_to_the_shared_kernels_file_recompiles_a_cached_kernel(tmp_path):

@@ -12,7 +12,7 @@ vectors in numpy tables (one row per feature, a vocabulary maps feature names to
 * ``predict_grid`` scores an outer product of disjoint feature *parts* (placement × variant × batch ×
   concurrency) by combining per-part sums — no per-candidate gather at all.
 
-Any river optimizer works; those without ``step_rows`` are driven through their keyed dict path with one
+Any river optimizer works; others than FTML are driven through their keyed dict path with one
 key per (feature, target[, factor]) so that their state is per parameter too.
 
 The estimators here combine three mixins over one set of tables: :mod:`~oltunes.learner.fm_state` (vocabulary,
@@ -51,7 +51,7 @@ class FMRegressor(FMScoring, FMLearning, FMState, base.Regressor):
         Dimension of the latent vectors.
     weight_optimizer, latent_optimizer
         river optimizers for the linear weights (incl. intercept) and the latent vectors. Default
-        ``FTML(lr=0.03)`` each (``DEFAULT_LR``). Optimizers with ``step_rows`` (FTML) take the fast path.
+        ``FTML(lr=0.03)`` each (``DEFAULT_LR``). FTML steps the touched rows of a table at once (``step_rows``).
     l2_weight, l2_latent
         L2 penalties.
     init_std
@@ -82,7 +82,7 @@ class FMRegressor(FMScoring, FMLearning, FMState, base.Regressor):
         None = always ``replay``.
     robust
         If set (e.g. 2.0), residuals beyond ``robust`` x the running mean |residual| are down-weighted by
-        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (``ftml_kernel._robust_weights``).
+        ``(robust s / |r|)^2``: one failed measurement cannot drag the model (``fm_learning.FMLearning._robust_weight``).
         None = off (the default).
 
     Examples

@@ -12,7 +12,9 @@ import numpy as np
 from river import optim
 
 from oltunes.learner.ftml import FTML
-from oltunes.learner.ftml_kernel import fm_step, fm_step_error
+
+ROBUST_WARMUP = 20  # observations per target before robust down-weighting starts
+ROBUST_RATE = 0.05  # decay of the running |residual| scale afterwards
 
 
 class FMLearning:
@@ -45,52 +47,49 @@ class FMLearning:
 
     def _sgd_step(self, rows: np.ndarray, vals: np.ndarray, y: np.ndarray, mask: np.ndarray, w: float,
                   fresh: bool) -> np.ndarray:
-        W = self._W
-        Wr = W.take(rows, axis=0)  # ``take``: fancy indexing's rows, with less overhead
-        # the prediction, the error (standardised, robustly weighted) and the clipped gradient, and FTML's step of both
-        # tables, in one compiled call (``ftml_kernel.fm_step``); the linear term's product stays numpy's (BLAS: its
-        # order of additions is its own)
-        robust = self.robust is not None
-        error = (W, vals @ Wr, self._V, rows, vals, y, mask, float(w), float(self.clip_gradient), bool(self.standardize),
-                 self._mu, self._sd, robust, float(self.robust) if robust else 0.0, self._scale, self._n_scale, fresh)
-        update = self._kernel_update()
-        if update is None:
-            yhat, g, s = fm_step_error(*error)
+        """One gradient step on one observation (pre-update prediction returned): the error on (standardised)
+        targets, robustly weighted, clipped, masked; then the optimizers' step of the weights and latents."""
+        W, V = self._W, self._V
+        Wr, Vr = W.take(rows, axis=0), V.take(rows, axis=0)  # m, T and m, T, k
+        xv = Vr * vals[:, None, None]
+        s = xv.sum(axis=0)
+        yhat = W[0] + vals @ Wr + 0.5 * ((s * s).sum(-1) - (xv * xv).sum(axis=(0, 2)))
+        if self.standardize:
+            err = yhat - (y - self._mu) / self._sd
+            yhat = yhat * self._sd + self._mu
         else:
-            yhat, g, s, stepped = fm_step(*error, *update)
-            if stepped:
-                return yhat
-            self._wopt.n_iterations -= 1  # declined: the step is ``_plain_step``'s, counted there
-            self._vopt.n_iterations -= 1
-        self._plain_step(rows, vals, Wr, s, g)
+            err = yhat - y
+        if self.robust is not None:
+            err = err * self._robust_weight(err, mask, update=fresh)
+        g = np.where(mask, np.clip(w * err, -self.clip_gradient, self.clip_gradient), 0.0)
+        # linear weights (bias row 0 included, not regularised)
+        gW = np.outer(np.concatenate(([1.0], vals)), g)
+        gW[1:] += self.l2_weight * Wr
+        self._step(self._wopt, W, np.concatenate(([0], rows)), gW)
+        # latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
+        gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
+        self._step(self._vopt, V, rows, gV)
         return yhat
 
-    def _kernel_update(self) -> tuple | None:
-        """What the compiled parameter step reads (``ftml_kernel.fm_step_update``: the regularisation and each table's
-        optimizer state and constants, each optimizer's step counted as ``step_rows`` counts it: one instance may serve
-        both tables); None for other optimizers (their step is ``_plain_step``'s)."""
-        wopt, vopt = self._wopt, self._vopt
-        if type(wopt) is not FTML or type(vopt) is not FTML:
-            return None
-        w_args = wopt.rows_kernel_args(self._W)
-        wopt.n_iterations += 1
-        v_args = vopt.rows_kernel_args(self._V)
-        vopt.n_iterations += 1
-        return float(self.l2_weight), float(self.l2_latent), w_args, v_args
+    def _robust_weight(self, err: np.ndarray, mask: np.ndarray, update: bool) -> np.ndarray:
+        """Down-weight residuals beyond ``robust`` x the running mean |residual| (per target): ``(c s / |r|)^2``.
 
-    def _plain_step(self, rows: np.ndarray, vals: np.ndarray, Wr: np.ndarray, s: np.ndarray, g: np.ndarray) -> None:
-        """The gradient step through the optimizers' ``step_rows`` (or their keyed dict path)."""
-        Vr = self._V.take(rows, axis=0)  # m, T, k
-        # Linear weights (bias row 0 included, not regularised).
-        m = len(rows)
-        wrows, x1 = np.zeros(m + 1, dtype=np.intp), np.ones(m + 1)  # the bias row (0, value 1) and the active rows
-        wrows[1:], x1[1:] = rows, vals
-        gW = x1[:, None] * g[None, :]  # np.outer's own arithmetic, without its wrapper
-        gW[1:] += self.l2_weight * Wr
-        self._step(self._wopt, self._W, wrows, gW)
-        # Latent vectors: d/dv_i = g * x_i * (s - v_i x_i)
-        gV = g[None, :, None] * (vals[:, None, None] * s[None] - Vr * (vals * vals)[:, None, None]) + self.l2_latent * Vr
-        self._step(self._vopt, self._V, rows, gV)
+        Adaptive optimizers (FTML, Adam) normalise the gradient's size away, so clipping it (Huber) does not stop one
+        failed measurement (e.g. a run that swapped: 400x its neighbours) from pulling the model as hard as a good
+        one, and a replay buffer would pull again and again; this weight makes such a point's pull fade like a
+        redescending M-estimator. The scale ``s`` follows the fresh (``update``) residuals: a plain mean over the
+        first ``ROBUST_WARMUP`` (no weighting yet: a cold model is wrong everywhere), then an exponential average of
+        ``min(|r|, 4 s)``, so that a real level shift raises ``s`` within tens of observations and is learned."""
+        a = np.abs(err)
+        ready = self._n_scale >= ROBUST_WARMUP
+        lim = self.robust * self._scale
+        wt = np.where(ready & (a > lim), (lim / np.maximum(a, 1e-12)) ** 2, 1.0)
+        if update:
+            n = self._n_scale = self._n_scale + mask
+            rate = np.where(ready, ROBUST_RATE, 1.0 / np.maximum(n, 1))
+            capped = np.where(ready, np.minimum(a, 4.0 * self._scale), a)
+            self._scale = np.where(mask, self._scale + rate * (capped - self._scale), self._scale)
+        return wt
 
     def _n_replays(self) -> int:
         """Replay steps for this observation: ``replay`` for the first ``replay_horizon`` (H) observations, then
@@ -105,7 +104,7 @@ class FMLearning:
 
     @staticmethod
     def _step(opt: optim.base.Optimizer, table: np.ndarray, rows: np.ndarray, g: np.ndarray) -> None:
-        if hasattr(opt, "step_rows"):
+        if isinstance(opt, FTML):
             opt.step_rows(table, rows, g)
             return
         # Generic river optimizer: keyed dict path, one scalar key per parameter (feature, target[, factor]).

@@ -13,14 +13,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from oltunes.learner.fm_kernels import (
-    MAX_FACTORS,
-    grid_sum,
-    key_overlap,
-    newcomer_sums,
-    part_sums,
-    prefixed_unary,
-)
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -58,22 +50,6 @@ def _job_prefixed(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[
     return parts
 
 
-_NONE = np.empty((0, 0, 0))  # grid_sum's "nothing more to add", newcomer_sums' "no overlap"
-
-
-def _static_columns(sizes: Sequence[int]) -> np.ndarray:
-    """For each static group m and each flat (C-order) cell of the static axes, the column of ``grid_sum``'s
-    concatenated cross terms to read: group m's offset + the cell's index along m's axis."""
-    S = math.prod(sizes)
-    flat, stride, offset = np.arange(S), S, 0
-    at = np.empty((len(sizes), S), dtype=np.intp)
-    for m, n in enumerate(sizes):
-        stride //= n
-        at[m] = offset + (flat // stride) % n
-        offset += n
-    return at
-
-
 class FMScoring:
     """Prediction methods of the dense FMs (needs :class:`~oltunes.learner.fm_state.FMState`)."""
 
@@ -87,10 +63,12 @@ class FMScoring:
         return self._part_sums(rows, vals)[:3]
 
     def _part_sums(self, rows: np.ndarray, vals: np.ndarray) -> tuple:
-        """``part_terms`` and the part's own interaction ½(‖s‖² − q) (n, T), compiled (``fm_kernels``)."""
-        if self._V.shape[2] > MAX_FACTORS:
-            raise ValueError(f"n_factors above {MAX_FACTORS} is not supported")
-        return part_sums(self._W, self._V, rows, vals)
+        """``part_terms`` and the part's own interaction ½(‖s‖² − q) (n, T)."""
+        lin = (self._W.take(rows, axis=0) * vals[:, :, None]).sum(axis=1)
+        xv = self._V.take(rows, axis=0) * vals[:, :, None, None]  # n, m, T, k
+        s = xv.sum(axis=1)
+        q = (xv * xv).sum(axis=(1, 3))
+        return lin, s, q, 0.5 * ((s * s).sum(-1) - q)
 
     def _merged_terms(self, parts: Sequence[tuple[np.ndarray, np.ndarray]], limit: float = 64) -> list[tuple]:
         """Part terms, with neighbouring parts merged while their product is at most ``limit`` (e.g. the single
@@ -135,45 +113,37 @@ class FMScoring:
         The last ``n_static`` parts (e.g. variants x batch sizes x concurrencies, the same for every request)
         have their terms and mutual block memoised in ``cache`` until the parameters change. The others (the
         tuner's job row and placements) are merged into one group, so every cell is the static block, the bias,
-        that group's own term and its cross terms with the static groups, added in one compiled pass
-        (``fm_kernels.grid_sum``). ``plus``: up to two arrays with the grid's cells in its order (e.g. the
-        prior's and the correction's grids), added to it in that pass, as ``raw_grid(..) + a + b`` would.
+        that group's own term and its cross terms with the static groups. ``plus``: arrays with the grid's cells in
+        its order (e.g. the prior's and the correction's grids), added to it.
         """
         if self._index is None:
             self._init_state()
         T = self._n_targets
         sizes = [rows.shape[0] for rows, _ in parts]
         n_dyn = len(parts) - n_static
-        s = None  # the dynamic group's latent sums (D, T, k) and its own term (T, D), if there is one
-        if n_dyn == 2 and parts[0][0].shape[0] == 1:  # the job's row before each placement's: its own term is the
-            # row kernel's lin + inter (the same sums as ``_merged_terms``'), read without building the joined rows
-            if self._V.shape[2] > MAX_FACTORS:
-                raise ValueError(f"n_factors above {MAX_FACTORS} is not supported")
-            unary, s = prefixed_unary(self._W, self._V, *parts[0], *parts[1])
-        elif n_dyn:
-            dyn = self._merged_terms(parts[:n_dyn], limit=math.inf)  # at most one group
-            if dyn:
-                lin, s, q = dyn[0]
-                unary = np.ascontiguousarray((lin + 0.5 * ((s * s).sum(-1) - q)).T)
         if cache is not None and cache.get("version") == self._version and n_static:
-            sta, block, at = cache["terms"], cache["block"], cache["at"]
+            sta, block = cache["terms"], cache["block"]
         else:
             sta = self._merged_terms(parts[n_dyn:]) if n_static else []
             block = np.zeros((T, *(g[0].shape[0] for g in sta)))
             self._accumulate(block, sta, 0, len(sta))
-            at = _static_columns([g[0].shape[0] for g in sta])
             if cache is not None and n_static:
-                cache.update(version=self._version, terms=sta, block=block, at=at)
-        if s is not None:
-            cross = (np.concatenate([_cross(s, g[1]) for g in sta], axis=2) if sta
-                     else np.empty((T, s.shape[0], 0)))  # T, D, sum of the static groups' sizes
-        else:
-            unary, cross = np.empty((T, 0)), np.empty((T, 1, 0))
-        D, S = max(unary.shape[1], 1), at.shape[1]
-        a, b = (*(np.asarray(x, dtype=float).reshape(T, D, S) for x in plus), _NONE, _NONE)[:2]
-        out = grid_sum(block.reshape(T, -1), self._W[0], unary, cross, at, self._sd, self._mu, bool(self.standardize),
-                       a, b)
-        return out.reshape(T, *sizes)
+                cache.update(version=self._version, terms=sta, block=block)
+        dyn = self._merged_terms(parts[:n_dyn], limit=math.inf) if n_dyn else []  # at most one group
+        D = dyn[0][0].shape[0] if dyn else 1
+        out = np.empty((T, D, *block.shape[1:]))
+        out[...] = (block + self._W[0].reshape(T, *[1] * len(sta)))[:, None]
+        if dyn:
+            lin, s, q = dyn[0]
+            out += (lin + 0.5 * ((s * s).sum(-1) - q)).T.reshape(T, D, *[1] * len(sta))
+            for m, g in enumerate(sta):  # the cross terms with each static group
+                shape = [1] * len(sta)
+                shape[m] = g[0].shape[0]
+                out += _cross(s, g[1]).reshape(T, D, *shape)
+        out = self._unscale(out.reshape(T, *sizes), axis=0)
+        for a in plus:
+            out = out + np.reshape(a, out.shape)
+        return out
 
     def raw_sums(self, xa: Sequence[Mapping[str, float]], xd: Sequence[Mapping[str, float]]) -> np.ndarray:
         """Raw outputs (n_a, n_d, n_targets) for every feature-wise sum ``xa[i] + xd[j]`` (keys may overlap).
@@ -194,9 +164,11 @@ class FMScoring:
     @staticmethod
     def overlap(rows_a: np.ndarray, vals_a: np.ndarray, rows_d: np.ndarray, vals_d: np.ndarray) -> np.ndarray | None:
         """``sums_plan``'s ``a_at`` (n_a, n_d, m_d) of indexed rows: a row's value of each key of an ``xd`` entry
-        it also has (the overlap :meth:`raw_sums_of` corrects for), compiled (``fm_kernels.key_overlap``); None
-        if no key meets. Row by row: the overlap of stacked rows is the stacked overlaps, at any padding."""
-        a_at = key_overlap(rows_a, vals_a, rows_d, vals_d)
+        it also has (the overlap :meth:`raw_sums_of` corrects for); None if no key meets. Padding (value 0) meets
+        nothing."""
+        meets = ((rows_a[:, None, None, :] == rows_d[None, :, :, None]) & (vals_a != 0.0)[:, None, None, :]
+                 & (vals_d != 0.0)[None, :, :, None])
+        a_at = (meets * vals_a[:, None, None, :]).sum(axis=-1)
         return a_at if a_at.any() else None
 
     def raw_sums_planned(self, plan: tuple) -> np.ndarray:
@@ -213,8 +185,7 @@ class FMScoring:
     def row_terms_and_raw(self, rows: np.ndarray, vals: np.ndarray,
                           n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`row_terms` of the first ``n`` rows and the raw outputs (``predict_many``) of the others, in one
-        kernel call: every value is computed row by row (no product over the stack), so these are bit for bit
-        what the two calls on the parts give."""
+        pass (every value is computed row by row)."""
         y, s = self.row_terms(rows, vals)
         return y[:n], s[:n], self._unscale(y[n:])
 
@@ -228,7 +199,7 @@ class FMScoring:
         """:meth:`raw_sums_planned` from the rows' ``row_terms`` and the newcomers' ``newcomer_terms``."""
         y_a, s_a = a_terms
         y_d, s_d, norms = d_terms
-        # the cross terms are a BLAS product (numpy's); the rest, the overlap correction for keys present in both a
-        # and d included, one compiled pass (``fm_kernels.newcomer_sums``)
-        return newcomer_sums(np.ascontiguousarray(y_a), y_d, _cross(s_a, s_d), _NONE if a_at is None else a_at, vals_d,
-                             norms, self._sd, self._mu, bool(self.standardize))
+        out = y_a[:, None, :] + y_d[None, :, :] + _cross(s_a, s_d).transpose(1, 2, 0)
+        if a_at is not None:  # keys present in both a and d: their own interaction counted once
+            out -= np.einsum("ijm,jm,jmt->ijt", a_at, vals_d, norms)
+        return self._unscale(out)

@@ -141,19 +141,14 @@ class FMState(base.Base):
         return out * self._sd.reshape(shape) + self._mu.reshape(shape)
 
     def _update_target_stats(self, y: np.ndarray, mask: np.ndarray) -> None:
-        # Welford's update per target, in Python floats (a handful of targets: numpy calls would cost more)
-        ns, means, m2s = self._y_n.tolist(), self._y_mean.tolist(), self._y_m2.tolist()
-        sds = []
-        for t, (yt, m) in enumerate(zip(y.tolist(), mask.tolist())):
-            n = ns[t] = ns[t] + m
-            if m:
-                d = yt - means[t]
-                means[t] = means[t] + d / max(n, 1)
-                m2s[t] = m2s[t] + d * (yt - means[t])
-            var = m2s[t] / max(n, 1) if n > 1 else 0.0
-            sds.append(math.sqrt(var) if var > 1e-12 else 1.0)
-        self._y_n, self._y_mean, self._y_m2 = np.array(ns, dtype=np.int64), np.array(means), np.array(m2s)
-        self._mu, self._sd = self._y_mean.copy(), np.array(sds)
+        """Welford's running mean and variance per target, of the measured ones (``mask``)."""
+        n = self._y_n = self._y_n + mask
+        d = np.where(mask, y - self._y_mean, 0.0)
+        self._y_mean = self._y_mean + d / np.maximum(n, 1)
+        self._y_m2 = self._y_m2 + d * np.where(mask, y - self._y_mean, 0.0)
+        self._mu = self._y_mean.copy()
+        var = np.where(n > 1, self._y_m2 / np.maximum(n, 1), 0.0)
+        self._sd = np.where(var > 1e-12, np.sqrt(var), 1.0)
 
     # -- JSON state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -15,7 +15,6 @@ import numpy as np
 from river import optim, utils
 from river.optim.base import DictLike, VectorLike
 
-from oltunes.learner.ftml_kernel import ftml_rows, ftml_rule
 
 __all__ = ["FTML"]
 
@@ -95,25 +94,17 @@ class FTML(optim.base.Optimizer):
         self._vec: list[Any] | None = None  # [v, d, z] for the whole-array path
         # table key -> {"t", "v", "d", "z"} shaped like that table
         self._rows: dict[str, dict[str, np.ndarray]] | None = None
-        self._pow_tables: tuple | None = None  # ((beta_1, beta_2), beta_1**k, beta_2**k for k = 0, 1, ...)
-        # ``rows_kernel_args``' last table and what it handed out for it (not state: dropped from pickles)
-        self._kernel_args: tuple | None = None
 
     # -- the rule, shared by all three paths (works on scalars and arrays alike) -------------------------
     def _update(self, theta, g, t, v, d_prev, z, lr):
-        """The rule for the keyed and whole-array paths (``ftml_kernel.ftml_rule``, as the row path runs it)."""
-        return ftml_rule(theta, g, self.beta_1**t, self.beta_2**t, v, d_prev, z, lr, self.beta_1, self.beta_2,
-                         self.eps)
-
-    def _power_tables(self, top: int) -> tuple[np.ndarray, np.ndarray]:
-        """``beta_1**k, beta_2**k`` for k = 0, 1, ... at least up to ``top`` (excluded): the very values ``**`` gives
-        (numpy computes both with the C ``pow`` of the same doubles), read by the row path instead of a ``pow`` per
-        row per step."""
-        tab = self._pow_tables
-        if tab is None or tab[0] != (self.beta_1, self.beta_2) or len(tab[1]) < top:
-            ks = np.arange(max(1024, 2 * top), dtype=np.int64)
-            tab = self._pow_tables = ((self.beta_1, self.beta_2), self.beta_1**ks, self.beta_2**ks)
-        return tab[1], tab[2]
+        """One step of ``theta`` given gradient ``g`` at step count ``t`` and the state ``v, d, z`` (the class
+        docstring's formulas). Returns (theta, v, d, z)."""
+        b1, b2 = self.beta_1, self.beta_2
+        v = b2 * v + (1.0 - b2) * g * g
+        d = (1.0 - b1**t) / lr * (np.sqrt(v / (1.0 - b2**t)) + self.eps)
+        sigma = d - b1 * d_prev
+        z = b1 * z + (1.0 - b1) * g - sigma * theta
+        return -z / d, v, d, z
 
     def _step_with_dict(self, w: DictLike, g: DictLike) -> DictLike:
         if self._keyed is None:
@@ -145,11 +136,11 @@ class FTML(optim.base.Optimizer):
         state (default: its row shape, so tables of different shapes never share state).
         """
         st = self._table_state(table, key)
-        lr, top = self.learning_rate, 0
-        # one compiled call (``ftml_kernel.ftml_rows``); the powers' tables grow first when a row outgrows them
-        while not ftml_rows(table, rows, g, st["t"], st["v"], st["d"], st["z"], *self._power_tables(top), lr,
-                            self.beta_1, self.beta_2, self.eps):
-            top = int(st["t"].take(rows).max()) + 2  # the rows' next step counts, + 1
+        t = st["t"][rows] + 1
+        st["t"][rows] = t
+        t = t.reshape((-1,) + (1,) * (table.ndim - 1))
+        table[rows], st["v"][rows], st["d"][rows], st["z"][rows] = self._update(
+            table[rows], g, t, st["v"][rows], st["d"][rows], st["z"][rows], self.learning_rate)
         self.n_iterations += 1
         return table
 
@@ -160,24 +151,6 @@ class FTML(optim.base.Optimizer):
         if st is None or st["v"].shape[0] < table.shape[0] or st["v"].shape[1:] != table.shape[1:]:
             st = self._grow(key, table.shape)  # refuses a row shape that is not the key's
         return st
-
-    def rows_kernel_args(self, table: np.ndarray) -> tuple:
-        """What a compiled row step of ``table`` reads (``ftml_kernel.fm_step_update``'s ``w_opt, v_opt``): the
-        table's state (step counts, v, d, z), the powers' tables, and the rule's constants at this step. The caller
-        counts the step (``n_iterations``) as ``step_rows`` does, and takes ``step_rows`` when the kernel declines.
-        The arrays handed out for the last table are kept while its state and the powers' tables are the same objects
-        (a step asks for them twice per observation)."""
-        hit, tab = getattr(self, "_kernel_args", None), self._pow_tables
-        if (hit is None or hit[0] is not table or hit[3] is not tab or tab[0] != (self.beta_1, self.beta_2)
-                or self._rows is None or self._rows.get(hit[1]) is not hit[2]):
-            key = _shape_key(table.shape[1:])
-            st = self._table_state(table, key)
-            powers = self._power_tables(0)
-            hit = self._kernel_args = (table, key, st, self._pow_tables, (st["t"], st["v"], st["d"], st["z"], *powers))
-        return (*hit[4], float(self.learning_rate), float(self.beta_1), float(self.beta_2), float(self.eps))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_kernel_args": None}  # (it holds a table)
 
     def _grow(self, key: str, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         if self._rows is None:

@@ -71,8 +71,11 @@ from oltunes.types import (
 __all__ = ["Tuner", "TARGETS"]
 
 _CONFIG = ("seed", "n_factors", "lr", "explore_rate", "explore_slack", "margin_quantile", "throughput_headroom",
-           "near_equal", "stay_tolerance", "burstiness", "novelty", "crowding", "partial_batches", "saturated_util",
-           "learner_replay", "pooled_correction", "implied_throughput")
+           "near_equal", "stay_tolerance", "burstiness", "novelty", "crowding", "saturated_util")
+# Switches retired (each compared a variant of the model; what they compared is in git history). A state file saved
+# with them still loads: their values are ignored, and the tuner runs as it now always does (full-batch prior, pooled
+# correction, capacity implied by the p99 batch latency; the FM keeps the replay settings saved in its own state).
+_RETIRED = ("partial_batches", "learner_replay", "pooled_correction", "implied_throughput")
 
 
 class Tuner:
@@ -110,36 +113,13 @@ class Tuner:
         only extrapolates to (the FM's variant features are silent until a variant is measured). 0.5 was the
         best of {0, 0.25, 0.5, 1} on the simulator's light / bursty / heterogeneous-heavy scenarios (mean
         request SLO violations 0.466 / 0.439 / 0.428 / 0.439).
-    partial_batches
-        Streaming priors: True = latency and energy of the partial batch dynamic batching forms at the job's
-        *mean* rate (``Prior.adjust``); False (default) = of a full batch of the configured size. Real arrival
-        traces come in clumps that fill batches, and a p99 is set by those: on the simulator's light / bursty /
-        heterogeneous-heavy / overloaded scenarios (3 seeds each, ``oltunes-profiled``) False together with
-        ``saturated_util`` cut the mean request SLO violation rate from 0.393 to 0.353, at lower energy.
     saturated_util
         A streaming measurement teaches the throughput target only when the job kept its device at least this
         busy (``Measurement.gpu_util``): below it, items/s is the arrival rate at partial batches, not the
         capacity the throughput target means, and learning it inflated throughput margins to x2-x8.
-    learner_replay
-        Train the FM with ``oltunes.learner.fm.ONLINE_SETTINGS`` (bounded replay of recent observations, robust
-        and standardised targets). It cuts held-out latency error on the Proteus profiles (benchmarks
-        ``learner_accuracy``: 87% -> 30% MAPE with the same features) but, side by side on the simulator
-        (light / bursty / heterogeneous-heavy, 2 seeds each), it raised mean request SLO violations of
-        ``oltunes`` from 0.38 to 0.43 and of ``oltunes-profiled`` from 0.20 to 0.23, at half the observe rate:
-        off by default until that is understood.
     crowding
         Only when nothing is feasible: penalty (in units of relative SLO overshoot) per job already on a
         device, so that the least-violating fallback spreads instead of packing.
-    pooled_correction
-        Correct the prior first with a hierarchical shrinkage of measured residuals (``tuner.correction``: all ->
-        accelerator -> family -> variant -> configuration, the prior's weight = ``Prior.evidence``); the FM learns
-        what is left. The heuristic prior is 15-50x too fast for the simulator's ONNX Runtime timings, and the FM
-        alone needs hundreds of observations to learn that; this needs a handful (docs/measurements.md, "Tuner:
-        split by job").
-    implied_throughput
-        Predict capacity as ``1000 b c / p99 batch latency`` (no further margin: p99 is already pessimistic)
-        instead of learning throughput as a separate target, which streaming jobs teach only when saturated: its
-        sparse, noisy residuals gave x4-x5 throughput margins that made every candidate look overloaded.
     stay_tolerance
         When re-tuning a running job (``decide(..., current=...)``), keep its placement while its objective
         is within this fraction of the best.
@@ -164,9 +144,7 @@ class Tuner:
                  n_factors: int = 8, lr: float = DEFAULT_LR, explore_rate: float = 0.2, explore_slack: float = 0.5,
                  margin_quantile: float = 0.95, throughput_headroom: float = 1.2,
                  near_equal: float = 0.02, stay_tolerance: float = 0.1, burstiness: float | None = 2.0,
-                 novelty: float = 0.5, crowding: float = 0.25, partial_batches: bool = False,
-                 saturated_util: float = 0.8, learner_replay: bool = False, pooled_correction: bool = True,
-                 implied_throughput: bool = True) -> None:
+                 novelty: float = 0.5, crowding: float = 0.25, saturated_util: float = 0.8) -> None:
         self._lock = threading.RLock()  # the service may call from several threads
         self.batch_sizes = self._positive_ints(batch_sizes, "batch_sizes")
         self.concurrencies = self._positive_ints(concurrencies, "concurrencies")
@@ -188,15 +166,13 @@ class Tuner:
         self.throughput_headroom = throughput_headroom
         self.near_equal, self.stay_tolerance, self.crowding = near_equal, stay_tolerance, crowding
         self.burstiness, self.novelty = burstiness, novelty
-        self.partial_batches, self.saturated_util, self.learner_replay = partial_batches, saturated_util, learner_replay
-        self.pooled_correction, self.implied_throughput = pooled_correction, implied_throughput
+        self.saturated_util = saturated_util
 
         self.catalogue = Catalogue(variants)
         self.estimator = Estimator(
             self.catalogue, self.prior, batch_sizes=self.batch_sizes, concurrencies=self.concurrencies, seed=seed,
             n_factors=n_factors, lr=lr, margin_quantile=margin_quantile, novelty=novelty, burstiness=burstiness,
-            partial_batches=partial_batches, saturated_util=saturated_util, learner_replay=learner_replay,
-            pooled_correction=pooled_correction, implied_throughput=implied_throughput)
+            saturated_util=saturated_util)
         self.constraints = build_constraints(self.estimator, throughput_headroom)
         self.selector = Selector(near_equal=near_equal, stay_tolerance=stay_tolerance, explore_rate=explore_rate,
                                  explore_slack=explore_slack, crowding=crowding,
@@ -378,7 +354,7 @@ class Tuner:
         check_envelope(d)
         try:
             t = cls([Variant.model_validate(v) for v in d["variants"]], prior=Prior.from_dict(d["prior"]),
-                    **d["config"])
+                    **_current_config(d["config"]))
             t.estimator.load_state_dict(d)
             t.n_observed = int(d["n_observed"])
             t._seen = SeenIds.from_state_dict(d["seen"])
@@ -394,3 +370,8 @@ class Tuner:
     @classmethod
     def load(cls, path: str | Path) -> Tuner:
         return cls.from_state_dict(read_state(path))
+
+
+def _current_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved tuner's settings less the retired switches (``_RETIRED``)."""
+    return {k: v for k, v in config.items() if k not in _RETIRED}

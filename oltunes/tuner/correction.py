@@ -1,4 +1,4 @@
-"""Pooled correction of the prior: crossed effects, fast, and exact where something was measured.
+"""Pooled correction of the prior: crossed effects, exact where something was measured.
 
 The prior can be wrong by a large common factor (the heuristic prior is 15-50x too fast for the ONNX Runtime
 latencies behind the simulator), and wrong differently per accelerator and per model variant (it assumes an
@@ -27,8 +27,8 @@ prior's own evidence (``Prior.evidence``: how many measurements the prior is wor
 times converges to what was measured.
 
 The fit is exact ridge (posterior means) over per-configuration sufficient statistics, by backfitting (Gauss-Seidel
-over the effects, warm-started, run lazily when a prediction follows new measurements): a handful of numpy
-``bincount`` passes. Each configuration's decayed sums forget by ``decay`` per measurement of it, so recent
+over the effects, warm-started, after each batch of measurements: ``oltunes.tuner.correction_fit``): a handful of
+numpy ``bincount`` passes per round. Each configuration's decayed sums forget by ``decay`` per measurement of it, so recent
 measurements dominate and drift is followed.
 
 The FM then learns what is left (co-runner interference, what the effects cannot express).
@@ -37,33 +37,16 @@ The FM then learns what is left (co-runner interference, what the effects cannot
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
+from oltunes.tuner.correction_fit import MAX_ROUNDS, ROUNDS_PER_OBSERVATION, fit, intensity_per_cell
 from oltunes.tuner.correction_grid import CorrectionGrid
-from oltunes.tuner.correction_kernels import add_measurements
-from oltunes.tuner.correction_spread import posterior_spread
 from oltunes.tuner.correction_state import restore_into, state_of
-from oltunes.tuner.correction_trees import (
-    ACCELERATOR_TREE,
-    EFFECTS,
-    PARENTS,
-    VARIANT_TREE,
-    TreeCounts,
-    TreeFit,
-    groups_of,
-    kind_arrays,
-    levels_of,
-    tree_arrays,
-)
-from oltunes.tuner.elasticity import BOUNDS as ELASTICITY_BOUNDS
+from oltunes.tuner.correction_trees import EFFECTS, PARENTS, groups_of
 from oltunes.tuner.elasticity import ELASTICITY_K, BatchElasticity, centre_key
-from oltunes.tuner.fit_kernels import fit, fit_around
-from oltunes.tuner.growth_scale import BOUNDS as SCALE_BOUNDS
 from oltunes.tuner.growth_scale import GROWTH_SCALE_K, GROWTH_TARGET, GrowthScale
-from oltunes.tuner.intensity import BOUNDS as INTENSITY_BOUNDS
 from oltunes.tuner.intensity import INTENSITY_K, IntensitySlope
 from oltunes.types import Candidate, Variant
 
@@ -78,10 +61,6 @@ __all__ = ["EFFECTS", "EFFECT_K", "PooledCorrection"]
 EFFECT_K: dict[str, float] = {"kind": 0.1, "acc": 0.1, "fam": 0.1, "var": 0.1, "shape": 0.1,
                               "acc_fam": 1.0, "acc_var": 1.0, "cfg": 1.0, "elasticity": ELASTICITY_K,
                               "growth_scale": GROWTH_SCALE_K, "intensity": INTENSITY_K}
-# Rounds (one pass over each tree) per fit: ROUNDS_PER_OBSERVATION per measurement since the last fit, at most
-# MAX_ROUNDS (each fit starts from the last, so the effects converge over successive observations at a bounded
-# cost per observation).
-ROUNDS_PER_OBSERVATION, MAX_ROUNDS, _TOL = 2, 200, 1e-4
 
 
 def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
@@ -92,7 +71,7 @@ def _set_grown(a: np.ndarray, i: int, value: int) -> np.ndarray:
     return a
 
 
-class PooledCorrection(TreeFit):
+class PooledCorrection:
     """Crossed random effects on log residuals, per target (module docstring).
 
     Parameters
@@ -132,16 +111,12 @@ class PooledCorrection(TreeFit):
         self._tilt_counts = np.zeros((n_targets, 0))  # the part of the counts the batch elasticity learns from
         self._tilt_news = 0  # full-batch measurements since the elasticity was last refitted
         self._gid: dict[str, dict[str, int]] = {e: {} for e in EFFECTS}  # effect -> group key -> index
-        # Index arrays of the fit, grown in place (capacity doubled) as configurations and groups appear, so a new
-        # configuration costs O(1) here instead of rebuilding them from lists: effect -> group per cell, and
-        # effect -> parent group per group (``PARENTS``).
+        # effect -> group per cell, and effect -> parent group per group (``PARENTS``), grown by doubling
         self._idx: dict[str, np.ndarray] = {e: np.zeros(0, dtype=np.intp) for e in EFFECTS}
         self._parent: dict[str, np.ndarray] = {e: np.zeros(0, dtype=np.intp) for e in PARENTS}
         self._effects: dict[str, np.ndarray] = {e: np.zeros((n_targets, 0)) for e in EFFECTS}
         self._mu = np.zeros(n_targets)
         self._fitted = -1
-        self._struct: dict[str, Any] | None = None  # index arrays of the fit (``_structure``)
-        self._fit_counts: dict[tuple[str, ...], dict[str, tuple]] = {}  # per tree and effect: (n, k, share)
         self._shapes: dict[str, list[tuple[int, int, int]]] = {}  # "kind/variant" -> measured (b, c, shape group)
         self._cfgs: dict[str, list[tuple[int, int, int]]] = {}  # "acc/variant" -> measured (b, c, cfg group)
         # each accelerator's own growth with batch (``tuner.elasticity``)
@@ -150,9 +125,6 @@ class PooledCorrection(TreeFit):
         self.intensity = IntensitySlope(n_targets, self.effect_k["intensity"])  # each accelerator's compute payoff
         self._grids = CorrectionGrid(self)  # the grid's index arrays, cached per axes (derived, not state)
         self.version = 0
-        self._all: tuple[np.ndarray, tuple[int, ...]] | None = None  # ``_all_effects``, None when the effects changed
-        self._tilt: tuple[tuple[int, int], np.ndarray] | None = None  # ((cells, elasticity fits), tilt per cell)
-        self._tilt_fits = 0
 
     # ------------------------------------------------------------------------------------------------ learn
     def learn(self, acc: str, v: Variant, batch: int, conc: int, y: np.ndarray,
@@ -179,63 +151,44 @@ class PooledCorrection(TreeFit):
         interval's errors were ~20 % larger (a10-l4-wide seed 0, ~28 measurements a batch: mean |log latency error|
         0.47 vs 0.38 one by one), the margins wider and violations more frequent; the interpolation gives 0.39 at no
         refit."""
+        if not measurements:
+            return np.zeros((0, self.n_targets)), np.zeros((0, self.n_targets))
         cells = np.array([self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements],
                          dtype=np.intp)
         self._fit()
-        self._add_all(cells, measurements)  # (the corrections "before" read the effects only, not the sums)
-        return self._refit_around(cells)  # what the FM learns beside the correction is what a fitted correction leaves
+        self._add_all(cells, measurements)
+        before = self._corrections_of(cells)
+        self._fit()
+        after = self._corrections_of(cells)
+        share_before = (np.arange(len(cells)) / len(cells))[:, None]  # of the batch learnt before each
+        return before + (after - before) * share_before, after
 
     def has(self, acc: str, v: Variant, batch: int, conc: int) -> bool:
         """Whether this configuration was measured before (``learn``'s ``growth`` is read only for a new one)."""
         return (acc, v.name, batch, conc) in self._cells
 
     def _add_all(self, cells: np.ndarray, measurements: Sequence[tuple]) -> None:
-        """The measurements (``learn_many``'s) into their configurations' decayed sums and counts, in order, in one
-        compiled call (``correction_kernels.add_measurements``; no refit)."""
-        ys = np.array([m[4] for m in measurements], dtype=float).reshape(len(cells), self.n_targets)
-        masks = np.array([m[5] for m in measurements], dtype=bool).reshape(len(cells), self.n_targets)
-        full = [1.0 if m[7] else 0.0 for m in measurements]
-        add_measurements(self._sums, self._counts, self._tilt_counts, cells, ys, masks, np.array(full), self.decay)
-        self._tilt_news += sum(1 for m in measurements if m[7] and any(m[5]))  # full-batch ones measuring anything
+        """The measurements (``learn_many``'s), in order, into their configurations' decayed sums and counts, and the
+        full-batch ones' into the elasticity's counts (no refit)."""
+        d = self.decay
+        for j, (*_, y, mask, _, full_batches) in zip(cells.tolist(), measurements):
+            m = np.asarray(mask, dtype=bool)
+            self._sums[m, j] = d * self._sums[m, j] + np.asarray(y, dtype=float)[m]
+            self._counts[m, j] = d * self._counts[m, j] + 1.0
+            self._tilt_counts[m, j] = d * self._tilt_counts[m, j] + float(full_batches)
+            self._tilt_news += bool(full_batches and m.any())
         self.version += len(cells)
 
-    def _refit_around(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The fit that follows ``_add_all`` (``_fit``'s) and the corrections (configurations, T) of the known
-        configurations ``cells`` around it, ``_current`` by column, in one compiled call (``fit_kernels.fit_around``):
-        each one's "before", the correction as the effects stood moved along the fit's change by the share of
-        ``cells`` learnt before it (``b + (a - b) * (k / n)``, the first left as it is: ``b + 0 * (a - b)`` is not
-        ``b`` for ``b = -0.0`` or ``a = inf``), and each one's "after"."""
-        if not len(cells):
-            return np.zeros((0, self.n_targets)), np.zeros((0, self.n_targets))
-        el, st = self.elastic, self._structure()
-        before_coef = el.coef  # (the fit's set-up may grow it for a new accelerator: "before" reads it as it stood)
-        args, done = self._fit_args()
-        self._fitted = self.version
-        moved, after, out = fit_around(cells, self._groups_table(st), self._all_effects()[1], before_coef, el.n_groups,
-                                       el.growth[GROWTH_TARGET], *args)
-        self._fitted_as(out, *done)
-        return moved, after
-
-    def _groups_table(self, st: dict[str, Any]) -> np.ndarray:
-        """Every effect's group per configuration in one table (effects, configurations), what ``cell_corrections``
-        reads, kept with the structure ``st``."""
-        groups = st.get("groups")
-        if groups is None:
-            groups = st["groups"] = np.stack([st["idx"][e] for e in EFFECTS])
-        return groups
-
-    def _shape_growth(self, shape_group: int) -> float:
-        """The prior's growth that the family growth scale multiplies, as a measured shape group keeps it."""
-        return float(self.elastic.growth[GROWTH_TARGET, shape_group])
-
-    def _all_effects(self) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Every effect's table side by side (T, groups of all effects) and each one's first column, as the effects
-        stand (dropped by a fit, a new configuration or a restore, which change them)."""
-        if self._all is None:
-            tables = [self._effects[e] for e in EFFECTS]
-            starts = tuple(accumulate((t.shape[1] for t in tables[:-1]), initial=0))
-            self._all = (np.concatenate(tables, axis=1), starts)
-        return self._all
+    def _corrections_of(self, cells: np.ndarray) -> np.ndarray:
+        """The corrections (len(cells), T) of known configurations as the effects and slopes stand (no refit)."""
+        idx = {e: self._idx[e].take(cells) for e in EFFECTS}
+        out = self._mu[:, None] + sum(self._effects[e].take(idx[e], axis=1) for e in EFFECTS)
+        el = self.elastic
+        n_acc = el.coef.shape[1]
+        tilt = el.coef.take(np.minimum(idx["acc"], max(n_acc - 1, 0)), axis=1) if n_acc else 0.0
+        out = out + np.where(idx["acc"] < n_acc, tilt * el.x.take(idx["shape"], axis=1), 0.0)
+        out = out + self.scale.coef.take(idx["fam"], axis=1) * el.growth[GROWTH_TARGET].take(idx["shape"])
+        return (out + intensity_per_cell(self, idx["acc"], cells)).T
 
     def _cell(self, acc: str, v: Variant, batch: int, conc: int, growth: np.ndarray | None = None) -> int:
         key = (acc, v.name, batch, conc)
@@ -266,110 +219,19 @@ class PooledCorrection(TreeFit):
                     self._cfgs.setdefault(f"{acc}/{v.name}", []).append((batch, conc, g))
             groups[e] = g
             self._idx[e] = _set_grown(self._idx[e], j, g)
-        self._all = None
         for child, (of, par) in PARENTS.items():  # set on every new cell: the last configuration's parent wins
             self._parent[child] = _set_grown(self._parent[child], groups[of], groups[par] if par else 0)
         return j
 
     # ------------------------------------------------------------------------------------------------ fit
     def _fit(self) -> None:
-        """Posterior means of every effect, warm-started from the last fit.
-
-        The effects form two nested trees over the configurations: the accelerator side (``mu`` > kind >
-        accelerator > accelerator x family > accelerator x variant > configuration) and the variant side (family >
-        variant > shape, per kind). Given one tree's fit, the other's posterior means are exact in one pass up
-        (each group's data, integrated over its own effect, is a message to its parent) and one pass down; the
-        two trees alternate (two-block Gauss-Seidel), a few rounds per measurement since the last fit.
-
-        The batch elasticity's tilt, the families' growth scales and the intensity slopes, as of the last fit, are
-        held fixed over the rounds and refitted after every ROUNDS_PER_OBSERVATION of them (a third Gauss-Seidel
-        block, once per measurement's worth of rounds, as when measurements are learnt one by one): the growth
-        scales, then, after new full-batch measurements, the batch elasticity on the growth as the correction now
-        predicts it (the prior's, scaled, + the shape effects: on the prior's alone it regressed a flat family's
-        residuals on a growth the scale had already removed, and the two fought), then the intensity slopes. The
-        scale is fitted on the shape groups' sums with their own effects integrated out (each weighs n k / (n + k),
-        as a group's message to its parent): against the fitted shape effects, which take ~97 % of what they see
-        each round, it crept towards its fixed point over hundreds of rounds.
-
-        One compiled call (``fit_kernels.fit``) over the tables laid out here; what only the configurations and groups
-        decide is laid out once per structure (``_fit_layout``).
-        """
+        """Posterior means of every effect and the slopes, warm-started from the last fit: ``ROUNDS_PER_OBSERVATION``
+        rounds per measurement since (at most ``MAX_ROUNDS``; ``oltunes.tuner.correction_fit``)."""
         if self._fitted == self.version:
             return
         if self._cells:
-            args, done = self._fit_args()
-            self._fitted_as(fit(*args), *done)
+            fit(self, min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - self._fitted)))
         self._fitted = self.version
-
-    def _fit_args(self) -> tuple[tuple, tuple]:
-        """``fit_kernels.fit``'s arguments for the measurements since the last fit (there are configurations), and
-        what ``_fitted_as`` then reads."""
-        n_cells = len(self._cells)
-        st = self._structure()
-        eff = self._effects_side_by_side()  # the effects move (the kernel writes them in place)
-        S, N = (np.ascontiguousarray(a[:, :n_cells]) for a in (self._sums, self._counts))  # one layout: one compile
-        idx, parent, it, el = st["idx"], st["parent"], self.intensity, self.elastic
-        x_growth = el.growth[GROWTH_TARGET].take(idx["shape"])  # per configuration: the prior's growth
-        tilt = self._cell_tilt(st)
-        rounds = min(MAX_ROUNDS, ROUNDS_PER_OBSERVATION * (self.version - self._fitted))
-        refit_tilt = bool(self._tilt_news)  # (its own evidence unchanged: left as it is, cheaply)
-        self._mu = self._mu.copy()  # updated in place by the rounds
-        el.coefficients(len(parent["acc"]))  # room for every accelerator's coefficient (written in place)
-        state = ((self.scale.coef, self.scale.k, *SCALE_BOUNDS),
-                 (el.growth, el.x, el.coef, el.centre, len(el.centre_ids), el.k, *ELASTICITY_BOUNDS,
-                  np.ascontiguousarray(self._tilt_counts[:, :n_cells])),
-                 (it.active, it.x[:n_cells], it.known[:n_cells], parent["acc_fam"], parent["acc_var"], it.k,
-                  *INTENSITY_BOUNDS))
-        trees, groups, levels = self._fit_layout(st)
-        return ((rounds, ROUNDS_PER_OBSERVATION, S, N, x_growth, eff, self._mu, self.root_k, _TOL, tilt, it.coef,
-                 it.mean, refit_tilt, trees, groups, state), (levels, refit_tilt, n_cells))
-
-    def _fitted_as(self, out: tuple, levels: tuple, refit_tilt: bool, n_cells: int) -> None:
-        """What ``fit_kernels.fit`` returned (``out``), into the slopes and the trees' counts."""
-        tilt, mean, self.intensity.coef, self.intensity.mean, blocks, acc_tables, var_tables = out
-        acc_levels, var_levels = levels
-        self._fit_counts = {ACCELERATOR_TREE: TreeCounts(acc_levels, acc_tables),
-                            VARIANT_TREE: TreeCounts(var_levels, var_tables)}
-        if refit_tilt and blocks:
-            self.elastic.mean, self._tilt_news = mean, 0
-            self._tilt_fits += blocks
-            self._tilt = ((n_cells, self._tilt_fits), tilt)
-
-    def _fit_layout(self, st: dict[str, Any]) -> tuple[tuple, tuple, tuple]:
-        """The trees and groups ``fit_kernels.fit`` reads, and both trees' levels in its counts' tables
-        (``TreeCounts``), kept with the structure ``st`` (renewed with it when a configuration is added)."""
-        layout = st.get("fit")
-        if layout is None:
-            idx, parent = st["idx"], st["parent"]
-            acc_tree, var_tree = (tree_arrays(tree, st, self.effect_k) for tree in (ACCELERATOR_TREE, VARIANT_TREE))
-            groups = (tuple(idx[e] for e in ("shape", "fam", "acc", "acc_var", "cfg")),
-                      tuple(idx[e] for e in VARIANT_TREE),
-                      (parent["shape"], parent["var"], parent["cfg"], parent["acc"]))
-            levels = (levels_of(ACCELERATOR_TREE, st, acc_tree), levels_of(VARIANT_TREE, st, var_tree))
-            layout = st["fit"] = ((acc_tree, var_tree, *kind_arrays(st)), groups, levels)
-        return layout
-
-    def _effects_side_by_side(self) -> np.ndarray:
-        """Every effect's table side by side (T, groups of all effects), a new copy, with ``_effects`` made views of
-        it: the fit's kernel writes all of them at once. Kept as ``_all`` (``_all_effects``: they are the same), whose
-        copy it is when it stands (it holds what ``_effects`` hold until a configuration is added or a state restored,
-        which drop it)."""
-        eff, offsets = self._all_effects()
-        eff = eff.copy()
-        ends = [*offsets[1:], eff.shape[1]]
-        self._effects.update({e: eff[:, o:end] for e, o, end in zip(EFFECTS, offsets, ends)})
-        self._all = (eff, offsets)
-        return eff
-
-    def _cell_tilt(self, st: dict[str, Any]) -> np.ndarray:
-        """The batch elasticity's tilt per configuration (T, cells), as of its last fit (kept until it is refitted
-        or a configuration is added)."""
-        key = (st["n_cells"], self._tilt_fits)
-        if self._tilt is None or self._tilt[0] != key:
-            idx, el = st["idx"], self.elastic
-            tilt = el.coefficients(len(self._gid["acc"])).take(idx["acc"], axis=1) * el.x.take(idx["shape"], axis=1)
-            self._tilt = (key, tilt)
-        return self._tilt[1]
 
     # ------------------------------------------------------------------------------------------------ predict
     def _effect(self, e: str, key: str) -> np.ndarray | float:
@@ -393,14 +255,10 @@ class PooledCorrection(TreeFit):
             x = self.scale.x(growth)
             stand_in = None if growth is None else growth + scale * x
         else:
-            x, stand_in = self._shape_growth(shape), None
+            x, stand_in = float(self.elastic.growth[GROWTH_TARGET, shape]), None
         out = out + self.elastic.term(self._gid["acc"].get(acc), shape, centre_key(acc, v, conc), stand_in)
         out = out + scale * x
         return out + self.intensity.term(self._gid["acc"].get(acc), v) if self.intensity.active else out
-
-    def spread(self, acc: str, v: Variant, batch: int, conc: int) -> np.ndarray:
-        """Posterior standard deviation (n_targets,) of one configuration's correction (``correction_spread``)."""
-        return posterior_spread(self, acc, v, batch, conc)
 
     def predict_candidate(self, c: Candidate, growth: np.ndarray | None = None) -> np.ndarray:
         return self.predict(c.accelerator, c.variant, c.batch_size, c.concurrency, growth)
@@ -410,7 +268,7 @@ class PooledCorrection(TreeFit):
              growth_of: Callable[[str, Variant, int], np.ndarray] | None = None) -> np.ndarray:
         """Correction over (n_targets, accelerators, variants, batch sizes, concurrencies); ``growth_of(acc, variant,
         batch)``: the prior's growth (``learn``), asked only where a batch size was never measured on the kind.
-        Vectorised, bit for bit the sums of one cell at a time (``oltunes.tuner.correction_grid``)."""
+        Vectorised ``predict`` (``oltunes.tuner.correction_grid``)."""
         self._fit()
         return self._grids.grid(accelerators, variants, batch_sizes, concurrencies, growth_of)
 

@@ -2,13 +2,10 @@
 
 ``PooledCorrection.grid`` scores every candidate of a decision: per (accelerator, variant) the effects above the
 shapes, then each measured shape and configuration effect, then the batch elasticity's tilt and the family growth
-scale's term. Done one cell at a time that was a Python loop per (accelerator, variant) and per measured cell, most of
-a decision right after an observation. Here each effect is gathered for every (accelerator, variant) at once through
-index arrays cached per axes (rebuilt, or extended, only when the groups they read grow), and every cell still gets the
-same additions in the same order — mu + kind + acc, + fam + var + acc_fam + acc_var, + its measured shape effect, + its
-measured cfg effect, + the tilt, + the growth scale's term, + the intensity slope's term (when a variant's intensity
-is known) — a missing group adding 0.0 as ``PooledCorrection._effect``
-gives: bit for bit the per-cell sums (``tests/tuner/test_correction_grid.py``).
+scale's term, and the intensity slopes' (what ``PooledCorrection.predict`` adds for one configuration; a missing group
+adds 0). Each effect is gathered for every (accelerator, variant) at once through index arrays cached per axes
+(rebuilt, or extended, only when the groups they read grow): one cell at a time, a Python loop per (accelerator,
+variant) and per measured cell was most of a decision right after an observation.
 """
 from __future__ import annotations
 
@@ -138,8 +135,6 @@ class CorrectionGrid:
                 valid |= fitted & by_growth
         if valid.any():
             flat[:, cells] += np.where(valid, el.coef.take(np.where(fitted, acc, 0), axis=1) * x, 0.0)
-        else:  # still added: x + 0.0 is not x for x = -0.0
-            flat[:, cells] += 0.0
 
     def _gathered(self, e: str, groups: np.ndarray) -> np.ndarray:
         """Effect ``e`` of each group in ``groups`` (-1: none, 0.0), shaped (T, *groups.shape)."""

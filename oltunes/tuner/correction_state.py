@@ -61,6 +61,5 @@ def restore_into(pc: PooledCorrection, d: dict[str, Any]) -> PooledCorrection:
     if "intensity" in d:  # absent in states saved before it existed: it relearns (from the variants measured next)
         pc.intensity.load(d["intensity"])
     pc._fitted = 0
-    pc._all = None
     pc.version = int(d.get("unfitted", len(pc._cells)))
     return pc

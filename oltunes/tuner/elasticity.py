@@ -21,7 +21,7 @@ import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.fit_kernels import elastic_fit
+from oltunes.tuner.correction_fit import slopes_within_kind
 from oltunes.types import Variant
 
 __all__ = ["ELASTICITY_K", "BatchElasticity", "centre_key"]
@@ -47,8 +47,7 @@ def _grown(a: np.ndarray, n: int) -> np.ndarray:
 
 class BatchElasticity:
     """Per-accelerator coefficients on the centred batch growth (module docstring); owned by ``PooledCorrection``,
-    its centred growth and coefficients refitted in its slopes block (``fit_kernels.centre_growth``,
-    ``elastic_fit``)."""
+    its centred growth and coefficients refitted in its slopes block (``correction_fit``)."""
 
     def __init__(self, n_targets: int, k: float = ELASTICITY_K) -> None:
         self.n_targets = n_targets
@@ -81,8 +80,19 @@ class BatchElasticity:
         centred per kind by their weights."""
         # bounded to a latency growing 0.1-2x as fast as the kind's: a first full-batch measurement of a new
         # accelerator, before the other effects have taken their share of its residual, must not tilt it wildly
-        self.coefficients(len(kind_of_acc))
-        elastic_fit(self.coef, x_cell, N, residual_sums, acc_of_cell, kind_of_acc, self.k, *BOUNDS)
+        slopes = slopes_within_kind(x_cell, N, residual_sums, acc_of_cell, kind_of_acc, self.k)
+        self.coefficients(len(kind_of_acc))[:] = np.clip(slopes, *BOUNDS)
+
+    def centre_growth(self, shape: np.ndarray) -> np.ndarray:
+        """The growth per shape group as the correction predicts it (the prior's + ``shape``, the shape effects and
+        the scaled growth, (T, shape groups)), less its mean per centre: kept as ``x`` (and the means as ``mean``)."""
+        n, h = self.n_groups, self.centre[: self.n_groups]
+        growth = self.growth[:, :n] + shape[:, :n]
+        H, T = len(self.centre_ids), self.n_targets
+        flat = (h[None, :] + H * np.arange(T)[:, None]).ravel()
+        self.mean = np.bincount(flat, growth.ravel(), T * H).reshape(T, H) / np.maximum(np.bincount(h, minlength=H), 1)
+        self.x[:, :n] = growth - self.mean.take(h, axis=1)
+        return self.x[:, :n]
 
     def term(self, acc_group: int | None, shape_group: int | None, centre_key: str,
              growth: np.ndarray | None) -> np.ndarray | float:

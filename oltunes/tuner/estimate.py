@@ -35,7 +35,7 @@ from oltunes.learner.features import (
     placement_features,
     variant_features,
 )
-from oltunes.learner.fm import ONLINE_SETTINGS, MultiFMRegressor
+from oltunes.learner.fm import MultiFMRegressor
 from oltunes.learner.fm_scoring import stack_indexed
 from oltunes.learner.ftml import FTML
 from oltunes.learner.uncertainty import ResidualQuantiles
@@ -67,10 +67,8 @@ class Estimator(EstimatorLearning):
 
     def __init__(self, catalogue: Catalogue, prior: Prior, *, batch_sizes: tuple[int, ...],
                  concurrencies: tuple[int, ...], seed: int, n_factors: int, lr: float, margin_quantile: float,
-                 novelty: float, burstiness: float | None, partial_batches: bool, saturated_util: float,
-                 learner_replay: bool, pooled_correction: bool = True, implied_throughput: bool = True) -> None:
+                 novelty: float, burstiness: float | None, saturated_util: float) -> None:
         self.catalogue = catalogue
-        self.implied_throughput = implied_throughput
         self.batch_sizes = batch_sizes
         self.concurrencies = concurrencies
         self.novelty = novelty
@@ -80,17 +78,15 @@ class Estimator(EstimatorLearning):
         # regularisation let the interaction terms fall into bursts of oscillation (|log error| > 1 for tens of
         # steps) that inflate the safety margins; 1e-2 kept every seed of tests/tuner's trainer below 0.25.
         self.model = MultiFMRegressor(targets=TARGETS, n_factors=n_factors, weight_optimizer=FTML(lr=lr),
-                                      latent_optimizer=FTML(lr=lr), l2_latent=1e-2, seed=seed,
-                                      **(ONLINE_SETTINGS if learner_replay else {}))
-        # None: the FM alone corrects the prior (the shape before the pooled correction, kept to compare)
-        self.correction = PooledCorrection(len(TARGETS), root_k=prior.evidence) if pooled_correction else None
+                                      latent_optimizer=FTML(lr=lr), l2_latent=1e-2, seed=seed)
+        self.correction = PooledCorrection(len(TARGETS), root_k=prior.evidence)
         self.residuals = {t: ResidualQuantiles(q=margin_quantile) for t in TARGETS}
         self.visits: dict[str, int] = {}  # "accelerator/variant" -> measurements
         self.jobs = JobMemory()  # per running job: measured load, burst backlog
         self.n_learned = 0
         # Index arrays hold FM row numbers and the variant lists: rebuilt when either changes.
         self.memo = Memo(lambda: (self.model.vocabulary_version, catalogue.version))
-        self.priors = PriorTable(prior, self.memo, batch_sizes, concurrencies, partial_batches)
+        self.priors = PriorTable(prior, self.memo, batch_sizes, concurrencies)
         # Margins, visit counts and loads change with every observation.
         self.per_observation = Memo(lambda: (self.n_learned, catalogue.version))
         # Co-runner checks (``corunners``) also depend on the parameters; few clusters recur between observations.
@@ -173,15 +169,13 @@ class Estimator(EstimatorLearning):
         rows, vals = self.model.index(xs)
         raw = self.model.predict_many(rows, vals)
         out = raw + np.array([self.priors.log(c, x) + self.correction_of(c) for x, c in zip(ctxs, candidates)])
-        if self.implied_throughput:
-            out[:, THR] = np.log([1000.0 * c.batch_size * c.concurrency for c in candidates]) - out[:, LAT]
+        # capacity = b x c items per (p99) batch latency
+        out[:, THR] = np.log([1000.0 * c.batch_size * c.concurrency for c in candidates]) - out[:, LAT]
         return out
 
-    def correction_of(self, c: Candidate) -> np.ndarray | float:
-        """The pooled correction (log, per target) of one candidate (0 without one); read-only, kept per what it
-        reads until the next observation (decisions in between ask for the same configurations again)."""
-        if self.correction is None:
-            return 0.0
+    def correction_of(self, c: Candidate) -> np.ndarray:
+        """The pooled correction (log, per target) of one candidate; read-only, kept per what it reads until the
+        next observation (decisions in between ask for the same configurations again)."""
         memo = self.per_observation.table("corrections")
         key = (c.accelerator, c.variant, c.batch_size, c.concurrency)
         out = memo.get(key)
@@ -195,8 +189,6 @@ class Estimator(EstimatorLearning):
         """The correction depends on an option's accelerator type only, and many options share one (40 pools,
         8 types): each type's rows are computed once per observation (kept per the types in order of first
         appearance, which few option lists differ in) and copied to its options (the same numbers)."""
-        if self.correction is None:
-            return 0.0
         unique = tuple(dict.fromkeys(regions))
         grid = self.per_observation.get(("correction", unique, variants[0].family), lambda: self.correction.grid(
             unique, variants, self.batch_sizes, self.concurrencies, self.priors.growth))
@@ -242,15 +234,12 @@ class Estimator(EstimatorLearning):
         """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
         ctx = job_context(job)
         logp, lat, energy, thr, marg, visits, pess_lat, derived = self._grid(ctx, options, variants)
-        streaming = job.kind == "streaming"
         # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
-        learned_thr = streaming and not self.implied_throughput
-        pess_thr = thr * np.exp(-marg[:, THR])[:, None, None, None] if learned_thr else thr
-        # (the grid's key holds the job's kind and rate, so its waits are kept with it unless they read margins)
-        req_lat = self._request_latency(job, pess_lat, pess_thr, thr, {} if learned_thr else derived)
+        # (the grid's key holds the job's kind and rate, so its waits are kept with it)
+        req_lat = self._request_latency(job, pess_lat, thr, thr, derived)
         return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
                         concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
-                        visits=visits, pess_lat=pess_lat, pess_thr=pess_thr, req_lat=req_lat, no_capacity=no_capacity,
+                        visits=visits, pess_lat=pess_lat, pess_thr=thr, req_lat=req_lat, no_capacity=no_capacity,
                         shared=derived)
 
     def _grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
@@ -269,8 +258,7 @@ class Estimator(EstimatorLearning):
         # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
         logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
                                    plus=(prior, corr))[:, 0]
-        if self.implied_throughput:  # capacity = b x c items per (p99) batch latency
-            logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)
+        logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)  # capacity: b x c per p99 batch
         lat, energy, thr = np.exp(logp)
         pess_lat = lat * pessimism
         out = (logp, lat, energy, thr, marg, visits, pess_lat)
@@ -354,7 +342,7 @@ class Estimator(EstimatorLearning):
             "residuals": {t: r.state_dict() for t, r in self.residuals.items()},
             "visits": dict(self.visits),
             **self.jobs.state_dict(),
-            **({"correction": self.correction.state_dict()} if self.correction is not None else {}),
+            "correction": self.correction.state_dict(),
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -362,7 +350,7 @@ class Estimator(EstimatorLearning):
         self.residuals = {k: ResidualQuantiles.from_state_dict(v) for k, v in d["residuals"].items()}
         self.visits = {str(k): int(v) for k, v in d["visits"].items()}
         self.jobs.load_state_dict(d)
-        if self.correction is not None and "correction" in d:  # absent in states saved before it existed
+        if "correction" in d:  # absent in states saved before it existed (or without it): it relearns
             self.correction = PooledCorrection.from_state_dict(d["correction"], len(TARGETS))
         for a in d.get("accelerators", []):
             acc = Accelerator.model_validate(a)

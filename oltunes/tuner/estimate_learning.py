@@ -43,15 +43,13 @@ class EstimatorLearning:
 
     def _learn_rows(self, rows: list[tuple]) -> None:
         """``learn_many`` of measurements' learning rows (``_learning_row``), fitted once."""
-        before = after = np.zeros((len(rows), len(TARGETS)))
-        corr = self.correction
-        if corr is not None:  # the FM learns what the pooled correction leaves once updated
-            before, after = corr.learn_many([
-                (c.accelerator, c.variant, c.batch_size, c.concurrency, [v or 0.0 for v in ys], measured,
-                 None if corr.has(c.accelerator, c.variant, c.batch_size, c.concurrency)  # (read for a new one only)
-                 else self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
-                for m, c, _, ys, measured in rows])
-        # per target in Python floats: the same IEEE operations as on numpy's scalars
+        corr = self.correction  # the FM learns what the pooled correction leaves once updated
+        before, after = corr.learn_many([
+            (c.accelerator, c.variant, c.batch_size, c.concurrency, [v or 0.0 for v in ys], measured,
+             None if corr.has(c.accelerator, c.variant, c.batch_size, c.concurrency)  # (read for a new one only)
+             else self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
+            for m, c, _, ys, measured in rows])
+        # per target in Python floats (a handful of targets: cheaper than numpy's scalars)
         learn, residuals = self.model.learn_predict, [self.residuals[t] for t in TARGETS]
         for (m, c, x, ys, measured), corr_before, corr_after in zip(rows, before.tolist(), after.tolist()):
             fm_before = learn(x, np.array([0.0 if v is None else v - a for v, a in zip(ys, corr_after)]),

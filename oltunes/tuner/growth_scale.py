@@ -55,7 +55,7 @@ GROWTH_TARGET = 0  # the target whose prior growth is scaled (the latency's)
 
 class GrowthScale:
     """Per-(kind x family) coefficients on the prior's latency growth (module docstring); owned by
-    ``PooledCorrection``, indexed by its "fam" groups, fitted in its slopes block (``fit_kernels.scale_fit``)."""
+    ``PooledCorrection``, indexed by its "fam" groups, fitted in its slopes block (``correction_fit``)."""
 
     def __init__(self, n_targets: int, k: float = GROWTH_SCALE_K) -> None:
         self.n_targets = n_targets
@@ -70,6 +70,15 @@ class GrowthScale:
     def of(self, fam_group: int | None) -> np.ndarray | float:
         """One family group's coefficients (0.0 for none)."""
         return 0.0 if fam_group is None or fam_group >= self.coef.shape[1] else self.coef[:, fam_group]
+
+    def fit(self, x: np.ndarray, weights: np.ndarray, residual_sums: np.ndarray, fam_of: np.ndarray) -> None:
+        """Ridge coefficients per family group of ``residual_sums`` (T, shape groups) on the prior's growth ``x``
+        (shape groups,), each shape group weighing ``weights`` (T, shape groups), ``fam_of`` its family group."""
+        T, F = self.n_targets, self.coef.shape[1]
+        by_fam = (fam_of[None, :] + F * np.arange(T)[:, None]).ravel()
+        w = np.bincount(by_fam, (weights * (x * x)).ravel(), T * F).reshape(T, F)
+        xy = np.bincount(by_fam, (x * residual_sums).ravel(), T * F).reshape(T, F)
+        self.coef[:] = np.clip(xy / (w + self.k), *BOUNDS)
 
     @staticmethod
     def x(growth: np.ndarray | None) -> float:

@@ -18,7 +18,7 @@ level, which the accelerator effect carries. A variant whose intensity is unknow
 nothing and teaches nothing; with none known the term is absent (the same floats as without it).
 
 Fitted, as the family growth scale is, on the accelerator x variant groups' data with their own effects and their
-configurations' integrated out (``fit_kernels.intensity_fit``, in ``PooledCorrection._fit``): on the
+configurations' integrated out (``correction_fit``): on the
 configurations' raw residuals the accelerator x variant effects took most of each measured variant's deviation
 first.
 
@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from oltunes.jsonstate import pack_floats, unpack_floats
+from oltunes.tuner.correction_fit import slopes_within_kind
 from oltunes.types import Variant
 
 __all__ = ["INTENSITY_K", "IntensitySlope", "log_intensity"]
@@ -112,8 +113,8 @@ class IntensitySlope:
         return 0.0 if x is None else self.coef[:, acc_group] * (x - self.mean[:, acc_group])
 
     def of_variants(self, acc_groups: np.ndarray, variants: list[Variant]) -> np.ndarray:
-        """The term of every (accelerator group (-1: none), variant) pair (T, P, V): ``term`` vectorised, the same
-        IEEE operations (0.0 where ``term`` gives 0.0)."""
+        """The term of every (accelerator group (-1: none), variant) pair (T, P, V): ``term`` vectorised (0.0 where
+        ``term`` gives 0.0)."""
         T, A = self.n_targets, self.coef.shape[1]
         xs = [self.x_of(v) for v in variants]
         known = np.array([x is not None for x in xs], dtype=bool)
@@ -124,6 +125,30 @@ class IntensitySlope:
         a = np.where(fitted, acc_groups, 0)
         term = self.coef.take(a, axis=1)[:, :, None] * (x[None, None, :] - self.mean.take(a, axis=1)[:, :, None])
         return np.where(fitted[None, :, None] & known[None, None, :], term, 0.0)
+
+    def fit(self, weights: np.ndarray, residual_sums: np.ndarray, acc_var_of_cell: np.ndarray,
+            fam_of_acc_var: np.ndarray, acc_of_acc_fam: np.ndarray, kind_of_acc: np.ndarray) -> None:
+        """Ridge slopes per accelerator given the accelerator x variant groups' ``weights`` and ``residual_sums``
+        (T, groups), each group's log intensity its configurations' (``acc_var_of_cell``), centred per accelerator;
+        an accelerator with no known intensity gets 0."""
+        T, A, G = self.n_targets, len(kind_of_acc), weights.shape[1]
+        n_cells = len(acc_var_of_cell)
+        known_cells = self.known[:n_cells]
+        n_known = np.bincount(acc_var_of_cell, known_cells, G)
+        known = (n_known > 0).astype(float)
+        x = np.divide(np.bincount(acc_var_of_cell, self.x[:n_cells] * known_cells, G), n_known,
+                      out=np.zeros(G), where=n_known > 0)
+        acc_of = acc_of_acc_fam.take(fam_of_acc_var)
+        by_acc = (acc_of[None, :] + A * np.arange(T)[:, None]).ravel()
+        n = weights * known
+        n_acc = np.bincount(by_acc, n.ravel(), T * A).reshape(T, A)
+        has = n_acc > 0
+        mean = np.divide(np.bincount(by_acc, (n * x).ravel(), T * A).reshape(T, A), n_acc,
+                         out=np.zeros_like(n_acc), where=has)
+        xc = (x - mean.take(acc_of, axis=1)) * known
+        slopes = slopes_within_kind(xc, weights, residual_sums, acc_of, kind_of_acc, self.k)
+        self.coef = np.where(has, np.clip(slopes, *BOUNDS), 0.0)
+        self.mean = mean
 
     def state_dict(self) -> dict:
         return {"by_variant": dict(self.by_variant), "coef": pack_floats(self.coef), "mean": pack_floats(self.mean)}

@@ -25,7 +25,9 @@ __all__ = ["PriorTable", "stream_rate"]
 
 
 def stream_rate(ctx: JobContext, partial_batches: bool) -> float:
-    """The request rate that shapes dynamic batching in the prior (0: full batches; always 0 for batch jobs)."""
+    """The request rate that shapes dynamic batching in the prior (0: full batches; always 0 for batch jobs).
+    The tuner's prior is of full batches (``PriorTable.partial_batches`` is False): real arrival traces come in
+    clumps that fill batches, and a p99 is set by those."""
     return ctx.arrival_rate_rps if partial_batches and ctx.kind == "streaming" else 0.0
 
 
@@ -38,11 +40,11 @@ class PriorTable:
     """``log(candidate, ctx)``, ``grid(options, variants, ctx)`` (3, P, V, B, C) and ``growth``: the prior's figures,
     memoised in ``memo``. ``accelerators``: every accelerator type's figures seen so far (a pool's own win)."""
 
-    def __init__(self, prior: Prior, memo: Memo, batch_sizes: tuple[int, ...], concurrencies: tuple[int, ...],
-                 partial_batches: bool) -> None:
+    partial_batches = False  # the prior is of full batches (``stream_rate``)
+
+    def __init__(self, prior: Prior, memo: Memo, batch_sizes: tuple[int, ...], concurrencies: tuple[int, ...]) -> None:
         self.prior, self.memo = prior, memo
         self.batch_sizes, self.concurrencies = batch_sizes, concurrencies
-        self.partial_batches = partial_batches
         self.accelerators: dict[str, Accelerator] = dict(CATALOG)
 
     def accelerator(self, name: str) -> Accelerator:

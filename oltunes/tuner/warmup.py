@@ -11,10 +11,7 @@ objective, the runner-ups), a running one beside a co-runner, and one nothing ca
 
 from __future__ import annotations
 
-import numpy as np
-
 from oltunes.inventory import CATALOG
-from oltunes.learner.ftml import FTML
 from oltunes.tuner.core import Tuner
 from oltunes.types import (
     Candidate,
@@ -49,10 +46,6 @@ def warm_up() -> None:
     tuner.decide(stream.model_copy(update={"job_id": "warm-other"}), busy)  # beside a co-runner
     for job in (stream, batch):  # nothing feasible
         tuner.decide(job.model_copy(update={"job_id": f"{job.job_id}-late", "slo_ms": 1e-3}), busy)
-    # The FM's step runs FTML in its own kernel; past the powers' tables (a row's 1,024th step) it goes through the
-    # optimizers' ``step_rows`` once: on its weights' (2-D) and its latents' (3-D) tables.
-    for shape in ((1, 3), (1, 3, 2)):
-        FTML().step_rows(np.zeros(shape), np.zeros(1, dtype=np.intp), np.zeros(shape))
 
 
 def _measured(job: JobSpec, c: Candidate, latency_ms: float, mid: str) -> Measurement:

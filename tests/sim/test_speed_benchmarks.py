@@ -8,8 +8,7 @@ from benchmarks.sim_speed import median_run
 
 
 def test_layers_of_known_functions():
-    assert layer_of(("/r/oltunes/tuner/fit_kernels.py", 436, "fit")) == "compiled kernels"
-    assert layer_of(("/r/oltunes/learner/ftml_kernel.py", 208, "fm_step")) == "compiled kernels"
+    assert layer_of(("/r/oltunes/sim/serve_kernels.py", 436, "serve_batches")) == "compiled kernels"
     assert layer_of(("/r/oltunes/tuner/estimate.py", 264, "_score_grid")) == "tuner Python"
     assert layer_of(("/r/oltunes/learner/fm_state.py", 113, "index")) == "learner Python"
     assert layer_of(("/r/oltunes/sim/jobrun.py", 106, "serve")) == "simulator Python"

@@ -38,6 +38,31 @@ def test_one_measurement_moves_every_related_candidate():
     assert 0 < other_acc < same_acc_other_variant < measured < 3.0
 
 
+def _common_and_pair_errors(seed: int) -> float:
+    """A world whose log residual is a common factor (2.0: the prior far too fast) everywhere, plus 1.0 on one
+    accelerator x variant pair; measured with noise on random configurations, never at batch 8. Returns the worst
+    |error| of the learnt correction on configurations never measured: the pair's, and others'."""
+    rng = np.random.default_rng(seed)
+    pc = PooledCorrection(n_targets=1, root_k=1.0)
+    accs = ["t4", "a100", "v100"]
+    for _ in range(80):
+        acc, v = accs[rng.integers(3)], V[rng.integers(3)]
+        b, c = int(rng.choice([1, 2, 4, 16])), int(rng.choice([1, 2]))
+        truth = 2.0 + (1.0 if (acc, v.name) == ("a100", "cnn-l") else 0.0)
+        pc.learn(acc, v, b, c, np.array([truth + rng.normal(0, 0.1)]), np.array([True]))
+    pair = abs(pc.predict("a100", V[2], 8, 1)[0] - 3.0)
+    others = max(abs(pc.predict(acc, v, 8, 1)[0] - 2.0) for acc in accs for v in V[:2])
+    return max(pair, others)
+
+
+def test_learns_a_common_factor_and_a_per_pair_effect_from_measurements():
+    """The common factor reaches every configuration and the pair's own effect stays with the pair: unmeasured batch
+    sizes are predicted within 0.3 (log; the effects are shrunk) by the median seed (0.18, range 0.13-0.27, when
+    written). Without the pair's own effect its error alone would be ~1."""
+    worst, spread = over_seeds(_common_and_pair_errors)
+    assert worst < 0.3, spread
+
+
 def test_missing_target_is_not_learned():
     pc = PooledCorrection(n_targets=2, root_k=1.0)
     pc.learn("t4", V[0], 1, 1, np.array([2.0, 99.0]), np.array([True, False]))
@@ -80,20 +105,26 @@ def _measure(t4_slowdown: float, c: Candidate, i: int) -> Measurement:
                        energy_source="simulated")
 
 
-def _error_after_five(pooled: bool) -> float:
-    tuner = Tuner(V, seed=0, explore_rate=0.0, pooled_correction=pooled)
+def _log_errors(n: int) -> list[float]:
+    """|log error| of the tuner's latency for one configuration before each of ``n`` measurements of it, and after."""
+    tuner = Tuner(V, seed=0, explore_rate=0.0)
     c = Candidate(pool="t4", accelerator="t4", variant=V[1], batch_size=4)
-    for i in range(5):
-        tuner.observe(_measure(30.0, c, i))
-    pred = tuner.predict(JobSpec(family="cnn", slo_ms=1e4), [c])[0].latency_p99_ms
-    return abs(math.log(pred / _measure(30.0, c, 0).latency_p99_ms))
+    truth = _measure(30.0, c, 0).latency_p99_ms
+    errors = []
+    for i in range(n + 1):
+        pred = tuner.predict(JobSpec(family="cnn", slo_ms=1e4), [c])[0].latency_p99_ms
+        errors.append(abs(math.log(pred / truth)))
+        if i < n:
+            tuner.observe(_measure(30.0, c, i))
+    return errors
 
 
 def test_tuner_overrules_a_wrong_prior_within_a_few_observations():
-    """A prior ~30x too fast: after five measurements of one configuration the tuner predicts it within 10% with
-    the pooled correction, far closer than the FM alone (single pass, small steps)."""
-    pooled, fm_only = _error_after_five(True), _error_after_five(False)
-    assert pooled < 0.1 and pooled < fm_only / 5
+    """A prior ~50x too fast: the first measurement of one configuration takes the tuner most of the way (within
+    30 %, and it stays there), and after five it predicts it within 10 %."""
+    errors = _log_errors(5)
+    assert errors[0] > 3.0  # the prior alone
+    assert max(errors[1:]) < 0.3 and errors[-1] < 0.1
 
 
 def test_pooled_correction_reaches_the_grid_used_for_decisions():
@@ -170,73 +201,6 @@ def test_crossed_effects_predict_a_barely_seen_gpu_over_seeds():
                                                                      "shape": math.inf}))
     assert crossed < 0.45, spread
     assert crossed < 0.5 * alone
-
-
-def test_spread_shrinks_where_measured_and_is_widest_where_nothing_related_was():
-    pc = PooledCorrection(n_targets=1, root_k=1.0)
-    cold = pc.spread("t4", V[0], 4, 1)[0]
-    for _ in range(8):
-        pc.learn("t4", V[0], 4, 1, np.array([1.0]), np.array([True]))
-    measured = pc.spread("t4", V[0], 4, 1)[0]
-    same_gpu_other_batch = pc.spread("t4", V[0], 16, 1)[0]
-    other_gpu = pc.spread("a100", V[0], 4, 1)[0]
-    assert measured < 0.6 < same_gpu_other_batch < cold  # ~1/sqrt(8) per side where measured 8 times
-    assert same_gpu_other_batch <= other_gpu <= cold
-
-
-class _RebuiltEachFit(PooledCorrection):
-    """Reference: the index arrays rebuilt from the configurations' group keys before every fit (what the fit used
-    before they grew in place), so the grown arrays are checked against an independent construction; and every
-    sum into the configurations' own groups by bincount (no shortcut)."""
-
-    def _structure(self):
-        from oltunes.tuner.correction_trees import ACCELERATOR_TREE, EFFECTS, VARIANT_TREE, groups_of
-
-        T = self.n_targets
-        keys = [groups_of(acc, Variant(family=self._families[name], name=name, size="s", accuracy=0.0), b, c)
-                for (acc, name, b, c) in self._cells]
-        idx = {e: np.asarray([self._gid[e][k[i]] for k in keys]) for i, e in enumerate(EFFECTS)}
-        n_groups = {e: len(self._gid[e]) for e in EFFECTS}
-        parent = {}
-        for tree in (ACCELERATOR_TREE, VARIANT_TREE):
-            parent[tree[0]] = np.zeros(n_groups[tree[0]], dtype=int)
-            for child, par in zip(tree[1:], tree):
-                parent[child] = np.zeros(n_groups[child], dtype=int)
-                parent[child][idx[child]] = idx[par]
-        parent["fam_kind"] = np.zeros(n_groups["fam"], dtype=int)
-        parent["fam_kind"][idx["fam"]] = idx["kind"]
-
-        def flat(group_of, n):
-            return (group_of[None, :] + n * np.arange(T)[:, None]).ravel(), T * n
-
-        return {"n_cells": len(keys), "idx": idx, "parent": parent, "cell_is_cfg": False,  # always the bincounts
-                "leaf": {e: flat(idx[e], n_groups[e]) for e in ("cfg", "shape", "fam")},
-                "up": {**{c: flat(parent[c], n_groups[p]) for tree in (ACCELERATOR_TREE, VARIANT_TREE)
-                          for c, p in zip(tree[1:], tree)},
-                       "fam_kind": flat(parent["fam_kind"], n_groups["kind"])}}
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_grown_index_arrays_fit_bit_for_bit_as_rebuilt_ones(seed):
-    """A random stream over hundreds of configurations (new ones keep appearing, past every capacity doubling):
-    every learn's before/after and the predictions everywhere equal, to the bit, those of the reference."""
-    rng = np.random.default_rng(seed)
-    accs = ["t4", "a100", "p100", "cpu", "gpu-x"]
-    variants = [Variant(family=f"f{i % 3}", name=f"v{i}", size="s", accuracy=0.5) for i in range(8)]
-    fast, ref = PooledCorrection(n_targets=3, root_k=1.5), _RebuiltEachFit(n_targets=3, root_k=1.5)
-    for i in range(400):
-        cfg = (accs[rng.integers(len(accs))], variants[rng.integers(len(variants))], int(rng.choice([1, 2, 4, 8])),
-               int(rng.choice([1, 2, 3])))
-        y, m = rng.normal(0, 1, 3), rng.random(3) > 0.2
-        for a, b in zip(fast.learn(*cfg, y, m), ref.learn(*cfg, y, m)):
-            assert np.array_equal(a, b)
-        if i % 50 == 49:
-            assert np.array_equal(fast.grid(accs + ["h100"], variants, [1, 2, 4, 8], [1, 2, 3]),
-                                  ref.grid(accs + ["h100"], variants, [1, 2, 4, 8], [1, 2, 3]))
-    assert len(fast._cells) > 200  # the stream did cross several capacity doublings
-    back = PooledCorrection.from_state_dict(json.loads(json.dumps(fast.state_dict())))
-    assert np.array_equal(back.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]),
-                          fast.grid(accs, variants, [1, 2, 4, 8], [1, 2, 3]))
 
 
 def test_benchmark_huber_line_follows_the_many_not_the_few():
@@ -348,10 +312,9 @@ def test_the_batch_elasticity_is_bounded():
     assert el.coef[0, 1] == BOUNDS[1] and el.coef[0, 0] == BOUNDS[0]
 
 
-def test_learn_returns_to_the_bit_what_the_configuration_predicts_by_its_keys():
-    """``learn``'s before/after (each configuration's effects gathered by column, added in Python floats) equal, to
-    the bit, ``_current`` (by group keys, in numpy) as the effects stood; and its per-target update of the sums is
-    the masked array update."""
+def test_learn_returns_what_the_configuration_predicts():
+    """``learn``'s before/after (each configuration's effects gathered by column) equal ``_current`` (by group keys)
+    as the effects stood; and its per-target update of the sums is the masked array update."""
     rng = np.random.default_rng(5)
     accs = ["t4", "a100", "cpu"]
     variants = [Variant(family=f"f{i % 2}", name=f"v{i}", size="s", accuracy=0.5) for i in range(5)]
@@ -365,8 +328,8 @@ def test_learn_returns_to_the_bit_what_the_configuration_predicts_by_its_keys():
         s0, n0 = (pc._sums[:, j].copy(), pc._counts[:, j].copy()) if j is not None else (np.zeros(3), np.zeros(3))
         before, after = pc.learn(acc, v, b, c, y, m, growth, full_batches=full)
         if expected_before is not None:
-            assert np.array_equal(before, expected_before)
-        assert np.array_equal(after, pc._current(acc, v, b, c, growth))
+            np.testing.assert_allclose(before, expected_before, atol=1e-12)
+        np.testing.assert_allclose(after, pc._current(acc, v, b, c, growth), atol=1e-12)
         j = pc._cells[(acc, v.name, b, c)]
         assert np.array_equal(pc._sums[:, j], np.where(m, pc.decay * s0 + np.where(m, y, 0.0), s0))
         assert np.array_equal(pc._counts[:, j], np.where(m, pc.decay * n0 + 1.0, n0))
@@ -389,19 +352,21 @@ def test_learn_many_adds_every_measurement_and_fits_to_what_one_by_one_converges
         one.learn(*r)
     first = many._current(*rows[10][:4])
     before, after = many.learn_many(rows[10:])
-    assert np.array_equal(before[0], first) and len(after) == 30
-    assert np.array_equal(after[-1], many._current(*rows[-1][:4]))
+    np.testing.assert_allclose(before[0], first, atol=1e-12)
+    assert len(after) == 30
+    np.testing.assert_allclose(after[-1], many._current(*rows[-1][:4]), atol=1e-12)
     assert np.array_equal(one._sums, many._sums) and np.array_equal(one._counts, many._counts)
-    for pc in (one, many):  # both to convergence
-        pc.version += 100
-        pc._fit()
+    for pc in (one, many):  # both to convergence (the slopes are refitted once per fit)
+        for _ in range(30):
+            pc.version += 10
+            pc._fit()
     for r in rows:
         np.testing.assert_allclose(one.predict(*r[:4]), many.predict(*r[:4]), atol=1e-3)
 
 
 def test_learn_many_takes_each_measurement_before_it_along_the_batch_change():
     """Each measurement's "before" is where the correction stood once the batch's earlier share was learnt: the
-    pre-batch fit for the first (bit for bit), moved towards the post-batch fit by the share learnt before it."""
+    pre-batch fit for the first, moved towards the post-batch fit by the share learnt before it."""
     rng = np.random.default_rng(3)
     accs = ["t4", "a100", "cpu"]
     rows = [(accs[i % 3], V[i % 3], [1, 4][i % 2], 1, rng.normal(0, 1, 3), ON, None, True) for i in range(16)]
@@ -411,25 +376,12 @@ def test_learn_many_takes_each_measurement_before_it_along_the_batch_change():
     batch = rows[4:]
     pre = [pc._current(*r[:4]) for r in batch]
     before, after = pc.learn_many(batch)
-    assert np.array_equal(before[0], pre[0])
+    np.testing.assert_allclose(before[0], pre[0], atol=1e-12)
     n = len(batch)
     for k in range(1, n):
         moved, total = before[k] - pre[k], after[k] - pre[k]
         np.testing.assert_allclose(moved, total * k / n, atol=1e-12)  # on the way, in proportion
         assert np.all(np.abs(moved) <= np.abs(total) + 1e-12)
-
-
-def test_learn_many_of_one_is_learn_bit_for_bit():
-    rng = np.random.default_rng(5)
-    rows = [(["t4", "a100"][i % 2], V[i % 3], [1, 4][i % 2], 1, rng.normal(0, 1, 3), rng.random(3) > 0.3,
-             rng.normal(0, 1, 3), bool(i % 2)) for i in range(12)]
-    one, many = PooledCorrection(n_targets=3), PooledCorrection(n_targets=3)
-    for r in rows:
-        b1, a1 = one.learn(*r)
-        (b2,), (a2,) = many.learn_many([r])
-        assert np.array_equal(b1, b2) and np.array_equal(a1, a2)
-    assert json.dumps(one.state_dict()) == json.dumps(many.state_dict())
-    assert one.scale.coef.any()  # the family growth scale took part
 
 
 def _flat_family(pc: PooledCorrection) -> tuple[list[Variant], dict[str, float]]:

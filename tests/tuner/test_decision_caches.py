@@ -166,8 +166,7 @@ def test_a_kept_prior_log_and_growth_equal_fresh_ones_and_are_read_only():
     variants = make_variants()
     est = Tuner(variants, seed=0).estimator
     kept, tick = est.priors, iter(range(10**9))
-    plain = PriorTable(kept.prior, Memo(lambda: next(tick)), kept.batch_sizes, kept.concurrencies,
-                       kept.partial_batches)
+    plain = PriorTable(kept.prior, Memo(lambda: next(tick)), kept.batch_sizes, kept.concurrencies)
     rng = np.random.default_rng(5)
     asked = []
     for i in range(300):

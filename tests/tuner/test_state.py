@@ -52,9 +52,8 @@ JOBS = [JobSpec(job_id=f"q{i}", family="cnn", slo_ms=s, accuracy_floor=f, items=
         for i, (s, f, o) in enumerate([(5, 0.7, "energy"), (20, 0.75, "completion_time"), (50, 0.8, "cost")])]
 
 
-@pytest.mark.parametrize("learner_replay", [False, True])
-def test_round_trip_gives_identical_predictions_and_decisions(tmp_path, learner_replay):
-    t = trained(explore_rate=0.5, learner_replay=learner_replay)  # exploration draws must continue identically too
+def test_round_trip_gives_identical_predictions_and_decisions(tmp_path):
+    t = trained(explore_rate=0.5)  # exploration draws must continue identically too
     path = t.save(tmp_path / "state" / "tuner.json")
     u = Tuner.load(path)
     cands = [Candidate(pool=p.name, accelerator=p.accelerator.name, variant=v, batch_size=4)
@@ -111,7 +110,8 @@ def test_missing_state_file(tmp_path):
 
 
 # A state written by OLTunes 9900f8b (format version 1: standard-library JSON, plain float lists, RNG states as
-# integers beyond 64 bits) from `trained(explore_rate=0.5, learner_replay=True)` after one recommend per job.
+# integers beyond 64 bits) from `trained(explore_rate=0.5, learner_replay=True)` (a switch since retired: its value
+# is ignored, the FM keeps the replay settings saved in its own state) after one recommend per job.
 V1_STATE = Path(__file__).parent / "data" / "tuner_state_v1.json"
 
 
@@ -180,3 +180,16 @@ def test_find_nonfinite_looks_everywhere_and_only_at_numbers():
     assert find_nonfinite({"p": pack_floats([1.0, math.nan])}) == "p[1]"
     assert find_nonfinite({"r": [0.0, 1.0, math.nan]}) == "r[2]"
     assert find_nonfinite({"s": np.float64("nan")}) == "s"
+
+
+def test_a_state_saved_with_retired_switches_loads_and_predicts_as_saved(tmp_path):
+    """Switches since retired (``partial_batches``, ``learner_replay``, ``pooled_correction``,
+    ``implied_throughput``) in a saved config are ignored: the state loads and predicts what the saved tuner does."""
+    t = trained()
+    d = t.state_dict()
+    d["config"].update(partial_batches=False, learner_replay=False, pooled_correction=True, implied_throughput=True)
+    u = Tuner.from_state_dict(json.loads(json.dumps(d)))
+    c = [Candidate(pool="npu", accelerator="npu", variant=VARIANTS[1], batch_size=2)]
+    assert u.predict(JOBS[1], c) == t.predict(JOBS[1], c)
+    assert not {"partial_batches", "learner_replay", "pooled_correction", "implied_throughput"} & set(
+        u.state_dict()["config"])
