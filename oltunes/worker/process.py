@@ -15,13 +15,7 @@ import httpx
 
 from oltunes.errors import WorkerError
 from oltunes.lifeline import spawn
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free right now (tiny race with other binders; fine on loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from oltunes.netaddr import free_port
 
 
 class ServeProcess:

@@ -27,7 +27,7 @@ def test_the_named_policy_decides(name, simulated, oltunes_home):
     env, variants = simulated
     tuner, _ = make_tuner(env, variants, name)
     assert tuner.policy.name == name
-    d = tuner.recommend(_job(variants), env.cluster())
+    d = tuner.decide(_job(variants), env.cluster())
     assert d.candidate.variant.family == "resnet"
     if name == "static-profile":  # it read the public table: the prediction is that table's
         assert d.explanation.predicted.latency_p99_ms > 0 and d.source == "policy"
