@@ -4,7 +4,6 @@ else a flow needs of where jobs run (catalogue, inventory, serving, tuner state)
 from __future__ import annotations
 
 import json
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

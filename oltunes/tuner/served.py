@@ -37,6 +37,8 @@ class ServedTuner(Protocol):
 
     def observe(self, m: Measurement) -> bool: ...
 
+    def observe_many(self, ms: Sequence[Measurement]) -> list[bool]: ...
+
     def has_seen(self, measurement_id: str) -> bool: ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -131,12 +133,9 @@ class TunerService:
             self.journal.sync()
 
     def _observe_all(self, ms: Sequence[Measurement]) -> list[bool]:
-        """Learn ``ms`` in one ``observe_many`` when the tuner has it (the pooled correction is then fitted per
-        chunk, as in-process batches are), else one by one."""
-        many = getattr(self.tuner, "observe_many", None)  # optional in `ServedTuner`, like `expect`
-        if many is None or not ms:
-            return [self.tuner.observe(m) for m in ms]
-        return many(ms)
+        """Learn ``ms`` in one ``observe_many`` (the pooled correction is then fitted per chunk, as in-process
+        batches are)."""
+        return self.tuner.observe_many(ms) if ms else []
 
     def _learn(self, m: Measurement) -> bool:
         try:

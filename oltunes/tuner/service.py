@@ -38,8 +38,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from oltunes.errors import ConfigError, OLTunesError
-from oltunes.netaddr import check_bind, is_loopback
+from oltunes.netaddr import check_bind
 from oltunes.rltune.policies import QueuePolicy
+from oltunes.rltune.service_queue import queue_order
 from oltunes.tuner import guards
 from oltunes.tuner.api import (
     API_PREFIX,
@@ -131,7 +132,8 @@ def create_app(
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
         service.leases = LeaseBook(
-            pools, service.decide, expect=service.expect, queue_policy=queue_policy, class_limits=class_limits,
+            pools, service.decide, expect=service.expect, queue_policy=queue_order(queue_policy),
+            class_limits=class_limits,
             path=None if service.state_path is None else service.state_path.with_name(service.state_path.name + ".leases"),
         )  # fmt: skip
     persister = Persister(service, persist_every_s)

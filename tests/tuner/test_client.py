@@ -27,7 +27,7 @@ from oltunes.types import (
     Placement,
     Pool,
 )
-from tests.tuner.serve_process import free_port
+from oltunes.netaddr import free_port
 from tests.tuner.variants import make_variants
 
 TOKEN = "client-test-token"

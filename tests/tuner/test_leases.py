@@ -18,6 +18,7 @@ import pytest
 
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
+from oltunes.rltune.service_queue import queue_order
 from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.lease_api import RemoteLeases
@@ -107,7 +108,7 @@ def test_queue_is_first_come_first_served_and_durable(tmp_path):
     again.release(running.lease_id)
     assert [l.job.job_id for l in again.view().leases] == ["job-b"]
     with pytest.raises(ConfigError, match="known: .*fcfs"):
-        LeaseBook([pool], decide, queue_policy="no-such-policy")
+        queue_order("no-such-policy")
 
 
 def test_an_unreadable_book_file_is_refused_saying_what_to_do(tmp_path):
@@ -202,7 +203,7 @@ def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
 
     pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
     tuner = Tuner(make_variants(), seed=0)
-    book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), queue_policy=QueuePolicy.make("sjf"))
+    book = LeaseBook([pool], tuner.decide, queue_policy=queue_order(QueuePolicy.make("sjf")))
     running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
     for name, seconds in (("long", 3_000.0), ("short", 10.0), ("mid", 300.0)):
         book.acquire(LeaseRequest(job=job(name), ttl_s=600, expected_duration_s=seconds))
@@ -308,7 +309,7 @@ def test_a_run_time_policy_orders_jobs_without_a_duration_by_the_tuners_estimate
     tuner = Tuner(make_variants(), seed=0)
     sizes = {"big": 400_000, "small": 4_000, "medium": 40_000}
     for policy, expected in (("sjf", ["job-small", "job-medium", "job-big"]), ("fcfs", [f"job-{n}" for n in sizes])):
-        book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), expect=tuner.expect, queue_policy=policy)
+        book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), expect=tuner.expect, queue_policy=queue_order(policy))
         book.acquire(LeaseRequest(job=job("running"), ttl_s=600))
         for name, items in sizes.items():
             req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
@@ -328,7 +329,7 @@ def test_queue_estimates_neither_draw_from_the_tuner_nor_decide_twice(seed):
     idle = ClusterState(pools=[pool])
     # explore_rate=1: every feasible decision draws from the RNG, so one extra decide would show
     tuner, twin = (Tuner(make_variants(), seed=seed, explore_rate=1.0) for _ in range(2))
-    book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), expect=tuner.expect, queue_policy="sjf")
+    book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), expect=tuner.expect, queue_policy=queue_order("sjf"))
     running = book.acquire(LeaseRequest(job=job("running"), ttl_s=600)).lease
     twin.decide(job("running"), idle)
     before = tuner.state_dict()

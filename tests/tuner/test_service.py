@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.service import check_bind, create_app, is_loopback, serve_in_thread
+from oltunes.netaddr import check_bind, is_loopback
+from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
     ClusterState,
@@ -119,12 +120,12 @@ def test_no_token_means_open_on_loopback(tmp_path):
 def test_refuses_non_loopback_bind_without_token(oltunes_home, monkeypatch):
     for host in ("127.0.0.1", "localhost", "::1"):
         assert is_loopback(host)
-        check_bind(host, None)
+        check_bind(host, None, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
     for host in ("0.0.0.0", "::", "192.0.2.10"):
         assert not is_loopback(host)
         with pytest.raises(ConfigError, match="OLTUNES_TUNER_TOKEN"):
-            check_bind(host, None)
-        check_bind(host, TOKEN)  # with a token it may bind anywhere
+            check_bind(host, None, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
+        check_bind(host, TOKEN, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")  # a token: anywhere
 
     from oltunes.cli import app
 
