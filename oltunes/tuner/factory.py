@@ -1,4 +1,5 @@
-"""`get_tuner(settings)`: the in-process `Tuner` by default, the HTTP `TunerClient` when ``tuner_url`` is set.
+"""`get_tuner(settings)`: the in-process tuner bound to its state file (`StateFileTuner`) by default, the HTTP
+`TunerClient` when ``tuner_url`` is set.
 
 Callers (flows, the simulator's ``oltunes`` policy, the CLI) code against `oltunes.tuner.protocol.TunerLike` and
 never care which one they hold: moving the tuner into a service is one setting, ``OLTUNES_TUNER_URL=http://host:port``.
