@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
 from oltunes.errors import OLTunesError, TunerUnavailable
 from oltunes.tuner.lease_types import BookView, Lease, LeaseAnswer, LeaseRequest, MoveAnswer, MoveRequest

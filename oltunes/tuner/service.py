@@ -37,7 +37,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from oltunes.errors import ConfigError, OLTunesError
+from oltunes.errors import OLTunesError
 from oltunes.netaddr import check_bind
 from oltunes.rltune.policies import QueuePolicy
 from oltunes.rltune.service_queue import queue_order
