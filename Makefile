@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   – create .venv, install, run the main job on embedded defaults
-#   make test   – create .venv, install, run the test suite
+#   make test   – create .venv, install, run the test suite (everything: CI's command)
+#   make check  – the inner loop: every test but the end-to-end ones that start real services (`slow`), no Docker
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -9,7 +10,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test bench lock deploy clean
+.PHONY: setup demo test check bench lock deploy clean
 
 # Installs come from the lock file (constraints.txt): a fresh machine gets exactly the versions CI tested.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -29,6 +30,12 @@ test: setup
 	engine=$$(.ci/docker-engine.sh) && eval "$$engine" && started=1 || echo "no Docker engine: Docker tests will skip" >&2; \
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS); rc=$$?; \
 	if [ -n "$${started:-}" ]; then infra/dockerd.sh stop; fi; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# Everything not marked `slow` (those start Prefect/MLflow servers, Docker, tuner/gateway/worker processes).
+# Exit 5 (nothing collected) fails, as in `make test`.
+check: setup
+	$(PY) -m pytest -q -ra -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: setup

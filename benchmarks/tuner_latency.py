@@ -74,9 +74,9 @@ def scale_latency_ms(tuner: Tuner, cluster: ClusterState, jobs: list[JobSpec], c
     twin = Tuner.from_state_dict(tuner.state_dict())
     learner = Tuner.from_state_dict(tuner.state_dict())
     for job in jobs:  # warm-up: every job once on each path (first-call memos)
-        tuner.recommend(job, cluster)
-        twin.recommend(job, fresh[0])
-        learner.recommend(job, cluster)
+        tuner.decide(job, cluster)
+        twin.decide(job, fresh[0])
+        learner.decide(job, cluster)
     runs: dict[str, list[list[float]]] = {"same": [], "fresh": [], "same_cpu": [], "observed": []}
     n = 0
     for _ in range(repeats):
@@ -84,12 +84,12 @@ def scale_latency_ms(tuner: Tuner, cluster: ClusterState, jobs: list[JobSpec], c
         for i in range(calls):
             job = jobs[i % len(jobs)]
             c0 = time.thread_time()
-            same_t.append(_timed(lambda: tuner.recommend(job, cluster)))
+            same_t.append(_timed(lambda: tuner.decide(job, cluster)))
             cpu_t.append((time.thread_time() - c0) * 1e3)  # CPU time: what a loaded machine's queue does not add
-            fresh_t.append(_timed(lambda: twin.recommend(job, fresh[i % copies])))
+            fresh_t.append(_timed(lambda: twin.decide(job, fresh[i % copies])))
             learner.observe(learn[n % len(learn)])
             n += 1
-            obs_t.append(_timed(lambda: learner.recommend(job, cluster)))
+            obs_t.append(_timed(lambda: learner.decide(job, cluster)))
         runs["same"].append(same_t)
         runs["fresh"].append(fresh_t)
         runs["same_cpu"].append(cpu_t)
@@ -108,9 +108,9 @@ class _ServerSideTimer:
     def __getattr__(self, name: str):
         return getattr(self.tuner, name)
 
-    def recommend(self, job: JobSpec, cluster: ClusterState, *, current=None):
+    def decide(self, job: JobSpec, cluster: ClusterState, current=None):
         t0 = time.perf_counter()
-        d = self.tuner.recommend(job, cluster, current=current)
+        d = self.tuner.decide(job, cluster, current=current)
         self.times_ms.append((time.perf_counter() - t0) * 1e3)
         return d
 
@@ -194,7 +194,7 @@ def main() -> None:
     observe_batched_per_s = args.observe / (time.perf_counter() - t0)
 
     jobs = synthetic_jobs(rng, 64)
-    first = tuner.recommend(jobs[0], cluster)
+    first = tuner.decide(jobs[0], cluster)
     n_candidates = first.explanation.n_candidates
     sources: dict[str, int] = {}
     inproc: list[float] = []
@@ -206,29 +206,29 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with serve_in_thread(app) as url, TunerClient(url, token="bench-token", timeout_s=5.0, retry_after_s=0) as client:
         for _ in range(20):  # connection set-up, first-call caches
-            client.recommend(jobs[0], cluster)
-            tuner.recommend(jobs[0], cluster)
+            client.decide(jobs[0], cluster)
+            tuner.decide(jobs[0], cluster)
         served.times_ms.clear()
         rounds, per_round = 10, max(1, args.calls // 10)
         for r in range(rounds):
             for i in range(per_round):
                 job = jobs[(r * per_round + i) % len(jobs)]
                 t0 = time.perf_counter()
-                d = tuner.recommend(job, cluster)
+                d = tuner.decide(job, cluster)
                 inproc.append((time.perf_counter() - t0) * 1e3)
                 sources[d.source] = sources.get(d.source, 0) + 1
             for i in range(per_round):
                 job = jobs[(r * per_round + i) % len(jobs)]
                 t0 = time.perf_counter()
-                d = client.recommend(job, cluster)
+                d = client.decide(job, cluster)
                 http.append((time.perf_counter() - t0) * 1e3)
                 if d.source == "fallback":
                     raise SystemExit(f"HTTP call fell back: {d.explanation.note}")
         # the same grid on an empty cluster: no co-runner SLO checks, so the part of the cost they take shows
         empty = ClusterState(pools=cluster.pools)
-        inproc_empty = [_timed(lambda j=job: tuner.recommend(j, empty)) for job in jobs * 8]
+        inproc_empty = [_timed(lambda j=job: tuner.decide(j, empty)) for job in jobs * 8]
         body = RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()
-        reply = RecommendResponse(decision=tuner.recommend(jobs[1], cluster)).model_dump_json()
+        reply = RecommendResponse(decision=tuner.decide(jobs[1], cluster)).model_dump_json()
         for _ in range(200):
             encode.append(_timed(lambda: RecommendRequest(job=jobs[1], cluster=cluster).model_dump_json()))
             decode.append(_timed(lambda: RecommendResponse.model_validate_json(reply)))

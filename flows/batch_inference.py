@@ -223,7 +223,7 @@ async def _run_job(
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
             dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
-        observed = await tuning.observe(tuner, m, tsettings)
+        observed = await tuning.observe(tuner, m)
         if env.model_files:
             await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -13,10 +13,10 @@ from oltunes.errors import ConfigError, TunerUnavailable, field_errors
 from oltunes.launchers.environment import Environment
 from oltunes.lifeline import kill_with_me
 from oltunes.tracking import Tracker
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant, new_id
+from oltunes.types import Variant, new_id
 
 if TYPE_CHECKING:
-    from oltunes.policies import Policy
+    from oltunes.tuner.protocol import TunerLike
 
 log = logging.getLogger(__name__)
 
@@ -66,62 +66,24 @@ def tuner_settings(env: Environment, settings: Settings | None = None) -> Settin
     return env.tuner_settings(settings or get_settings())
 
 
-class PolicyTuner:
-    """The tuner interface the flow tasks call (``recommend`` / ``observe``), answered by a placement policy
-    picked by name; the learning state (``replay``, ``save``, ...) is the policy's tuner's, when it has one."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-
-    def recommend(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
-        d = self.policy.decide(job, cluster, current=current)
-        if d is None:
-            raise ConfigError(f"policy {self.policy.name!r}: no capacity for job {job.job_id} on this cluster")
-        return d
-
-    def observe(self, m: Measurement) -> bool:
-        tuner = getattr(self.policy, "tuner", None)
-        if tuner is not None:
-            return bool(tuner.observe(m))
-        self.policy.observe(m)
-        return True
-
-    def replay(self, measurements: Iterable[Measurement]) -> int:
-        """Warm start: the tuner's own replay, or each measurement observed by a policy without one."""
-        tuner = getattr(self.policy, "tuner", None)
-        if tuner is not None:
-            return int(tuner.replay(measurements))
-        return sum(self.observe(m) for m in measurements)
-
-    def __getattr__(self, name: str) -> Any:
-        tuner = self.__dict__["policy"].__dict__.get("tuner")
-        if tuner is None:
-            raise AttributeError(name)
-        return getattr(tuner, name)
-
-
-def make_tuner(env: Environment, variants: list[Variant], policy: str = "oltunes") -> tuple[Any, Settings]:
-    """The deciding object of a flow: the ``policy`` by name (``Policy.make``), given the configured tuner (its
-    saved state, or the tuning service) and the environment's public profile table, if it has one."""
+def make_tuner(env: Environment, variants: list[Variant], policy: str = "oltunes") -> tuple[TunerLike, Settings]:
+    """The flow's tuner and the settings it learns under: for ``oltunes`` the configured tuner itself (its saved
+    state, or the tuning service: `get_tuner`); for any other ``policy`` name that placement policy
+    (``Policy.make``, with the environment's public profile table if it has one) behind the same interface."""
     from oltunes.policies import Policy, PolicyContext
-
-    Policy.lookup(policy)  # an unknown name fails here, listing the known ones
-    tuner, s = _configured_tuner(env, variants)
-    ctx = PolicyContext(profile=env.profile(s), variants=tuple(variants), tuner=tuner)
-    return PolicyTuner(Policy.make(policy, ctx=ctx)), s
-
-
-def _configured_tuner(env: Environment, variants: list[Variant]) -> tuple[Any, Settings]:
+    from oltunes.policies.base import PolicyAsTuner
     from oltunes.tuner.factory import get_tuner
 
+    Policy.lookup(policy)  # an unknown name fails here, listing the known ones
     s = tuner_settings(env)
+    if policy != "oltunes":
+        ctx = PolicyContext(profile=env.profile(s), variants=tuple(variants))
+        return PolicyAsTuner(Policy.make(policy, ctx=ctx)), s
     tuner = get_tuner(s, variants=variants)
-    add = getattr(tuner, "add_variants", None)  # a tuner restored from disk learns of variants built since
-    if add is not None:
-        try:
-            add(variants)
-        except TunerUnavailable as e:  # a remote tuner that is down: its fallback already knows the variants
-            log.warning("could not register variants with the tuning service: %s", e)
+    try:  # a tuner restored from its saved state learns of variants built since
+        tuner.add_variants(variants)
+    except TunerUnavailable as e:  # a remote tuner that is down: its fallback already knows the variants
+        log.warning("could not register variants with the tuning service: %s", e)
     return tuner, s
 
 

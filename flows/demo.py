@@ -51,12 +51,12 @@ def _learning_summary(out: Console, results: list[Any]) -> None:
     In-sample by construction (it has learnt from these very measurements): it shows the feedback loop closing,
     not generalisation — the simulator's benchmarks measure that.
     """
-    from oltunes.tuner.factory import get_tuner
+    from oltunes.tuner import Tuner
 
-    tuner = get_tuner(get_settings())
-    predict = getattr(tuner, "predict", None)
-    if predict is None:
-        return
+    settings = get_settings()
+    if settings.tuner_url or not settings.tuner_state_path.is_file():
+        return  # the learner is a tuning service's: its model is not read from here
+    predict = Tuner.load(settings.tuner_state_path).predict
     before, after = [], []
     for res in results:
         m = res.measurement

@@ -168,7 +168,7 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
     measured, current = interval.measurement, m.decision
     extra = {**interval.metrics, "switches": float(len(m.decisions) - 1)}
     await serving_tasks.log_step(m.run, m.steps, measured, m.params.slo_ms, svc.p.policy, current, extra)
-    await tuning.observe(svc.tuner, measured, svc.tsettings)
+    await tuning.observe(svc.tuner, measured)
     m.measurements.append(measured)
     m.steps += 1
     if not retune:
@@ -176,7 +176,7 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
     now_job = m.job.model_copy(update={"arrival_rate_rps": max(measured.arrival_rate_rps, 0.1)})
     others = [o.placement() for o in svc.models if o is not m]
     state = svc.cluster.model_copy(update={"placements": [*svc.cluster.placements, *others]})
-    new = await tuning.recommend(svc.tuner, now_job, state, placement(now_job, current, m.params.slo_ms))
+    new = await tuning.decide(svc.tuner, now_job, state, placement(now_job, current, m.params.slo_ms))
     if new.candidate.key != current.candidate.key:
         await apply_decision(svc, serving, m, new, now_job)
 

@@ -56,5 +56,5 @@ async def first_decisions(tuner: object, models: list[ModelParams], jobs: list[J
     decisions: list[Decision] = []
     for mp, job in zip(models, jobs, strict=True):
         state = cluster.model_copy(update={"placements": [*cluster.placements, *(placement(j, d, m.slo_ms) for m, j, d in zip(models, jobs, decisions))]})
-        decisions.append(await tuning.recommend(tuner, job, state))
+        decisions.append(await tuning.decide(tuner, job, state))
     return decisions

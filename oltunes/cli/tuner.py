@@ -106,17 +106,19 @@ def serve_cmd(
     class_limit: Annotated[list[str] | None, typer.Option(
         help="ACCELERATOR=N: at most N leased jobs of that class per host, e.g. t4=2 (repeatable)")] = None,
 ) -> None:
-    """Serve the tuner over HTTP (routes under /v1: recommend, observe, health, state, variants; with
+    """Serve the tuner over HTTP (routes under /v1: recommend, expect, observe, health, state, variants; with
     --inventory also leases: the service allocates those pools)."""
     from oltunes.config import get_settings
     from oltunes.inventory import load_inventory
-    from oltunes.tuner.service import check_bind, serve
+    from oltunes.netaddr import check_bind
+    from oltunes.tuner.service import serve
 
     settings = get_settings()
     token = settings.tuner_token.get_secret_value() if settings.tuner_token else None
     state_path = state or settings.tuner_state_path
     try:
-        check_bind(host, token)  # before the (possibly slow) state load
+        # before the (possibly slow) state load
+        check_bind(host, token, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
         pools = load_inventory(inventory) if inventory else None
         limits = _class_limits(class_limit or [])
         policy = _queue_policy(queue_policy, queue_policy_weights)
@@ -182,7 +184,7 @@ def recommend_cmd(
         else:
             raise ConfigError("--cluster or --inventory: one is required")
         tuner = get_tuner(variants=load_variants(variants) if variants else None)
-        decision = tuner.recommend(job_spec, state)
+        decision = tuner.decide(job_spec, state)
     except ValidationError as e:
         err.print(f"[red]error:[/red] {escape(str(invalid(e, '--job')))}")
         raise typer.Exit(2) from None

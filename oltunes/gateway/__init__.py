@@ -7,6 +7,6 @@
 
 from oltunes.gateway.app import Gateway
 from oltunes.gateway.routing import Route
-from oltunes.gateway.server import GatewayServer, check_bind
+from oltunes.gateway.server import GatewayServer
 
-__all__ = ["Gateway", "GatewayServer", "Route", "check_bind"]
+__all__ = ["Gateway", "GatewayServer", "Route"]

@@ -12,19 +12,10 @@ from oltunes.errors import ConfigError
 from oltunes.gateway.app import Gateway
 from oltunes.gateway.connections import ConnectionLimits
 from oltunes.gateway.http1 import Http1Server
-from oltunes.netaddr import is_loopback
+from oltunes.netaddr import check_bind
 
 KEEP_ALIVE_S = 75  # server side; our clients keep idle connections for less (app.CLIENT_KEEP_ALIVE_S)
 GRACEFUL_STOP_S = 30  # in-flight requests get this long to be answered when the gateway stops
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to expose an unauthenticated gateway: a non-loopback `host` needs a token."""
-    if not token and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to serve the gateway on non-loopback address {host!r} without a token: "
-            "set OLTUNES_GATEWAY_TOKEN (clients send 'Authorization: Bearer <token>') or bind 127.0.0.1"
-        )
 
 
 class GatewayServer:
@@ -34,7 +25,8 @@ class GatewayServer:
     """
 
     def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0, limits: ConnectionLimits | None = None) -> None:
-        check_bind(host, gateway.token.decode() if gateway.token else None)
+        check_bind(host, gateway.token.decode() if gateway.token else None, service="gateway",
+                   token_setting="OLTUNES_GATEWAY_TOKEN")
         self.gateway, self.host, self.port = gateway, host, port
         self.limits = limits or ConnectionLimits(idle_timeout_s=KEEP_ALIVE_S)
         self._server: Http1Server | None = None

@@ -4,7 +4,6 @@ else a flow needs of where jobs run (catalogue, inventory, serving, tuner state)
 from __future__ import annotations
 
 import json
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from oltunes.errors import InputRejected, WorkerError
+from oltunes.netaddr import free_port
 from oltunes.registry import Registered
 from oltunes.telemetry import TelemetryReport
 from oltunes.types import Candidate, JobSpec, Measurement, Pool
@@ -143,13 +143,6 @@ def rejection_reason(log_tail: str) -> str:
     lines = [ln.strip() for ln in run.splitlines() if ln.strip()]
     errors = [ln.removeprefix("error:").strip() for ln in lines if ln.startswith("error:")]
     return errors[-1] if errors else (lines[-1] if lines else "no reason in its log")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (bound and released; the worker binds it right after)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def read_report(spec: WorkerSpec) -> dict[str, Any]:

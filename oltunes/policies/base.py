@@ -13,9 +13,9 @@ Policies import neither the simulator nor the tuner's internals: ``ClusterState`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from oltunes.types import (
     Prediction,
     Variant,
 )
+
+if TYPE_CHECKING:
+    from oltunes.tuner.protocol import TunerLike
 
 
 def _no_reading(job_id: str) -> float | None:
@@ -63,7 +66,7 @@ class PolicyContext:
     clock: Callable[[], float] = _time_zero  # the current time (the simulator injects its own)
     # busy share of its device a placed job kept lately, as a cluster monitor reports it (None = no reading)
     monitor: Callable[[str], float | None] = _no_reading
-    tuner: Any = None  # a configured tuner (saved state or the tuning service) for ``oltunes`` to decide with
+    tuner: TunerLike | None = None  # the tuner ``oltunes`` decides with (None: a fresh in-process one)
 
     @property
     def true_profile(self) -> Profile:
@@ -175,3 +178,41 @@ class FixedConfigPolicy(Policy):
         if where is None:
             return None
         return self.decision(job, cluster, where[0], where[1], variant, self.batch)
+
+
+class PolicyAsTuner:
+    """A placement policy behind `oltunes.tuner.protocol.TunerLike`, so that a flow can run a baseline where the
+    tuner would decide (the flows' ``policy`` parameter). A flow cannot wait for capacity as the simulator does:
+    a policy that finds no place raises, naming it."""
+
+    n_observed = None  # a baseline keeps no learnt state
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
+        d = self.policy.decide(job, cluster, current)
+        if d is None:
+            raise ConfigError(f"policy {self.policy.name!r}: no capacity for job {job.job_id} on this cluster")
+        return d
+
+    def expect(self, job: JobSpec, cluster: ClusterState) -> Prediction:
+        """The prediction of the decision the policy would make (what a baseline knows: its table, or zeros)."""
+        return self.decide(job, cluster).explanation.predicted
+
+    def observe(self, m: Measurement) -> bool:
+        return self.observe_many([m]) == [True]
+
+    def observe_many(self, ms: Sequence[Measurement]) -> list[bool]:
+        """Passed on to a policy that ``learns``; True for each (a baseline keeps no record of ids)."""
+        if self.policy.learns:
+            self.policy.observe_many(ms)
+        return [True] * len(ms)
+
+    def add_variants(self, variants: Iterable[Variant]) -> int:
+        """Nothing: a policy decides among the variants it was built with (the flow's own)."""
+        return 0
+
+    def save(self) -> None:
+        """Nothing to keep: a baseline's state lives as long as the flow."""
+        return None

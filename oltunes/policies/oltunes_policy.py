@@ -21,11 +21,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
 from oltunes.profiles import Profile
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement
+
+if TYPE_CHECKING:
+    from oltunes.tuner.protocol import TunerLike
 
 
 def _has_free_slot(state: ClusterState) -> bool:
@@ -51,8 +55,9 @@ class OLTunesPolicy(Policy, name="oltunes"):
         except ImportError as e:
             raise MissingDependency(f"policy 'oltunes' needs the tuner package: {e}") from e
 
+        self.tuner: TunerLike
         if self.prior_kind == "heuristic" and ctx.tuner is not None and not tuner_kwargs:
-            self.tuner = ctx.tuner  # the configured one: its saved state, or the tuning service
+            self.tuner = ctx.tuner  # the one given: e.g. a flow's (its saved state, or the tuning service)
             return
         if "prior" not in tuner_kwargs and self.prior_kind == "profile":
             tuner_kwargs["prior"] = Prior.make("profile", rows=self.profile_rows())
@@ -86,7 +91,7 @@ class OLTunesPolicy(Policy, name="oltunes"):
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         if current is None and not _has_free_slot(state):
             return None
-        return self.tuner.recommend(job, state, **({} if current is None else {"current": current}))
+        return self.tuner.decide(job, state, current)
 
     def observe(self, m: Measurement) -> None:
         self.tuner.observe(m)

@@ -91,6 +91,22 @@ def release_order(policy: QueuePolicy, waiting: list[dict | WaitingJob], pools: 
     return [] if view is None else [jobs[i].job_id for i in policy.order(view)]
 
 
+class PolicyQueue:
+    """A `QueuePolicy` as the lease book's queue order (`oltunes.tuner.lease_queue.QueueOrder`)."""
+
+    def __init__(self, policy: QueuePolicy) -> None:
+        self.policy, self.name, self.uses_runtime = policy, policy.name, policy.uses_runtime
+
+    def release_order(self, waiting: list[dict | WaitingJob], pools: list[dict | PoolCapacity],
+                      now: float) -> list[str]:
+        return release_order(self.policy, waiting, pools, now)
+
+
+def queue_order(policy: str | QueuePolicy = "fcfs") -> PolicyQueue:
+    """The lease book's queue order for a queue policy (by name: an unknown one fails, listing the known ones)."""
+    return PolicyQueue(QueuePolicy.make(policy) if isinstance(policy, str) else policy)
+
+
 def admit(policy: QueuePolicy, waiting: list[dict | WaitingJob], pools: list[dict | PoolCapacity], now: float,
           group_usage: dict[int, float] | None = None, mapper: Mapper | None = None
           ) -> list[tuple[str, str, dict[int, int]]]:

@@ -15,7 +15,7 @@ import logging
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,6 +24,9 @@ from oltunes.tracking import conventions as cv
 from oltunes.tracking.client import TrackingUnavailable, mlflow_errors
 from oltunes.tracking.service import parse_chunk
 from oltunes.types import Measurement
+
+if TYPE_CHECKING:
+    from oltunes.tuner.protocol import TunerLike
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +100,7 @@ def history(
 ) -> list[Measurement]:
     """Every Measurement logged in the experiments of `kinds` (plus buffered ones), oldest first.
 
-    These are exactly the learner's observations, so ``tuner.replay(history(tracker))`` rebuilds a tuner.
+    These are exactly the learner's observations, so ``tuner.observe_many(history(tracker))`` rebuilds a tuner.
     """
     try:
         found, _ = read_runs(tracker, experiments_for(kinds, include_simulated), None, progress)
@@ -123,7 +126,7 @@ def cursor_path(state_path: Path) -> Path:
     return Path(state_path).with_name(Path(state_path).stem + ".mlflow-cursor.json")
 
 
-def _load_cursor(path: Path, uri: str, tuner: Any, state_path: Path) -> Cursor | None:
+def _load_cursor(path: Path, uri: str, n_observed: int | None, state_path: Path) -> Cursor | None:
     """The cursor if it describes this tuner's state and this store; else None (rebuild from scratch)."""
     try:
         cur = Cursor.model_validate_json(path.read_text())
@@ -131,33 +134,32 @@ def _load_cursor(path: Path, uri: str, tuner: Any, state_path: Path) -> Cursor |
         return None
     if cur.uri != uri:
         return None
-    if hasattr(tuner, "save") and not Path(state_path).exists():
+    if n_observed is not None and not Path(state_path).exists():
         return None  # the state it belonged to is gone
-    n = getattr(tuner, "n_observed", None)
+    n = n_observed
     if n is not None and cur.n_observed is not None and n < cur.n_observed:
         return None  # an older state (restored backup): it has not seen what the cursor says
     return cur
 
 
-def warm_start(tracker: Any, tuner: Any, state_path: Path, kinds: Iterable[str], *, simulated: bool) -> int:
-    """Replay into `tuner` the logged measurements its state has not absorbed; returns how many were new.
+def warm_start(tracker: Any, tuner: TunerLike, state_path: Path, kinds: Iterable[str], *, simulated: bool) -> int:
+    """Observe into `tuner` the logged measurements its state has not absorbed; returns how many were new.
 
     Reads runs ended after the cursor beside `state_path` (or all of them, with a progress bar, when there is no
-    valid cursor); saves the tuner (if it saves) and only then advances the cursor.
+    valid cursor); saves the tuner and only then advances the cursor. The cursor is checked against what the
+    tuner says it has learnt (``n_observed``; None: a tuning service, which keeps its own state elsewhere).
     """
     path = cursor_path(state_path)
-    cur = _load_cursor(path, tracker.uri, tuner, state_path)
+    cur = _load_cursor(path, tracker.uri, tuner.n_observed, state_path)
     names = experiments_for(kinds, simulated)
     found, marks = read_runs(tracker, names, cur.marks if cur else None, progress=cur is None)
     for m in buffered_measurements(tracker):
         found.setdefault(m.measurement_id, m)
     todo = sorted((m for m in found.values() if m.simulated == simulated), key=lambda m: m.timestamp)
-    new = tuner.replay(todo) if todo else 0
-    save = getattr(tuner, "save", None)
-    if save is not None and (new or not Path(state_path).exists()):
-        save(state_path)
-    n = getattr(tuner, "n_observed", None)
-    atomic_write_json(path, Cursor(uri=tracker.uri, marks=marks, n_observed=n).model_dump())
+    new = sum(tuner.observe_many(todo)) if todo else 0
+    if new or not Path(state_path).exists():
+        tuner.save()
+    atomic_write_json(path, Cursor(uri=tracker.uri, marks=marks, n_observed=tuner.n_observed).model_dump())
     log.info("warm start: %d run measurement(s) read, %d new to the tuner (%s)", len(todo), new,
              "incremental" if cur else "full rebuild")  # fmt: skip
     return new

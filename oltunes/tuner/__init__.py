@@ -2,5 +2,6 @@
 
 from oltunes.tuner.core import TARGETS, Tuner
 from oltunes.tuner.prior import HeuristicPrior, Prior, ProfilePrior
+from oltunes.tuner.protocol import TunerLike
 
-__all__ = ["Tuner", "TARGETS", "Prior", "HeuristicPrior", "ProfilePrior"]
+__all__ = ["Tuner", "TARGETS", "Prior", "HeuristicPrior", "ProfilePrior", "TunerLike"]

@@ -10,7 +10,8 @@ has a token):
 ======================  ==================  ================================================
 route                   request             response
 ======================  ==================  ================================================
-``POST /v1/recommend``  `RecommendRequest`  `RecommendResponse`
+``POST /v1/recommend``  `RecommendRequest`  `RecommendResponse` (``TunerLike.decide``)
+``POST /v1/expect``     `RecommendRequest`  `ExpectResponse` (``TunerLike.expect``: no decision made)
 ``POST /v1/observe``    `ObserveRequest`    `ObserveResponse` (idempotent by measurement_id)
 ``GET  /v1/health``     --                  `HealthResponse` (no token needed)
 ``GET  /v1/state``      --                  the tuner's ``state_dict()`` (JSON snapshot)
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from oltunes.types import MAX_LIST, ClusterState, Decision, JobSpec, Measurement, Placement, Variant
+from oltunes.types import MAX_LIST, ClusterState, Decision, JobSpec, Measurement, Placement, Prediction, Variant
 
 API_PREFIX = "/v1"
 
@@ -54,6 +55,10 @@ class RecommendRequest(_Envelope):
 
 class RecommendResponse(_Envelope):
     decision: Decision
+
+
+class ExpectResponse(_Envelope):
+    predicted: Prediction
 
 
 class ObserveRequest(_Envelope):

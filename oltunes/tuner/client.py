@@ -1,8 +1,9 @@
-"""HTTP client of the tuning service: the same `recommend`/`observe` as `Tuner`, plus a fallback and an outbox.
+"""HTTP client of the tuning service: `TunerLike` (decide / expect / observe / save) over HTTP, plus a fallback and
+an outbox.
 
 When the service cannot be reached (connection refused, timeout, or a 5xx answer):
 
-- `TunerClient.recommend` returns `safe_default(...)` (rule in its docstring; ``source="fallback"``).
+- `TunerClient.decide` returns `safe_default(...)` (rule in its docstring; ``source="fallback"``).
 - `TunerClient.observe` appends the measurement to a local outbox: one JSON file per measurement, written
   atomically and named by its ``measurement_id``. The outbox is sent (`TunerClient.flush`) after the next
   successful call. The service observes each ``measurement_id`` at most once, so a resend after a crash between
@@ -28,6 +29,7 @@ import httpx
 
 from oltunes.errors import ConfigError, DataError, TunerUnavailable
 from oltunes.tuner.api import (
+    ExpectResponse,
     HealthResponse,
     ObserveResponse,
     RecommendRequest,
@@ -38,13 +40,13 @@ from oltunes.tuner.api import (
 from oltunes.tuner.fallback import safe_default
 from oltunes.tuner.outbox import Outbox
 from oltunes.tuner.transport import ServiceTransport, ServiceUnreachable, observe_batches
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
+from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Prediction, Variant
 
 log = logging.getLogger(__name__)
 
 
 class TunerClient:
-    """Talk to a tuning service like a local `Tuner`: ``recommend(job, cluster)`` and ``observe(m)``.
+    """Talk to a tuning service like a local `Tuner` (`oltunes.tuner.protocol.TunerLike`).
 
     Parameters
     ----------
@@ -67,7 +69,7 @@ class TunerClient:
     Examples
     --------
     >>> with TunerClient("http://127.0.0.1:8765", token="s3cret") as tuner:  # doctest: +SKIP
-    ...     decision = tuner.recommend(job, cluster)
+    ...     decision = tuner.decide(job, cluster)
     ...     tuner.observe(measurement)
     """
 
@@ -96,11 +98,8 @@ class TunerClient:
     # -- the Tuner interface ---------------------------------------------------------------------------------
 
     def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
-        """The service's decision; `safe_default` (``source="fallback"``) when it is unreachable."""
-        return self.recommend(job, cluster, current=current)
-
-    def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision:
-        """The same as :meth:`decide` (the name the first API used)."""
+        """The service's decision (route ``/recommend``); `safe_default` (``source="fallback"``) when it is
+        unreachable."""
         body = RecommendRequest(job=job, cluster=cluster, current=current).model_dump_json()
         try:
             r = self.transport.request("POST", "/recommend", content=body)
@@ -141,15 +140,15 @@ class TunerClient:
         self._after_success()
         return accepted
 
-    def replay(self, measurements: Iterable[Measurement]) -> int:
-        """Send history in batches (like ``Tuner.replay``); returns how many the service learnt from.
+    def observe_many(self, ms: Sequence[Measurement]) -> list[bool]:
+        """Send several (history, a control interval) in batches; per measurement, whether the service learnt it.
 
         Measurements the service already has are skipped by it (exactly-once). When it is unreachable, the
-        rest are queued in the outbox (counted as 0 here) and delivered by a later `flush`.
+        rest are queued in the outbox (True here, as `observe` says) and delivered by a later `flush`.
         """
-        ms = list(measurements)
+        ms = list(ms)
         bodies = [m.model_dump_json() for m in ms]
-        learnt = 0
+        learnt: set[str] = set()
         for i, j in observe_batches(bodies):
             try:
                 r = self.transport.request("POST", "/observe", content="[" + ",".join(bodies[i:j]) + "]")
@@ -157,10 +156,27 @@ class TunerClient:
                 log.warning("tuning service unreachable (%s): %d measurements queued", e, len(ms) - i)
                 for m in ms[i:]:
                     self.outbox.put(m)
-                return learnt
-            learnt += ObserveResponse.model_validate_json(r.content).accepted
+                queued = {m.measurement_id for m in ms[i:]}
+                return [m.measurement_id in learnt or m.measurement_id in queued for m in ms]
+            learnt.update(ObserveResponse.model_validate_json(r.content).accepted_ids)
         self._after_success()
-        return learnt
+        return [m.measurement_id in learnt for m in ms]
+
+    def expect(self, job: JobSpec, cluster: ClusterState) -> Prediction:
+        """The service's prediction for `job` where it would decide, without deciding (route ``/expect``);
+        raises `TunerUnavailable` when it cannot be reached (there is no model here to fall back on)."""
+        body = RecommendRequest(job=job, cluster=cluster).model_dump_json()
+        r = self._without_fallback("POST", "/expect", content=body)
+        return ExpectResponse.model_validate_json(r.content).predicted
+
+    @property
+    def n_observed(self) -> None:
+        """Not counted here: the service's own count is in `health` (``n_observed_total``)."""
+        return None
+
+    def save(self) -> None:
+        """Nothing to do here: the service keeps its own state (it saves what it acknowledged)."""
+        return None
 
     # -- outbox ----------------------------------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ _RETIRED = ("partial_batches", "learner_replay", "pooled_correction", "implied_t
 
 
 class Tuner:
-    """Online tuner: recommends (pool, variant, batch size, concurrency, co-running group) per job.
+    """Online tuner: decides (pool, variant, batch size, concurrency, co-running group) per job.
 
     Parameters
     ----------
@@ -267,19 +267,15 @@ class Tuner:
         A stay keeps the device (``Decision.group`` names it). If ``cluster`` still lists the job, that entry
         is ignored (its slot is the job's own).
         """
-        return self.recommend(job, cluster, current=current)
-
-    def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision:
-        """The same as :meth:`decide` (the name the first API used)."""
         with self._lock:
             if current is None:
-                return self._recommend_new(job, cluster)
+                return self._decide_new(job, cluster)
             # a re-tune weighs staying: decided in full every time
             est, verdict, objective, obj = self._evaluator.evaluate(job, cluster, current)
             choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
             return self._decisions.build(est, verdict, objective, obj, choice)
 
-    def _recommend_new(self, job: JobSpec, cluster: ClusterState) -> Decision:
+    def _decide_new(self, job: JobSpec, cluster: ClusterState) -> Decision:
         """A job not running yet. The same question on the same options and model state is answered from the
         decision kept for it (``recall``); the exploration draw is taken as always, and an exploring decision is
         made in full."""

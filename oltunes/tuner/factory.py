@@ -1,37 +1,27 @@
-"""`get_tuner(settings)`: the in-process `Tuner` by default, the HTTP `TunerClient` when ``tuner_url`` is set.
+"""`get_tuner(settings)`: the in-process tuner bound to its state file (`StateFileTuner`) by default, the HTTP
+`TunerClient` when ``tuner_url`` is set.
 
-Callers (flows, the simulator's ``oltunes`` policy, the CLI) code against `TunerLike` and never care which one
-they hold: moving the tuner into a service is one setting, ``OLTUNES_TUNER_URL=http://host:port``.
+Callers (flows, the simulator's ``oltunes`` policy, the CLI) code against `oltunes.tuner.protocol.TunerLike` and
+never care which one they hold: moving the tuner into a service is one setting, ``OLTUNES_TUNER_URL=http://host:port``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from oltunes.config import Settings, get_settings
 from oltunes.errors import ConfigError
-from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Variant
+from oltunes.tuner.protocol import TunerLike
+from oltunes.types import Variant
 
-
-@runtime_checkable
-class TunerLike(Protocol):
-    """The ask/tell interface shared by `oltunes.tuner.Tuner` and `oltunes.tuner.client.TunerClient`."""
-
-    def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision: ...
-
-    def recommend(self, job: JobSpec, cluster: ClusterState, *, current: Placement | None = None) -> Decision: ...
-
-    def observe(self, m: Measurement) -> bool: ...
-
-    def replay(self, measurements: Iterable[Measurement]) -> int: ...
+__all__ = ["TunerLike", "get_tuner"]
 
 
 def get_tuner(
     settings: Settings | None = None,
     *,
     variants: Iterable[Variant] | None = None,
-    load_state: bool = True,
     **tuner_kwargs: Any,
 ) -> TunerLike:
     """Build the tuner the settings ask for.
@@ -43,9 +33,6 @@ def get_tuner(
     variants
         The servable variants. In-process: the tuner's variants when no saved state exists. HTTP: known to the
         client's fallback decision (the service's own list is cached on first contact too).
-    load_state
-        In-process only: bind the tuner to ``settings.tuner_state_path`` (restored when it exists): a
-        `LocalTuner`, whose ``save()`` merges with what concurrent processes saved there. False: a fresh `Tuner`.
     **tuner_kwargs
         Passed to ``Tuner(...)`` when a fresh in-process tuner is built (batch_sizes, concurrencies, prior, seed).
     """
@@ -63,7 +50,7 @@ def get_tuner(
         )
 
     from oltunes.tuner.core import Tuner
-    from oltunes.tuner.local import LocalTuner
+    from oltunes.tuner.local import StateFileTuner
 
     path = settings.tuner_state_path
     tuner_kwargs.setdefault("seed", settings.seed)
@@ -76,4 +63,4 @@ def get_tuner(
             )
         return Tuner(list(variants), **tuner_kwargs)
 
-    return LocalTuner.open(path, new) if load_state else new()
+    return StateFileTuner.open(path, new)

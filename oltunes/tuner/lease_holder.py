@@ -16,11 +16,12 @@ import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
 from oltunes.errors import OLTunesError, TunerUnavailable
 from oltunes.tuner.lease_types import BookView, Lease, LeaseAnswer, LeaseRequest, MoveAnswer, MoveRequest
 from oltunes.tuner.leases import LeaseBook
+from oltunes.tuner.protocol import TunerLike
 from oltunes.types import Decision, JobSpec, Pool
 
 log = logging.getLogger(__name__)
@@ -46,16 +47,14 @@ class Leases(Protocol):
     def view(self) -> BookView: ...
 
 
-def leases_for(tuner: Any, pools: Sequence[Pool]) -> Leases:
-    """The tuning service's book when `tuner` talks to one (this process's own book if it is unreachable), else an
+def leases_for(tuner: TunerLike, pools: Sequence[Pool]) -> Leases:
+    """The tuning service's book when `tuner` is its client (this process's own book if it is unreachable), else an
     in-process book deciding with `tuner`."""
     from oltunes.tuner.client import TunerClient
     from oltunes.tuner.lease_api import RemoteLeases
 
-    inner = getattr(tuner, "policy", None)
-    client = tuner if isinstance(tuner, TunerClient) else getattr(inner, "tuner", None)
-    own = LeaseBook(pools, lambda job, cluster: tuner.recommend(job, cluster), expect=getattr(tuner, "expect", None))
-    return RemoteLeases(client, fallback=own) if isinstance(client, TunerClient) else own
+    own = LeaseBook(pools, tuner.decide, expect=tuner.expect)
+    return RemoteLeases(tuner, fallback=own) if isinstance(tuner, TunerClient) else own
 
 
 def holder_name() -> str:

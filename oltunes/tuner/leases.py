@@ -3,8 +3,8 @@
 A job that is about to run asks for a **lease**: the book decides where it goes (the tuner, given every leased
 placement as the `ClusterState`), and grants the lease if that device still has a free slot
 (``Pool.slots_per_device``) and the accelerator class is under its limit on that host. A job that does not fit
-**waits** in the queue; the queue's order is a pluggable policy by name (`oltunes.rltune.policies.QueuePolicy`,
-``fcfs`` by default; through `oltunes.rltune.service_queue.release_order`, the RLTune issue's product hook). Every
+**waits** in the queue; the queue's order is pluggable (`oltunes.tuner.lease_queue.QueueOrder`: arrival order by
+default; the RLTune package's policies through `oltunes.rltune.service_queue.queue_order`). Every
 acquire, renew and release admits, in that order, each waiting job that now fits.
 
 A lease lives ``ttl_s`` seconds from its last renewal (the holder heartbeats); a holder that dies stops renewing
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from oltunes.errors import ConfigError, DataError
-from oltunes.rltune.policies import QueuePolicy
+from oltunes.tuner.lease_queue import ArrivalOrder, QueueOrder
 from oltunes.tuner.lease_store import BookStore
 from oltunes.tuner.lease_types import (
     MAX_WAITING,
@@ -63,8 +63,8 @@ class LeaseBook:
     path
         JSON file the book is kept in (None: memory only).
     queue_policy
-        The queue's order: a `QueuePolicy` name (``fcfs``, ``sjf``, ``slurm``, ...) or one already built (e.g.
-        ``QueuePolicy.make("rltune", weights=...)``).
+        The queue's order (`QueueOrder`; None: arrival order). A queue policy by name (``sjf``, ``slurm``,
+        ``rltune``, ...): ``oltunes.rltune.service_queue.queue_order(name)``.
     class_limits
         Accelerator name -> the most jobs leased at once on one host (``Pool.engine``) of that class, e.g.
         ``{"t4": 2}``; classes not named are bounded by their slots only.
@@ -74,14 +74,13 @@ class LeaseBook:
 
     def __init__(self, pools: Sequence[Pool], decide: Decide, *, expect: Expect | None = None,
                  path: str | Path | None = None,
-                 queue_policy: str | QueuePolicy = "fcfs", class_limits: Mapping[str, int] | None = None,
+                 queue_policy: QueueOrder | None = None, class_limits: Mapping[str, int] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.pools = {p.name: p for p in pools}
         self.decide = decide
         self.expect = expect
         self.store = BookStore(Path(path) if path is not None else None)
-        # an unknown name fails here, listing the known ones
-        self.queue_policy = QueuePolicy.make(queue_policy) if isinstance(queue_policy, str) else queue_policy
+        self.queue_policy: QueueOrder = queue_policy if queue_policy is not None else ArrivalOrder()
         self.queue_policy_name = self.queue_policy.name
         self.class_limits = dict(class_limits or {})
         for name, n in self.class_limits.items():
@@ -262,8 +261,6 @@ class LeaseBook:
 
     def _order(self, now: float) -> list[str]:
         """Waiting job ids in the queue policy's order (each job asks for one slot)."""
-        from oltunes.rltune.service_queue import release_order
-
         if not self.waiting:
             return []
         used = self._used()
@@ -272,7 +269,7 @@ class LeaseBook:
                 for p in self.pools.values() if p.count <= 4096]
         waiting = [{"job_id": w.job.job_id, "gpus": 1, "submitted_s": w.submitted_at,
                     "expected_duration_s": w.expected_duration_s} for w in self.waiting.values()]
-        return release_order(self.queue_policy, waiting, caps, now)
+        return self.queue_policy.release_order(waiting, caps, now)
 
     def _estimate(self, job: JobSpec) -> float | None:
         """An estimate of a queued job's run time, for queue policies that read one (``sjf``, ``rltune``): its

@@ -31,9 +31,13 @@ class ServedTuner(Protocol):
     variants: Sequence[Any]
     n_observed: int
 
-    def recommend(self, job: Any, cluster: ClusterState, *, current: Any = None) -> Decision: ...
+    def decide(self, job: Any, cluster: ClusterState, current: Any = None) -> Decision: ...
+
+    def expect(self, job: Any, cluster: ClusterState) -> Prediction: ...
 
     def observe(self, m: Measurement) -> bool: ...
+
+    def observe_many(self, ms: Sequence[Measurement]) -> list[bool]: ...
 
     def has_seen(self, measurement_id: str) -> bool: ...
 
@@ -84,27 +88,32 @@ class TunerService:
             if replayed:
                 log.info("observe journal: %d acknowledged measurements restored", replayed)
 
-    def recommend(self, req: RecommendRequest) -> Decision:
+    def _cluster_for(self, req: RecommendRequest) -> ClusterState:
         cluster = req.cluster if req.cluster is not None else self.default_cluster
         if cluster is None:
             raise ConfigError("cluster: required (this service was started without --inventory)")
         if self.leases is not None:  # the service allocates: what it leased runs there, whoever asks
             cluster = self.leases.with_leases(cluster, exclude=req.job.job_id)
+        return cluster
+
+    def recommend(self, req: RecommendRequest) -> Decision:
+        cluster = self._cluster_for(req)
         with self.lock:
-            # Not marked dirty: recommend only advances the exploration RNG, which is not worth a save.
-            return self.tuner.recommend(req.job, cluster, current=req.current)
+            # Not marked dirty: a decision only advances the exploration RNG, which is not worth a save.
+            return self.tuner.decide(req.job, cluster, req.current)
+
+    def expect_for(self, req: RecommendRequest) -> Prediction:
+        cluster = self._cluster_for(req)
+        return self.expect(req.job, cluster)
 
     def decide(self, job: Any, cluster: ClusterState) -> Decision:
         with self.lock:
-            return self.tuner.recommend(job, cluster)
+            return self.tuner.decide(job, cluster)
 
-    def expect(self, job: Any, cluster: ClusterState) -> Prediction | None:
-        """The tuner's prediction for the job without deciding (`Tuner.expect`); None for a tuner without one."""
-        expect = getattr(self.tuner, "expect", None)  # optional in `ServedTuner`: a wrapper may not forward it
-        if expect is None:
-            return None
+    def expect(self, job: Any, cluster: ClusterState) -> Prediction:
+        """The tuner's prediction for the job without deciding (`Tuner.expect`)."""
         with self.lock:
-            return expect(job, cluster)
+            return self.tuner.expect(job, cluster)
 
     def observe(self, measurements: Sequence[Measurement]) -> ObserveResponse:
         """Learn the new measurements and journal them (not yet fsynced: call `sync` before answering)."""
@@ -124,12 +133,9 @@ class TunerService:
             self.journal.sync()
 
     def _observe_all(self, ms: Sequence[Measurement]) -> list[bool]:
-        """Learn ``ms`` in one ``observe_many`` when the tuner has it (the pooled correction is then fitted per
-        chunk, as in-process batches are), else one by one."""
-        many = getattr(self.tuner, "observe_many", None)  # optional in `ServedTuner`, like `expect`
-        if many is None or not ms:
-            return [self.tuner.observe(m) for m in ms]
-        return many(ms)
+        """Learn ``ms`` in one ``observe_many`` (the pooled correction is then fitted per chunk, as in-process
+        batches are)."""
+        return self.tuner.observe_many(ms) if ms else []
 
     def _learn(self, m: Measurement) -> bool:
         try:

@@ -11,7 +11,7 @@ Safety rules
 ------------
 - When a token is set, every route except ``GET /v1/health`` requires ``Authorization: Bearer <token>``
   (401 otherwise; the comparison is constant-time).
-- `check_bind` refuses a non-loopback address without a token (`serve` calls it before binding).
+- `oltunes.netaddr.check_bind` refuses a non-loopback address without a token (`serve` calls it before binding).
 - Bad input is a 4xx whose ``detail`` names the field and never echoes the input (``guards``): 413 for a body
   over ``max_body_bytes`` (checked before parsing), 422 from validation (finite numbers, limits, the id pattern
   of `oltunes.types`), 422 with the tuner's own reason when it rejects the request (e.g. an unknown pool); the
@@ -37,13 +37,15 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from oltunes.errors import ConfigError, OLTunesError
-from oltunes.netaddr import is_loopback
+from oltunes.errors import OLTunesError
+from oltunes.netaddr import check_bind
 from oltunes.rltune.policies import QueuePolicy
+from oltunes.rltune.service_queue import queue_order
 from oltunes.tuner import guards
 from oltunes.tuner.api import (
     API_PREFIX,
     MAX_BODY_BYTES,
+    ExpectResponse,
     HealthResponse,
     ObserveRequest,
     ObserveResponse,
@@ -130,7 +132,8 @@ def create_app(
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
         service.leases = LeaseBook(
-            pools, service.decide, expect=service.expect, queue_policy=queue_policy, class_limits=class_limits,
+            pools, service.decide, expect=service.expect, queue_policy=queue_order(queue_policy),
+            class_limits=class_limits,
             path=None if service.state_path is None else service.state_path.with_name(service.state_path.name + ".leases"),
         )  # fmt: skip
     persister = Persister(service, persist_every_s)
@@ -203,6 +206,10 @@ def create_app(
         metrics.decided(decision, time.perf_counter() - t0)
         return RecommendResponse(decision=decision)
 
+    @private.post("/expect", response_model=ExpectResponse)
+    async def expect(req: RecommendRequest) -> ExpectResponse:
+        return ExpectResponse(predicted=service.expect_for(req))
+
     @private.post("/observe", response_model=ObserveResponse)
     async def observe(req: ObserveRequest) -> ObserveResponse:
         answer = service.observe(req.measurements)
@@ -234,15 +241,6 @@ def create_app(
     return app
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to expose an unauthenticated tuner: a non-loopback `host` needs a token."""
-    if not token and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to serve the tuner on non-loopback address {host!r} without a token: "
-            "set OLTUNES_TUNER_TOKEN (or bind 127.0.0.1)"
-        )
-
-
 def serve(
     tuner: ServedTuner,
     *,
@@ -259,7 +257,7 @@ def serve(
     """Serve `tuner` with uvicorn until interrupted (state persisted on the way out)."""
     import uvicorn
 
-    check_bind(host, token)
+    check_bind(host, token, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
     app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s,
                      queue_policy=queue_policy, class_limits=class_limits)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

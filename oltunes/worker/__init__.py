@@ -13,7 +13,7 @@ CLI: ``oltunes worker batch ...`` and ``oltunes worker serve ...`` (also ``pytho
 
 from oltunes.worker.batch import BatchReport, read_predictions, run_batch
 from oltunes.worker.dataset import Dataset, read_dataset, write_dataset
-from oltunes.worker.process import ServeProcess, free_port, serve_process
+from oltunes.worker.process import ServeProcess, serve_process
 from oltunes.worker.session import ModelSession
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "Dataset",
     "ModelSession",
     "ServeProcess",
-    "free_port",
     "read_dataset",
     "read_predictions",
     "run_batch",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,13 +14,7 @@ import httpx
 
 from oltunes.errors import WorkerError
 from oltunes.lifeline import spawn
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free right now (tiny race with other binders; fine on loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from oltunes.netaddr import free_port
 
 
 class ServeProcess:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from oltunes.launchers.base import free_port
+from oltunes.netaddr import free_port
 
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 

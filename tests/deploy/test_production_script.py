@@ -16,7 +16,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from oltunes.launchers.base import free_port
+from oltunes.netaddr import free_port
 
 pytestmark = pytest.mark.slow
 

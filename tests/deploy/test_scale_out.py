@@ -14,7 +14,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from oltunes.launchers.base import free_port
+from oltunes.netaddr import free_port
 from oltunes.tracking import conventions as cv
 from tests.deploy.conftest import FINAL, stop, wait_for
 

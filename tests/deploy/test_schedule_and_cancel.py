@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from oltunes.launchers.base import free_port
+from oltunes.netaddr import free_port
 from oltunes.launchers.traffic import BUNDLED_TRACE
 from tests.deploy.conftest import FINAL, stop, wait_for
 

@@ -18,7 +18,7 @@ from oltunes.types import Candidate, JobSpec, Pool
 from oltunes.zoo import list_variants
 from tasks.workers import run_worker
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a real Prefect server
 
 
 def table(n: int = 40, width: int = 64, x_type=pa.float32(), ids=None, fill=None) -> pa.Table:

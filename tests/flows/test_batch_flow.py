@@ -22,7 +22,7 @@ from oltunes.tracking import Tracker
 from oltunes.tracking import conventions as cv
 from oltunes.tuner import Tuner
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # a real Prefect server, MLflow, workers
 
 
 def rows(output: str | Path) -> list[int]:

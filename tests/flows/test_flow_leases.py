@@ -18,7 +18,7 @@ from oltunes.launchers.environment import Environment
 from oltunes.tuner import Tuner
 from oltunes.tuner.service import create_app, serve_in_thread
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # a real Prefect server, tuner processes
 
 
 def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_device_inventory, monkeypatch,
@@ -69,7 +69,6 @@ def test_two_flow_runs_share_one_device_as_a_co_running_group(own_home, one_devi
     assert [c.job_id for c in second.measurement.candidate.co_runners] == [first.job_id]
 
 
-@pytest.mark.slow
 def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_the_device_with_batch_jobs(
         own_home, monkeypatch, settings_env, tmp_path):
     """A real `oltunes tuner serve` allocates one CPU device of 3 slots. A batch job holds one slot before the

@@ -25,7 +25,7 @@ from oltunes.tracking import Tracker
 from oltunes.tuner import Tuner
 from oltunes.zoo import make_dataset
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # flow processes and their Prefect server
 
 FLOW = r"""
 import asyncio, json, sys

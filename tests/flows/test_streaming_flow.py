@@ -22,7 +22,7 @@ from oltunes.launchers.traffic import BUNDLED_TRACE
 from oltunes.tracking import Tracker
 from oltunes.tracking import conventions as cv
 from oltunes.tuner import Tuner
-from oltunes.worker.process import free_port
+from oltunes.netaddr import free_port
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

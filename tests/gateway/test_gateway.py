@@ -52,6 +52,7 @@ def decisions_for(zoo, names: list[str], batch: int = 8) -> tuple[JobSpec, list[
                           explanation=Explanation(predicted=pred, n_candidates=2, n_feasible=2)) for n in names]  # fmt: skip
 
 
+@pytest.mark.slow  # a real worker process (and gateway)
 def test_tritonclient_sees_no_error_across_live_switches_and_a_worker_crash(built_zoo, tmp_path):
     job, (small, medium) = decisions_for(built_zoo, ["cnn-s-fp32", "cnn-m-fp32"])
     x = np.random.default_rng(0).normal(size=(3, 1, 8, 8)).astype(np.float32)
@@ -141,6 +142,7 @@ def run_gateway(fn, **gateway_kw):
     return asyncio.run(main())
 
 
+@pytest.mark.slow  # a real worker process (and gateway)
 def test_protocol_errors_have_the_protocols_shape_and_never_echo_the_input(worker):
     secret = "Zq7-echo-marker"
 
@@ -165,6 +167,7 @@ def test_protocol_errors_have_the_protocols_shape_and_never_echo_the_input(worke
     run_gateway(check)
 
 
+@pytest.mark.slow  # a real worker process (and gateway)
 def test_body_limit_refuses_before_reading_whether_declared_or_streamed(worker):
     def check(url: str, gw: Gateway) -> None:
         gw.add("cnn").switch(worker.url, "start")
@@ -185,6 +188,7 @@ def test_body_limit_refuses_before_reading_whether_declared_or_streamed(worker):
     run_gateway(check, max_body_bytes=32_768)
 
 
+@pytest.mark.slow  # a real worker process (and gateway)
 def test_admission_refuses_at_once_with_429_and_retry_after_beyond_the_measured_limit(worker):
     def check(url: str, gw: Gateway) -> None:
         route = gw.add("cnn", slo_ms=1e-3)  # any measured latency says: one request at a time meets this SLO
@@ -295,6 +299,7 @@ def _gateway_process(route: str, *extra: str) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
+@pytest.mark.slow  # a real worker process (and gateway)
 def test_shedding_keeps_the_latency_of_admitted_requests_bounded_under_overload(built_zoo):
     """The same overload (200 back-to-back clients on a worker that serves one item per session call) through two
     gateway processes in front of the same worker, one with an SLO and one without, alternating rounds after a

@@ -11,6 +11,8 @@ import yaml
 from oltunes.config import REPO_ROOT
 from tests.infra.engine import unavailable
 
+pytestmark = pytest.mark.slow  # docker compose and image builds
+
 INFRA = REPO_ROOT / "infra"
 
 

@@ -14,6 +14,8 @@ from oltunes.inventory import CATALOG
 from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.types import Candidate, JobSpec, Pool, Variant
 
+pytestmark = pytest.mark.slow  # real `oltunes worker` processes, batch and serve
+
 CORE = sorted(os.sched_getaffinity(0))[-1]
 POOL = Pool(name="one-core", accelerator=CATALOG["cpu"], count=1, cpu_set=(CORE,))
 

@@ -30,3 +30,25 @@ def test_policies_do_not_import_the_simulator_and_the_simulator_not_the_policies
         for name, names in mods.items():
             bad = {n for n in names if n == other or n.startswith(other + ".")}
             assert not bad, f"oltunes/{folder}/{name} imports {bad}"
+
+
+def test_the_lease_book_does_not_import_the_queue_policies():
+    """The allocator takes its queue order from whoever builds it (the service); RLTune depends on it, not back."""
+    mods = _imports("tuner")
+    for name in ("leases.py", "lease_queue.py", "lease_holder.py", "lease_api.py", "lease_store.py", "lease_types.py"):
+        if name in mods:
+            bad = {n for n in mods[name] if n.startswith("oltunes.rltune")}
+            assert not bad, f"oltunes/tuner/{name} imports {bad}"
+
+
+def test_flows_and_policies_reach_a_tuner_only_through_its_interface():
+    """No probing for a wrapped object's ``policy``/``tuner``/``save``: callers use `TunerLike` as it is."""
+    root = ROOT.parent
+    for f in [*sorted((root / "flows").glob("*.py")), *sorted((root / "tasks").glob("*.py")),
+              *sorted((ROOT / "policies").glob("*.py")), ROOT / "tracking" / "history.py"]:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr"}:
+                arg = node.args[1] if len(node.args) > 1 else None
+                assert not (isinstance(arg, ast.Constant) and arg.value in {"policy", "tuner", "save", "replay",
+                                                                              "add_variants", "predict", "expect"}), \
+                    f"{f.relative_to(root)}:{node.lineno} probes {arg.value!r}"

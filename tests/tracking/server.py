@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from oltunes.launchers.base import free_port
+from oltunes.netaddr import free_port
 
 MLFLOW = Path(sys.executable).with_name("mlflow")
 

@@ -99,6 +99,7 @@ def test_unreachable_is_not_rejected(tmp_path, monkeypatch):
         down.find_run("t-down", cv.TAG_KEY, "x")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # two real `mlflow server` start-ups; minutes each on a loaded 2-core machine
 def test_server_killed_between_create_run_and_log_batch_replays_to_one_finished_run(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")

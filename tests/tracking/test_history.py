@@ -13,6 +13,7 @@ from oltunes.tracking import history as hist
 from oltunes.tracking import store as store_module
 from oltunes.tracking.history import cursor_path
 from oltunes.tuner.core import Tuner
+from oltunes.tuner.local import StateFileTuner
 from tests.tracking.test_tracking import CAND, VARIANT, closed_port_uri, make_measurement
 
 DAY_MS = 24 * 3600 * 1000
@@ -35,6 +36,11 @@ def log_batch_runs(tracker: Tracker, n: int, *, days_ago: float | None = None, s
     return ms
 
 
+def opened(state) -> StateFileTuner:
+    """The tuner a flow warm-starts: bound to its state file (a fresh one when there is none)."""
+    return StateFileTuner.open(state, lambda: Tuner([VARIANT], seed=1))
+
+
 def counting(monkeypatch) -> list[int]:
     """Spy on how many runs each warm start reads from MLflow."""
     reads: list[int] = []
@@ -53,19 +59,17 @@ def test_warm_start_replays_only_what_the_state_has_not_seen(setup, monkeypatch)
     tracker, state = setup
     reads = counting(monkeypatch)
     log_batch_runs(tracker, 6, days_ago=3)
-    tuner = Tuner([VARIANT], seed=1)
-    assert warm_start(tracker, tuner, state, ("batch",), simulated=False) == 6
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 6
     assert state.exists() and cursor_path(state).exists()
     assert reads == [6]  # no cursor yet: a full rebuild
 
     new = log_batch_runs(tracker, 2, start=100)  # ended just now
-    restored = Tuner.load(state)
-    assert warm_start(tracker, restored, state, ("batch",), simulated=False) == 2
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 2
     # only the runs that ended after the mark, plus the one at the mark (the clock-skew overlap re-reads it)
     assert reads[-1] == 3
     loaded = Tuner.load(state)
     assert all(loaded.has_seen(m.measurement_id) for m in new)
-    assert warm_start(tracker, Tuner.load(state), state, ("batch",), simulated=False) == 0  # exactly once
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 0  # exactly once
 
 
 def test_no_state_rebuilds_everything_including_streaming_steps(setup):
@@ -76,11 +80,10 @@ def test_no_state_rebuilds_everything_including_streaming_steps(setup):
     for i, m in enumerate(steps):
         svc.log_step(i, m)
     svc.end()
-    first = Tuner([VARIANT], seed=1)
-    assert warm_start(tracker, first, state, ("batch", "streaming"), simulated=False) == 8
+    assert warm_start(tracker, opened(state), state, ("batch", "streaming"), simulated=False) == 8
     state.unlink()  # a new machine: the cursor no longer describes any state
-    again = Tuner([VARIANT], seed=1)
-    assert warm_start(tracker, again, state, ("batch", "streaming"), simulated=False) == 8
+    assert warm_start(tracker, opened(state), state, ("batch", "streaming"), simulated=False) == 8
+    again = Tuner.load(state)
     assert again.n_observed == 8 and all(again.has_seen(m.measurement_id) for m in batch + steps)
 
 
@@ -88,20 +91,18 @@ def test_an_older_state_than_the_cursor_is_rebuilt(setup, monkeypatch):
     tracker, state = setup
     reads = counting(monkeypatch)
     log_batch_runs(tracker, 4, days_ago=2)
-    tuner = Tuner([VARIANT], seed=1)
-    warm_start(tracker, tuner, state, ("batch",), simulated=False)
+    warm_start(tracker, opened(state), state, ("batch",), simulated=False)
     Tuner([VARIANT], seed=1).save(state)  # a backup from before those runs is restored
-    stale = Tuner.load(state)
-    assert warm_start(tracker, stale, state, ("batch",), simulated=False) == 4 and reads[-1] == 4
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 4 and reads[-1] == 4
 
 
 def test_simulated_and_real_history_do_not_mix(setup):
     tracker, state = setup
     tracker.log_measurement(make_measurement(simulated=True, energy_source="simulated"))
     log_batch_runs(tracker, 2)
-    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 2
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 2
     sim_state = state.with_name("sim.json")
-    assert warm_start(tracker, Tuner([VARIANT], seed=1), sim_state, ("batch",), simulated=True) == 1
+    assert warm_start(tracker, opened(sim_state), sim_state, ("batch",), simulated=True) == 1
 
 
 def test_a_rebuild_reads_the_history_page_by_page_with_a_progress_bar(setup, monkeypatch):
@@ -115,11 +116,11 @@ def test_a_rebuild_reads_the_history_page_by_page_with_a_progress_bar(setup, mon
     bars: list[bool] = []
     real_progress = hist._progress
     monkeypatch.setattr(hist, "_progress", lambda enabled: (bars.append(enabled), real_progress(enabled))[1])
-    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 5
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 5
     assert pages == [2, 2, 1] and bars == [True]  # no state: every run, in pages, with a bar
     log_batch_runs(tracker, 1, start=50)
     pages.clear()
-    assert warm_start(tracker, Tuner.load(state), state, ("batch",), simulated=False) == 1
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 1
     assert bars == [True, False] and sum(pages) < 5  # incremental: no bar, and not the whole history
 
 
@@ -134,19 +135,18 @@ def test_runs_written_by_older_versions_warm_start_exactly_once(setup):
         run = c.create_run(tracker._experiment_id(cv.experiment_for(kind)), tags=tags)
         c.set_terminated(run.info.run_id)
     kinds = ("batch", "streaming")
-    tuner = Tuner([VARIANT], seed=1)
-    assert warm_start(tracker, tuner, state, kinds, simulated=False) == 4
-    assert all(tuner.has_seen(m.measurement_id) for m in [*steps, job])
-    assert warm_start(tracker, Tuner.load(state), state, kinds, simulated=False) == 0
+    assert warm_start(tracker, opened(state), state, kinds, simulated=False) == 4
+    assert all(Tuner.load(state).has_seen(m.measurement_id) for m in [*steps, job])
+    assert warm_start(tracker, opened(state), state, kinds, simulated=False) == 0
     state.unlink()  # a new machine rebuilds the same four
-    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, kinds, simulated=False) == 4
+    assert warm_start(tracker, opened(state), state, kinds, simulated=False) == 4
 
 
 def test_a_run_buffered_long_ago_is_read_by_the_next_warm_start_once_it_lands(setup, tmp_path, monkeypatch):
     """A replayed run ends when it lands, so a cursor that moved on meanwhile still reads it."""
     tracker, state = setup
     log_batch_runs(tracker, 2)
-    assert warm_start(tracker, Tuner([VARIANT], seed=1), state, ("batch",), simulated=False) == 2
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 2
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     other_host = tmp_path / "other-host-buffer"
     late = make_measurement(job_id="late")
@@ -157,5 +157,5 @@ def test_a_run_buffered_long_ago_is_read_by_the_next_warm_start_once_it_lands(se
         assert down.log_measurement(late, started_at=day_ago - 60) is None and down.pending() == 1
     up = Tracker(uri=tracker.uri, buffer_dir=other_host, artifact_root=tmp_path / "artifacts")
     assert up.flush() == 1
-    restored = Tuner.load(state)
-    assert warm_start(tracker, restored, state, ("batch",), simulated=False) == 1 and restored.has_seen(late.measurement_id)
+    assert warm_start(tracker, opened(state), state, ("batch",), simulated=False) == 1
+    assert Tuner.load(state).has_seen(late.measurement_id)

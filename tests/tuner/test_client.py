@@ -16,7 +16,7 @@ from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.factory import TunerLike, get_tuner
 from oltunes.tuner.fallback import safe_default
-from oltunes.tuner.local import LocalTuner
+from oltunes.tuner.local import StateFileTuner
 from oltunes.tuner.outbox import Outbox
 from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
@@ -27,7 +27,7 @@ from oltunes.types import (
     Placement,
     Pool,
 )
-from tests.tuner.serve_process import free_port
+from oltunes.netaddr import free_port
 from tests.tuner.variants import make_variants
 
 TOKEN = "client-test-token"
@@ -63,7 +63,7 @@ def test_fallback_when_nothing_listens(tmp_path, oltunes_home):
     url = f"http://127.0.0.1:{free_port()}"
     with client(url, tmp_path, variants=make_variants()) as c:
         t0 = time.monotonic()
-        d = c.recommend(JOB, make_cluster())
+        d = c.decide(JOB, make_cluster())
         assert time.monotonic() - t0 < 2.0
     assert d.source == "fallback" and d.feasible and d.job_id == JOB.job_id
     assert "unreachable" in d.explanation.note
@@ -99,7 +99,7 @@ def test_fallback_on_timeout_and_on_5xx(tmp_path, oltunes_home):
         with client(f"http://127.0.0.1:{silent.getsockname()[1]}", tmp_path, timeout_s=0.3,
                     variants=make_variants()) as c:
             t0 = time.monotonic()
-            d = c.recommend(JOB, make_cluster())
+            d = c.decide(JOB, make_cluster())
             assert d.source == "fallback" and time.monotonic() - t0 < 3.0
             assert c.observe(make_measurement(0)) is True and c.pending == 1
 
@@ -110,15 +110,15 @@ def test_fallback_on_timeout_and_on_5xx(tmp_path, oltunes_home):
         return JSONResponse(status_code=503, content={"detail": "overloaded"})
 
     with serve_in_thread(broken) as url, client(url, tmp_path, variants=make_variants()) as c:
-        d = c.recommend(JOB, make_cluster())
+        d = c.decide(JOB, make_cluster())
         assert d.source == "fallback" and "503" in d.explanation.note
 
 
 def test_breaker_skips_the_network_after_a_failure(tmp_path, oltunes_home):
     url = f"http://127.0.0.1:{free_port()}"
     with client(url, tmp_path, variants=make_variants(), retry_after_s=60) as c:
-        c.recommend(JOB, make_cluster())
-        d = c.recommend(JOB, make_cluster())
+        c.decide(JOB, make_cluster())
+        d = c.decide(JOB, make_cluster())
     assert d.source == "fallback" and "less than 60s ago" in d.explanation.note
 
 
@@ -132,7 +132,7 @@ def test_outbox_delivered_exactly_once_after_service_returns(tmp_path, oltunes_h
         c.observe(ms[0])  # the same measurement twice while down: one file, named by its id
         files = sorted(p.name for p in (tmp_path / "outbox").iterdir())
         assert files == sorted(f"{m.measurement_id}.json" for m in ms)
-        assert c.recommend(JOB, make_cluster()).source == "fallback"
+        assert c.decide(JOB, make_cluster()).source == "fallback"
 
     tuner = Tuner(make_variants(), seed=0)
     app = create_app(tuner, token=TOKEN)
@@ -140,7 +140,7 @@ def test_outbox_delivered_exactly_once_after_service_returns(tmp_path, oltunes_h
         # a new client process finds the queue on disk; its first successful call flushes it
         with client(url, tmp_path) as c:
             assert c.pending == 7
-            d = c.recommend(JOB, make_cluster())
+            d = c.decide(JOB, make_cluster())
             assert d.source != "fallback"
             assert c.pending == 0
             assert app.state.service.n_observed == 7 and tuner.n_observed == 7
@@ -173,7 +173,7 @@ def test_wrong_token_raises_and_keeps_the_measurement(tmp_path, oltunes_home):
     with serve_in_thread(create_app(Tuner(make_variants()), token=TOKEN)) as url:
         with client(url, tmp_path, token="nope") as c:
             with pytest.raises(ConfigError, match="refused the token"):
-                c.recommend(JOB, make_cluster())
+                c.decide(JOB, make_cluster())
             with pytest.raises(ConfigError):
                 c.observe(make_measurement(3))
             assert c.pending == 1
@@ -189,11 +189,11 @@ def test_rejected_request_raises_with_reason(tmp_path, oltunes_home):
 
 def test_factory_in_process_by_default_http_one_setting_away(tmp_path, oltunes_home):
     local = get_tuner(Settings(), variants=make_variants())
-    assert isinstance(local, LocalTuner) and isinstance(local.tuner, Tuner) and isinstance(local, TunerLike)
+    assert isinstance(local, StateFileTuner) and isinstance(local, TunerLike)
     with pytest.raises(ConfigError, match="variants"):
         get_tuner(Settings())
     local.observe(make_measurement(0))
-    local.save(Settings().tuner_state_path)
+    assert local.save() == Settings().tuner_state_path
     assert get_tuner(Settings()).observe(make_measurement(0)) is False  # restored from the state file
 
     remote = get_tuner(Settings(tuner_url="http://127.0.0.1:9", tuner_token=TOKEN), variants=make_variants())
@@ -217,18 +217,18 @@ def test_measurement_refused_by_the_service_is_kept_in_rejected(tmp_path, oltune
     assert Measurement.model_validate_json((tmp_path / "outbox" / "rejected" / "meas-4.json").read_text()) == m
 
 
-def test_replay_history_through_the_client(tmp_path, oltunes_home):
+def test_history_observed_through_the_client_once_each(tmp_path, oltunes_home):
     history = [make_measurement(i) for i in range(12)]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with client(url, tmp_path) as c:
-        assert c.replay(history[:4]) == 0 and c.pending == 4  # down: queued, not lost
+        assert c.observe_many(history[:4]) == [True] * 4 and c.pending == 4  # down: queued, not lost
     tuner = Tuner(make_variants())
     with serve_in_thread(create_app(tuner, token=TOKEN), port=port), client(url, tmp_path) as c:
-        assert c.replay(history) == 12
+        assert sum(c.observe_many(history)) == 12
         # the flush that follows resends the 4 queued ones: the service drops them as duplicates
         assert c.pending == 0 and tuner.n_observed == 12 and c.health().n_observed == 12
-        assert c.replay(history) == 0
+        assert c.observe_many(history) == [False] * 12
 
 
 def test_replay_and_flush_split_bodies_under_the_service_size_limit(tmp_path, oltunes_home, monkeypatch):
@@ -240,7 +240,7 @@ def test_replay_and_flush_split_bodies_under_the_service_size_limit(tmp_path, ol
     ms = [make_measurement(i) for i in range(120)]
     assert len("[" + ",".join(m.model_dump_json() for m in ms) + "]") > 6 * limit
     with serve_in_thread(create_app(tuner, token=TOKEN, max_body_bytes=limit)) as url, client(url, tmp_path) as c:
-        assert c.replay(ms[:60]) == 60
+        assert sum(c.observe_many(ms[:60])) == 60
         for m in ms[60:]:
             c.outbox.put(m)
         assert c.flush() == 60 and c.pending == 0 and not (tmp_path / "outbox" / "rejected").exists()

@@ -61,7 +61,7 @@ def tuner() -> Tuner:
 
 def test_decision_meets_slo_and_accuracy_with_explanation(tuner):
     job = JobSpec(family="cnn", slo_ms=50, accuracy_floor=0.75, items=1000)
-    d = tuner.recommend(job, make_cluster())
+    d = tuner.decide(job, make_cluster())
     assert d.feasible and d.job_id == job.job_id
     assert d.variant.accuracy >= 0.75
     p = d.explanation.predicted
@@ -101,7 +101,7 @@ def test_objective_is_minimised_among_feasible(tuner, objective):
         "completion_time": lambda p, pool: job.items / p.throughput_items_per_s,
         "cost": lambda p, pool: pool.accelerator.cost_per_hour / 3600 / p.throughput_items_per_s,
     }[objective]
-    d = tuner.recommend(job, cluster)
+    d = tuner.decide(job, cluster)
     (pred,) = tuner.predict(job, [d.candidate])
     chosen = key(pred, cluster.pool(d.pool))
     # near-equal: within near_equal, or within the estimate's typical error of the objective where that is wider
@@ -119,7 +119,7 @@ def test_decision_prediction_equals_predict_on_same_candidate(tuner):
         for k, v in enumerate(tuner.variants):
             tuner.observe(measure(job, Candidate(pool=pool.name, accelerator=pool.accelerator.name, variant=v,
                                                  batch_size=4, concurrency=2), rng, i * 100 + k))
-    d = tuner.recommend(job, make_cluster())
+    d = tuner.decide(job, make_cluster())
     (p,) = tuner.predict(job, [d.candidate])
     for a, b in ((p.latency_p99_ms, d.explanation.predicted.latency_p99_ms),
                  (p.energy_j_per_item, d.explanation.predicted.energy_j_per_item),
@@ -129,20 +129,20 @@ def test_decision_prediction_equals_predict_on_same_candidate(tuner):
 
 
 def test_infeasible_slo_is_an_answer_naming_the_constraint(tuner):
-    d = tuner.recommend(JobSpec(family="cnn", slo_ms=0.01, accuracy_floor=0.7), make_cluster())
+    d = tuner.decide(JobSpec(family="cnn", slo_ms=0.01, accuracy_floor=0.7), make_cluster())
     assert not d.feasible and d.explanation.n_feasible == 0
     assert "p99 latency SLO" in d.explanation.note
     assert d.candidate.variant.accuracy >= 0.7  # the best available still respects what it can
 
 
 def test_infeasible_accuracy_floor(tuner):
-    d = tuner.recommend(JobSpec(family="cnn", slo_ms=1000, accuracy_floor=0.95), make_cluster())
+    d = tuner.decide(JobSpec(family="cnn", slo_ms=1000, accuracy_floor=0.95), make_cluster())
     assert not d.feasible
     assert "accuracy floor" in d.explanation.note
 
 
 def test_streaming_throughput_constraint(tuner):
-    ok = tuner.recommend(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=100), make_cluster())
+    ok = tuner.decide(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=100), make_cluster())
     assert ok.feasible
     p = ok.explanation.predicted
     m_thr = tuner.estimator.margins(ok.candidate.accelerator, "cnn")[2]
@@ -156,13 +156,13 @@ def test_streaming_throughput_constraint(tuner):
                           tuner.burstiness)
     assert queue > 0
     assert pess + wait + queue <= 200
-    bad = tuner.recommend(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=1e7), make_cluster())
+    bad = tuner.decide(JobSpec(family="cnn", kind="streaming", slo_ms=200, arrival_rate_rps=1e7), make_cluster())
     assert not bad.feasible and "throughput" in bad.explanation.note
 
 
 def test_unknown_family_is_a_config_error(tuner):
     with pytest.raises(ConfigError, match="known families: cnn"):
-        tuner.recommend(JobSpec(family="gpt", slo_ms=10), make_cluster())
+        tuner.decide(JobSpec(family="gpt", slo_ms=10), make_cluster())
 
 
 def test_variants_added_between_recommendations_are_considered():
@@ -170,9 +170,9 @@ def test_variants_added_between_recommendations_are_considered():
     # without an observation in between must not reuse them (it used to fail to broadcast).
     t = Tuner(make_variants()[:2], seed=0, explore_rate=0.0)
     job = JobSpec(family="cnn", slo_ms=500, accuracy_floor=0.75, items=1000)
-    assert not t.recommend(job, make_cluster()).explanation.n_feasible  # only "s" variants: below the floor
+    assert not t.decide(job, make_cluster()).explanation.n_feasible  # only "s" variants: below the floor
     t.add_variants(make_variants()[2:])
-    d = t.recommend(job, make_cluster())
+    d = t.decide(job, make_cluster())
     assert d.feasible and d.candidate.variant.accuracy >= 0.75
 
 
@@ -190,7 +190,7 @@ def test_capacity_never_exceeded_and_full_cluster_is_infeasible():
     placed = 0
     for i in range(total_slots + 3):
         job = JobSpec(job_id=f"j{i}", family="cnn", slo_ms=5000, accuracy_floor=0.7, items=100)
-        d = tuner.recommend(job, cluster)
+        d = tuner.decide(job, cluster)
         if not d.feasible:
             break
         dev = _device_of(d, cluster)
@@ -204,7 +204,7 @@ def test_capacity_never_exceeded_and_full_cluster_is_infeasible():
                 used = sum(memory_need_gb(p.candidate.variant, p.candidate.concurrency) for p in on)
                 assert used <= pool.accelerator.memory_gb
     assert placed == total_slots  # generous SLO: every slot gets used, then the answer is "no free slot"
-    d = tuner.recommend(JobSpec(family="cnn", slo_ms=5000), cluster)
+    d = tuner.decide(JobSpec(family="cnn", slo_ms=5000), cluster)
     assert not d.feasible and "no free slot" in d.explanation.note
 
 
@@ -232,7 +232,7 @@ def test_closed_loop_learns_truth_and_keeps_slos():
     for i in range(n):
         job = JobSpec(job_id=f"j{i}", family="cnn", slo_ms=float(rng.choice([5, 10, 30])), accuracy_floor=0.7,
                       items=1000, objective=str(rng.choice(["energy", "completion_time"])))
-        d = tuner.recommend(job, cluster)
+        d = tuner.decide(job, cluster)
         m = measure(job, d.candidate, rng, i)
         if d.feasible:
             violations += m.latency_p99_ms > job.slo_ms
@@ -252,7 +252,7 @@ def test_profile_prior_is_used_at_cold_start():
     c = Candidate(pool="t4-pool", accelerator="t4", variant=v[3], batch_size=4)
     (p,) = tuner.predict(JobSpec(family="cnn", slo_ms=10), [c])
     assert p.latency_p99_ms == pytest.approx(truth(c)[0], rel=0.05)  # FM residual ~0 before any observation
-    assert tuner.recommend(JobSpec(family="cnn", slo_ms=30), make_cluster()).source == "prior"
+    assert tuner.decide(JobSpec(family="cnn", slo_ms=30), make_cluster()).source == "prior"
 
 
 def test_bad_settings_are_config_errors():
@@ -265,19 +265,19 @@ def test_bad_settings_are_config_errors():
 def test_retune_keeps_a_good_current_placement_and_leaves_a_bad_one(tuner):
     cluster = make_cluster()
     job = JobSpec(job_id="r1", family="cnn", slo_ms=80, accuracy_floor=0.7, items=1000, objective="energy")
-    first = tuner.recommend(job, cluster)
+    first = tuner.decide(job, cluster)
     # Running on device 1 of its pool (not the device a fresh decision would pick): staying keeps device 1.
     pool = cluster.pool(first.pool)
     dev = pool.count - 1
     here = Placement(job_id="r1", pool=first.pool, device=dev, candidate=first.candidate, slo_ms=80)
-    again = tuner.recommend(job, make_cluster([here]), current=here)  # the cluster may still list the job
+    again = tuner.decide(job, make_cluster([here]), current=here)  # the cluster may still list the job
     assert again.candidate == first.candidate
     assert again.group is not None and again.group.device == dev and again.group.members == ("r1",)
     assert "kept the current placement" in again.explanation.note
     # A current configuration far worse than the best (largest model, batch 1, on the CPU) is left.
     worst = Candidate(pool="cpu-pool", accelerator="cpu", variant=tuner.variants[-2], batch_size=1, concurrency=4)
     bad = Placement(job_id="r1", pool="cpu-pool", device=0, candidate=worst, slo_ms=80)
-    moved = tuner.recommend(job, make_cluster(), current=bad)
+    moved = tuner.decide(job, make_cluster(), current=bad)
     assert moved.candidate != worst and "kept the current" not in moved.explanation.note
 
 
@@ -290,7 +290,7 @@ def test_accuracy_floor_is_never_violated_even_when_infeasible():
         job = JobSpec(job_id=f"a{i}", family="cnn", slo_ms=float(rng.choice([0.01, 1, 10, 100])), accuracy_floor=floor,
                       kind=str(rng.choice(["batch", "streaming"])), arrival_rate_rps=float(rng.choice([1, 50, 1e4])),
                       items=100, objective=str(rng.choice(["energy", "completion_time", "cost"])))
-        d = tuner.recommend(job, make_cluster())
+        d = tuner.decide(job, make_cluster())
         assert floor <= best and d.variant.accuracy >= floor, (job, d.candidate.key, d.feasible)
         c = d.candidate
         tuner.observe(measure(job, c, rng, i))
@@ -307,7 +307,7 @@ def _stream_measurement(job: JobSpec, c: Candidate, i: int, *, p99: float, req_p
 
 def test_request_level_queueing_is_learned_per_streaming_job(tuner):
     job = JobSpec(job_id="st", kind="streaming", family="cnn", slo_ms=60, accuracy_floor=0.7, arrival_rate_rps=20)
-    first = tuner.recommend(job, make_cluster())
+    first = tuner.decide(job, make_cluster())
     assert first.feasible and tuner.burst("st") is None  # no request-level measurement yet: Kingman only
     c = first.candidate
     # Requests queued far beyond the batch latency: a backlog of (300 - 10 - fill) ms x 400 items/s.
@@ -316,7 +316,7 @@ def test_request_level_queueing_is_learned_per_streaming_job(tuner):
     assert tuner.burst("st") == pytest.approx((300.0 - 10.0 - fill) / 1000.0 * 400.0)
     # Another job's queueing is not this one's; a batch measurement never creates a backlog.
     assert tuner.burst("other") is None
-    again = tuner.recommend(job, make_cluster())
+    again = tuner.decide(job, make_cluster())
     # The same configuration now predicts a request p99 beyond the SLO, so the tuner leaves it (or, if every
     # candidate is that slow for this backlog, says the job is infeasible).
     assert again.candidate.key != c.key or not again.feasible
@@ -335,18 +335,18 @@ def test_co_runner_load_is_measured_or_estimated_not_assumed_full():
     cluster = ClusterState(pools=[Pool(name="a100-pool", accelerator=CATALOG["a100"], count=1, slots_per_device=3)],
                            placements=[light, batch])
     job = JobSpec(job_id="new", family="cnn", slo_ms=1000, items=10)
-    loads = {r.job_id: r.load for r in tuner.recommend(job, cluster).candidate.co_runners}
+    loads = {r.job_id: r.load for r in tuner.decide(job, cluster).candidate.co_runners}
     assert loads["flat-out"] == 1.0  # a batch job keeps its device busy
     assert 0 < loads["light"] < 0.5  # 1 req/s on an A100: estimated from its rate and predicted throughput
     # Once measured in that configuration, the measured share is used (rounded to 0.05).
     spec = JobSpec(job_id="light", kind="streaming", family="cnn", slo_ms=100, arrival_rate_rps=1.0)
     tuner.observe(_stream_measurement(spec, cand, 0, p99=5.0, req_p99=6.0, thr=800.0, util=0.31))
-    loads = {r.job_id: r.load for r in tuner.recommend(job, cluster).candidate.co_runners}
+    loads = {r.job_id: r.load for r in tuner.decide(job, cluster).candidate.co_runners}
     assert loads["light"] == pytest.approx(0.3)
     # The measurement was for another configuration than the one placed now: back to the estimate.
     moved = light.model_copy(update={"candidate": cand.model_copy(update={"batch_size": 8})})
     cluster2 = ClusterState(pools=cluster.pools, placements=[moved, batch])
-    loads = {r.job_id: r.load for r in tuner.recommend(job, cluster2).candidate.co_runners}
+    loads = {r.job_id: r.load for r in tuner.decide(job, cluster2).candidate.co_runners}
     assert loads["light"] != pytest.approx(0.3)
     # State round trip keeps the learned loads and backlogs.
     back = Tuner.from_state_dict(tuner.state_dict())
@@ -359,7 +359,7 @@ def test_infeasible_fallback_spreads_onto_an_empty_device():
     pool = Pool(name="a100-pool", accelerator=CATALOG["a100"], count=2, slots_per_device=4)
     cand = Candidate(pool="a100-pool", accelerator="a100", variant=v, batch_size=1)
     placed = [Placement(job_id=f"p{i}", pool="a100-pool", device=0, candidate=cand, slo_ms=1000) for i in range(3)]
-    d = tuner.recommend(JobSpec(family="cnn", slo_ms=0.01, items=10), ClusterState(pools=[pool], placements=placed))
+    d = tuner.decide(JobSpec(family="cnn", slo_ms=0.01, items=10), ClusterState(pools=[pool], placements=placed))
     assert not d.feasible
     assert d.group is None and not d.candidate.co_runners  # device 1 (empty), not packed onto device 0
 
@@ -369,18 +369,18 @@ def test_infeasible_running_job_stays_unless_moving_clearly_helps():
     tuner = Tuner(make_variants(), seed=0, explore_rate=0.0)
     job = JobSpec(job_id="inf", family="cnn", slo_ms=0.01, items=10)
     cluster = make_cluster()
-    first = tuner.recommend(job, cluster)
+    first = tuner.decide(job, cluster)
     assert not first.feasible
     pool = cluster.pool(first.pool)
     here = Placement(job_id="inf", pool=first.pool, device=pool.count - 1, candidate=first.candidate, slo_ms=0.01)
-    again = tuner.recommend(job, make_cluster([here]), current=here)
+    again = tuner.decide(job, make_cluster([here]), current=here)
     assert not again.feasible and again.candidate == first.candidate
     assert again.group is not None and again.group.device == pool.count - 1
     assert "kept the current placement" in again.explanation.note
     # Running somewhere far worse (largest model, batch 1, concurrency 4 on the CPU): it moves.
     worst = Candidate(pool="cpu-pool", accelerator="cpu", variant=tuner.variants[-2], batch_size=1, concurrency=4)
     bad = Placement(job_id="inf", pool="cpu-pool", device=0, candidate=worst, slo_ms=0.01)
-    moved = tuner.recommend(job, make_cluster(), current=bad)
+    moved = tuner.decide(job, make_cluster(), current=bad)
     assert moved.candidate != worst
 
 

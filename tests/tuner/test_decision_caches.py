@@ -55,12 +55,12 @@ def _sequence(seed: int) -> list[dict]:
             cluster = ClusterState.model_construct(pools=cluster.pools, placements=list(placed))
         if i % 7 == 0 and placed:
             current = placed[int(rng.integers(len(placed)))].model_copy(update={"job_id": job.job_id})
-            d = tuner.recommend(job, cluster, current=current)
+            d = tuner.decide(job, cluster, current=current)
         elif i % 5 == 0:  # what the HTTP service sees: equal placements, new objects
-            d = tuner.recommend(job, ClusterState.model_construct(
+            d = tuner.decide(job, ClusterState.model_construct(
                 pools=cluster.pools, placements=[p.model_copy() for p in placed]))
         else:
-            d = tuner.recommend(job, cluster)
+            d = tuner.decide(job, cluster)
         out.append(_strip(d))
     return out
 
@@ -91,17 +91,17 @@ def test_a_cached_grid_is_read_only_and_dropped_after_an_observation():
     tuner = Tuner(variants, seed=0)
     cluster = random_cluster(rng, variants)
     job = JobSpec(family="cnn", slo_ms=300.0, items=100)
-    tuner.recommend(job, cluster)
-    tuner.recommend(job, cluster)  # (the first call also initialises the model, which moves its version)
+    tuner.decide(job, cluster)
+    tuner.decide(job, cluster)  # (the first call also initialises the model, which moves its version)
     est = tuner.estimator
     (first,) = est.grid_memo._current().values()
     with pytest.raises(ValueError):
         first[0][...] = 0.0  # a shared grid cannot be changed by a caller
-    tuner.recommend(job, cluster)
+    tuner.decide(job, cluster)
     (same,) = est.grid_memo._current().values()
     assert same is first  # reused
     tuner.observe(_measurement(rng, cluster, variants, 0))
-    tuner.recommend(job, cluster)
+    tuner.decide(job, cluster)
     (again,) = est.grid_memo._current().values()
     assert again is not first and not np.array_equal(again[0], first[0])
 

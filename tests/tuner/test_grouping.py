@@ -89,14 +89,14 @@ def test_recommend_sets_group_and_protects_co_runners(tuner):
     full = Pool(name="t4-pool", accelerator=CATALOG["t4"], count=1, slots_per_device=2)
     # A bert job with room in its SLO: a cnn newcomer may join it, and the decision names the group.
     roomy = ClusterState(pools=[full], placements=[placement("b1", "bert", 30)])
-    d = tuner.recommend(JobSpec(job_id="new", family="cnn", slo_ms=30), roomy)
+    d = tuner.decide(JobSpec(job_id="new", family="cnn", slo_ms=30), roomy)
     assert d.feasible and d.group is not None
     assert set(d.group.members) == {"b1", "new"} and d.group.device == 0
     assert set(d.group.predicted_slowdown) == {"b1", "new"}
     assert d.candidate.co_runners and d.candidate.co_runners[0].job_id == "b1"
     # The same device, but the bert job has no room left: joining would break its SLO -> infeasible.
     tight = ClusterState(pools=[full], placements=[placement("b1", "bert", 8.4)])
-    d = tuner.recommend(JobSpec(job_id="new", family="cnn", slo_ms=30), tight)
+    d = tuner.decide(JobSpec(job_id="new", family="cnn", slo_ms=30), tight)
     assert not d.feasible and "co-runners' SLOs" in d.explanation.note
 
 

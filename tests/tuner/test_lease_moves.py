@@ -40,12 +40,12 @@ def per_device(book) -> Counter:
 
 def test_a_move_swaps_the_slot_in_one_step_and_the_slot_left_admits_a_waiting_job():
     tuner = Tuner(make_variants(), seed=0)
-    book = LeaseBook([ROW], lambda j, c: tuner.recommend(j, c))
+    book = LeaseBook([ROW], lambda j, c: tuner.decide(j, c))
     a = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
     b = book.acquire(LeaseRequest(job=job("b"), ttl_s=600)).lease
     assert (a.device, b.device) == (0, 1)
     # c wants b's device exactly (a resumed job): it waits
-    c_req = LeaseRequest(job=job("c"), ttl_s=600, decision=on(tuner.recommend(job("c"), book._cluster()), 1))
+    c_req = LeaseRequest(job=job("c"), ttl_s=600, decision=on(tuner.decide(job("c"), book._cluster()), 1))
     assert book.acquire(c_req).status == "waiting"
 
     moved = book.move(b.lease_id, MoveRequest(decision=on(b.decision, 2)))
@@ -67,10 +67,10 @@ def test_a_move_swaps_the_slot_in_one_step_and_the_slot_left_admits_a_waiting_jo
 
 def test_decision_leases_lease_the_first_decision_move_on_switches_and_release_at_the_end():
     tuner = Tuner(make_variants(), seed=0)
-    book = LeaseBook([ROW], lambda j, c: tuner.recommend(j, c))
+    book = LeaseBook([ROW], lambda j, c: tuner.decide(j, c))
     other = book.acquire(LeaseRequest(job=job("other"), ttl_s=600)).lease  # device 0
     svc = job("svc").model_copy(update={"kind": "streaming", "arrival_rate_rps": 5.0, "items": None})
-    first = tuner.recommend(svc, book.with_leases(book._cluster()))
+    first = tuner.decide(svc, book.with_leases(book._cluster()))
 
     async def run() -> tuple:
         async with lease_decisions(book, ttl_s=600, wait_s=5) as held:

@@ -18,6 +18,7 @@ import pytest
 
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
+from oltunes.rltune.service_queue import queue_order
 from oltunes.tuner import Tuner
 from oltunes.tuner.client import TunerClient
 from oltunes.tuner.lease_api import RemoteLeases
@@ -77,7 +78,7 @@ def test_two_jobs_that_fit_together_form_a_co_running_group(tmp_path):
     """One device with two slots: the second job's decision names the first as its co-runner."""
     pool = Pool(name="t4-a", accelerator=CATALOG["t4"], count=1, slots_per_device=2)
     tuner = Tuner(make_variants(), seed=0)
-    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), path=tmp_path / "leases")
+    book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), path=tmp_path / "leases")
     first = book.acquire(LeaseRequest(job=job(1)))
     second = book.acquire(LeaseRequest(job=job(2)))
     assert first.status == second.status == "granted"
@@ -94,7 +95,7 @@ def test_two_jobs_that_fit_together_form_a_co_running_group(tmp_path):
 def test_queue_is_first_come_first_served_and_durable(tmp_path):
     pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
     tuner = Tuner(make_variants(), seed=0)
-    decide = lambda j, c: tuner.recommend(j, c)  # noqa: E731
+    decide = lambda j, c: tuner.decide(j, c)  # noqa: E731
     book = LeaseBook([pool], decide, path=tmp_path / "leases")
     running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
     for name in ("b", "c", "d"):
@@ -107,7 +108,7 @@ def test_queue_is_first_come_first_served_and_durable(tmp_path):
     again.release(running.lease_id)
     assert [l.job.job_id for l in again.view().leases] == ["job-b"]
     with pytest.raises(ConfigError, match="known: .*fcfs"):
-        LeaseBook([pool], decide, queue_policy="no-such-policy")
+        queue_order("no-such-policy")
 
 
 def test_an_unreadable_book_file_is_refused_saying_what_to_do(tmp_path):
@@ -122,7 +123,7 @@ def test_class_limit_bounds_jobs_per_accelerator_class_per_host(tmp_path):
     tuner = Tuner(make_variants(), seed=0)
     pools = [Pool(name="t4-a", accelerator=CATALOG["t4"], count=4, slots_per_device=4),
              Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=3, slots_per_device=1)]
-    book = LeaseBook(pools, lambda j, c: tuner.recommend(j, c), class_limits={"t4": 1})
+    book = LeaseBook(pools, lambda j, c: tuner.decide(j, c), class_limits={"t4": 1})
     granted = [book.acquire(LeaseRequest(job=job(i, slo_ms=60_000))) for i in range(6)]
     by_pool = Counter(a.lease.pool for a in granted if a.status == "granted")
     assert by_pool["t4-a"] <= 1 and by_pool["cpu-a"] <= 3
@@ -202,7 +203,7 @@ def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
 
     pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=1, slots_per_device=1)
     tuner = Tuner(make_variants(), seed=0)
-    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), queue_policy=QueuePolicy.make("sjf"))
+    book = LeaseBook([pool], tuner.decide, queue_policy=queue_order(QueuePolicy.make("sjf")))
     running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
     for name, seconds in (("long", 3_000.0), ("short", 10.0), ("mid", 300.0)):
         book.acquire(LeaseRequest(job=job(name), ttl_s=600, expected_duration_s=seconds))
@@ -215,12 +216,12 @@ def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
 def test_a_job_that_cannot_fit_an_idle_cluster_is_refused_not_queued_forever():
     tuner = Tuner(make_variants(), seed=0)
     pool = Pool(name="cpu-a", accelerator=CATALOG["cpu"], count=2, slots_per_device=2)
-    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), class_limits={"cpu": 0})
+    book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), class_limits={"cpu": 0})
     with pytest.raises(ConfigError, match="job-x: does not fit this cluster even with nothing running"):
         book.acquire(LeaseRequest(job=job("x")))
     assert book.view().waiting == []
     unknown = JobSpec(job_id="job-y", family="no-such-family", slo_ms=100.0)
-    open_book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c))
+    open_book = LeaseBook([pool], lambda j, c: tuner.decide(j, c))
     with pytest.raises(ConfigError, match="no-such-family"):
         open_book.acquire(LeaseRequest(job=unknown))
 
@@ -308,7 +309,7 @@ def test_a_run_time_policy_orders_jobs_without_a_duration_by_the_tuners_estimate
     tuner = Tuner(make_variants(), seed=0)
     sizes = {"big": 400_000, "small": 4_000, "medium": 40_000}
     for policy, expected in (("sjf", ["job-small", "job-medium", "job-big"]), ("fcfs", [f"job-{n}" for n in sizes])):
-        book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), expect=tuner.expect, queue_policy=policy)
+        book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), expect=tuner.expect, queue_policy=queue_order(policy))
         book.acquire(LeaseRequest(job=job("running"), ttl_s=600))
         for name, items in sizes.items():
             req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
@@ -328,9 +329,9 @@ def test_queue_estimates_neither_draw_from_the_tuner_nor_decide_twice(seed):
     idle = ClusterState(pools=[pool])
     # explore_rate=1: every feasible decision draws from the RNG, so one extra decide would show
     tuner, twin = (Tuner(make_variants(), seed=seed, explore_rate=1.0) for _ in range(2))
-    book = LeaseBook([pool], lambda j, c: tuner.recommend(j, c), expect=tuner.expect, queue_policy="sjf")
+    book = LeaseBook([pool], lambda j, c: tuner.decide(j, c), expect=tuner.expect, queue_policy=queue_order("sjf"))
     running = book.acquire(LeaseRequest(job=job("running"), ttl_s=600)).lease
-    twin.recommend(job("running"), idle)
+    twin.decide(job("running"), idle)
     before = tuner.state_dict()
     for name, items in (("big", 400_000), ("small", 4_000), ("medium", 40_000)):
         req = LeaseRequest(job=job(name).model_copy(update={"items": items}), ttl_s=600)
@@ -347,6 +348,6 @@ def test_queue_estimates_neither_draw_from_the_tuner_nor_decide_twice(seed):
             granted.append(held)
     assert [l.job.job_id for l in granted] == ["job-small", "job-medium", "job-big"]
     for lease in granted:
-        d = twin.recommend(lease.job, idle)
+        d = twin.decide(lease.job, idle)
         assert (lease.decision.candidate, lease.decision.group, lease.decision.source) == (d.candidate, d.group, d.source)
     assert tuner.state_dict() == twin.state_dict()

@@ -123,7 +123,7 @@ def _observer(home: str, first: int, n: int, barrier) -> None:
     barrier.wait()  # both hold a tuner loaded from the same state before either saves
     for i in range(first, first + n):
         tuner.observe(make_measurement(CAND, i))
-        tuner.save(settings.tuner_state_path)
+        tuner.save()
 
 
 def test_two_processes_observing_into_one_state_lose_nothing(tmp_path):

@@ -59,12 +59,3 @@ def test_memo_rebuilds_when_its_version_moves_and_stays_bounded():
     assert memo.get(4, lambda: -1) == 4  # still there: no rebuild
     version[0] += 1
     assert memo.get(4, lambda: -1) == -1
-
-
-def test_decide_and_recommend_are_one_interface():
-    a, b = Tuner(V, seed=3), Tuner(V, seed=3)
-    job = JobSpec(family="cnn", slo_ms=500, items=100)
-    for _ in range(5):
-        da, db = a.decide(job, CLUSTER), b.recommend(job, CLUSTER)
-        assert (da.candidate.key, da.source, da.explanation.note) == (db.candidate.key, db.source, db.explanation.note)
-    assert np.all(a._rng.random(3) == b._rng.random(3))

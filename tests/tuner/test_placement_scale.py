@@ -127,11 +127,11 @@ def test_recorded_decision_sequence_is_identical_to_the_brute_force_enumeration(
         out = []
         for cluster in clusters:
             for job in jobs:
-                d = tuner.recommend(job, cluster)
+                d = tuner.decide(job, cluster)
                 out.append(_strip(d))
                 current = next(iter(cluster.placements), None)
                 if current is not None:
-                    out.append(_strip(tuner.recommend(job, cluster, current=current.model_copy(
+                    out.append(_strip(tuner.decide(job, cluster, current=current.model_copy(
                         update={"job_id": job.job_id}))))
         return out
 

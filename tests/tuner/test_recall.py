@@ -69,13 +69,13 @@ def _sequence(seed: int, counts: dict[str, int]) -> list[dict]:
             placed[k] = placed[k].model_copy(update={"slo_ms": placed[k].slo_ms * 0.5})
             cluster = ClusterState.model_construct(pools=cluster.pools, placements=list(placed))
         if i % 13 == 0 and placed:
-            d = tuner.recommend(job, cluster, current=placed[int(rng.integers(len(placed)))].model_copy(
+            d = tuner.decide(job, cluster, current=placed[int(rng.integers(len(placed)))].model_copy(
                 update={"job_id": job.job_id}))
         elif i % 11 == 0:  # new objects, equal placements (the HTTP service)
-            d = tuner.recommend(job, ClusterState.model_construct(
+            d = tuner.decide(job, ClusterState.model_construct(
                 pools=cluster.pools, placements=[p.model_copy() for p in placed]))
         else:
-            d = tuner.recommend(job, cluster)
+            d = tuner.decide(job, cluster)
         counts["explore"] += d.source == "explore"
         counts["shared"] += d.group is not None
         out.append(_dump(d))
@@ -113,11 +113,11 @@ def test_a_recalled_group_names_the_asking_job_last_even_when_it_is_a_member():
     tuner = Tuner(variants, seed=0, explore_rate=0.0)
     for k in range(60):
         t = TEMPLATES[k % len(TEMPLATES)]
-        first = tuner.recommend(JobSpec(job_id="first", **t), cluster)
+        first = tuner.decide(JobSpec(job_id="first", **t), cluster)
         if first.group is None:
             continue
         member = first.group.members[0]
-        again = tuner.recommend(JobSpec(job_id=member, **t), cluster)
+        again = tuner.decide(JobSpec(job_id=member, **t), cluster)
         assert again.group.members == (*first.group.members[:-1], member)
         want = dict(first.group.predicted_slowdown)
         own = want.pop("first")

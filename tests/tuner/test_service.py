@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.service import check_bind, create_app, is_loopback, serve_in_thread
+from oltunes.netaddr import check_bind, is_loopback
+from oltunes.tuner.service import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
     ClusterState,
@@ -61,7 +62,7 @@ def test_recommend_observe_health_state_over_http(served):
                       json={"job": JOB.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json")})
         assert r.status_code == 200, r.text
         decision = Decision.model_validate(r.json()["decision"])
-        expected = twin.recommend(JOB, cluster)
+        expected = twin.decide(JOB, cluster)
         assert decision.job_id == JOB.job_id
         assert (decision.candidate.key, decision.source, decision.feasible) == (
             expected.candidate.key, expected.source, expected.feasible)
@@ -119,12 +120,12 @@ def test_no_token_means_open_on_loopback(tmp_path):
 def test_refuses_non_loopback_bind_without_token(oltunes_home, monkeypatch):
     for host in ("127.0.0.1", "localhost", "::1"):
         assert is_loopback(host)
-        check_bind(host, None)
+        check_bind(host, None, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
     for host in ("0.0.0.0", "::", "192.0.2.10"):
         assert not is_loopback(host)
         with pytest.raises(ConfigError, match="OLTUNES_TUNER_TOKEN"):
-            check_bind(host, None)
-        check_bind(host, TOKEN)  # with a token it may bind anywhere
+            check_bind(host, None, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
+        check_bind(host, TOKEN, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")  # a token: anywhere
 
     from oltunes.cli import app
 
@@ -233,7 +234,7 @@ def test_state_persisted_on_shutdown_and_restored(tmp_path):
             r = http.post("/v1/recommend", json={"job": JOB.model_dump(mode="json"),
                                                  "cluster": cluster.model_dump(mode="json")})
             assert r.json()["decision"]["candidate"] == json.loads(
-                tuner.recommend(JOB, cluster).candidate.model_dump_json())
+                tuner.decide(JOB, cluster).candidate.model_dump_json())
 
 
 def test_state_persisted_periodically(tmp_path):
@@ -277,7 +278,7 @@ def test_cli_serve_subprocess_persists_on_sigint_and_restores(tmp_path):
     svc = ServeProcess(tmp_path, persist_every_s=30)
     with svc:
         with TunerClient(svc.url, token=TOKEN, outbox_dir=tmp_path / "ob") as c:
-            decision = c.recommend(JOB, make_cluster())
+            decision = c.decide(JOB, make_cluster())
             assert decision.source != "fallback"
             assert [c.observe(make_measurement(decision.candidate, i)) for i in range(3)] == [True] * 3
         assert httpx.get(f"{svc.url}/v1/state", timeout=5).status_code == 401
@@ -320,7 +321,7 @@ def test_prometheus_metrics_count_decisions_and_observations_without_a_token(ser
     before = httpx.get(f"{url}/metrics", timeout=5)
     assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
     with TunerClient(url, token=TOKEN, timeout_s=10, outbox_dir=tmp_path / "outbox") as c:
-        d = c.recommend(JOB, make_cluster())
+        d = c.decide(JOB, make_cluster())
         assert [c.observe(make_measurement(d.candidate, i)) for i in (1, 2)] == [True, True]
         assert c.observe(make_measurement(d.candidate, 1)) is False  # a duplicate
     text = httpx.get(f"{url}/metrics", timeout=5).text

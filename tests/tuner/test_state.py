@@ -43,7 +43,7 @@ def history(n: int = 60) -> list[Measurement]:
 
 def trained(**kw) -> Tuner:
     t = Tuner(VARIANTS, seed=3, **kw)
-    t.recommend(JobSpec(family="cnn", slo_ms=20), CLUSTER)  # registers the custom accelerator
+    t.decide(JobSpec(family="cnn", slo_ms=20), CLUSTER)  # registers the custom accelerator
     t.replay(history())
     return t
 
@@ -60,7 +60,7 @@ def test_round_trip_gives_identical_predictions_and_decisions(tmp_path):
              for p in CLUSTER.pools for v in VARIANTS]
     assert u.predict(JOBS[0], cands) == t.predict(JOBS[0], cands)
     for job in JOBS * 3:
-        a, b = t.recommend(job, CLUSTER), u.recommend(job, CLUSTER)
+        a, b = t.decide(job, CLUSTER), u.decide(job, CLUSTER)
         assert (a.candidate, a.source, a.explanation.predicted) == (b.candidate, b.source, b.explanation.predicted)
     # observed ids survive: the restored tuner still refuses duplicates
     assert u.observe(history()[0]) is False
@@ -87,7 +87,7 @@ def test_profile_prior_survives_round_trip(tmp_path):
 
 def test_replay_rebuilds_the_same_model():
     a, b = trained(), Tuner(VARIANTS, seed=3)
-    b.recommend(JOBS[0], CLUSTER)
+    b.decide(JOBS[0], CLUSTER)
     assert b.replay(history()) == 60
     assert b.replay(history()) == 0  # exactly-once across replays
     c = [Candidate(pool="npu", accelerator="npu", variant=VARIANTS[1], batch_size=2)]
@@ -136,7 +136,7 @@ def test_a_version_1_state_file_still_loads_exactly_and_is_rewritten_as_version_
              for p in CLUSTER.pools for v in VARIANTS]
     assert new.predict(JOBS[1], cands) == old.predict(JOBS[1], cands)
     for job in JOBS * 3:  # exploration draws continue identically from the restored RNG
-        a, b = old.recommend(job, CLUSTER), new.recommend(job, CLUSTER)
+        a, b = old.decide(job, CLUSTER), new.decide(job, CLUSTER)
         assert (a.candidate, a.source) == (b.candidate, b.source)
 
 

@@ -17,6 +17,8 @@ from oltunes.zoo import make_dataset
 
 MODEL = "models/cnn-s-fp32.onnx"
 
+pytestmark = pytest.mark.slow  # a real `oltunes worker serve` process per module (and per test below)
+
 
 @pytest.fixture(scope="module")
 def items(built_zoo, tmp_path_factory):
