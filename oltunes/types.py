@@ -194,6 +194,8 @@ class Alternative(_Frozen):
     candidate_key: Text
     prediction: Prediction
     reason: Text
+    objective: Quantity | None = Field(
+        default=None, description="the value candidates were ranked on (unit: Explanation.ranked_on); None: not ranked")
 
 
 class ColocationGroup(_Frozen):
@@ -212,6 +214,11 @@ class Explanation(_Frozen):
     n_feasible: Count
     runner_ups: tuple[Alternative, ...] = Field(default=(), max_length=MAX_LIST)
     note: Text = ""
+    ranked_on: Text = Field(default="", description="what the objective values are, with their unit")
+    objective: Quantity | None = Field(default=None, description="the chosen candidate's objective value")
+    near_equal_band: Quantity = Field(default=0.0, description="relative objective gap counted as near-equal")
+    would_have_chosen: Text = Field(
+        default="", description="candidate key of the best feasible on the objective alone, when not the chosen")
 
 
 class Decision(_Frozen):
