@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from oltunes.tracking import conventions as cv
+from oltunes.tracking.filters import literal
 from oltunes.types import Decision
 
 __all__ = ["DECISIONS_DIR", "TAG_CHOSEN", "TAG_WOULD_HAVE_CHOSEN", "decision_artifacts", "decision_tags",
@@ -77,12 +79,12 @@ def link_served_model(tracker: Any, run_id: str, variant: str) -> bool:
     False when the variant was never logged (no model file: simulated runs); the caller's MLflow errors apply."""
     from mlflow.entities import LoggedModelOutput
 
-    from oltunes.tracking import conventions as cv
-    from oltunes.tracking.filters import literal
-
     c = tracker._client()
-    eid = tracker._experiment_id(cv.experiment_for("models"))
-    found = c.search_logged_models([eid], filter_string=f"name = {literal(variant, 'variant')}", max_results=1)
+    models = c.get_experiment_by_name(cv.experiment_for("models"))
+    if models is None:
+        return False
+    found = c.search_logged_models([models.experiment_id], filter_string=f"name = {literal(variant, 'variant')}",
+                                   max_results=1)
     if not found:
         return False
     c.log_outputs(run_id, [LoggedModelOutput(found[0].model_id, 0)])
