@@ -137,15 +137,17 @@ class Candidate(_Frozen):
 class JobSpec(_Frozen):
     """An inference job as a user submits it."""
 
-    job_id: Id = Field(default_factory=new_id)
-    kind: JobKind = "batch"
-    family: Id
+    job_id: Id = Field(default_factory=new_id, description="any id (letters, digits, - _ .); default: a fresh one")
+    kind: JobKind = Field(default="batch", description="batch (a fixed set of items) or streaming (requests over time)")
+    family: Id = Field(description="model family to serve (a zoo family: `oltunes zoo list`)")
     slo_ms: Quantity = Field(gt=0, description="p99 latency bound: per request (streaming) or per batch (batch)")
-    accuracy_floor: Fraction = 0.0
-    objective: Objective = "energy"
+    accuracy_floor: Fraction = Field(default=0.0, description="lowest acceptable variant accuracy, 0-1")
+    objective: Objective = Field(default="energy", description=(
+        "batch jobs: what to minimise per item over the job: energy (J/item), completion_time (s for all "
+        "items) or cost ($/item); streaming jobs always minimise energy per item at the batch their rate fills"))
     arrival_rate_rps: Quantity = Field(default=0.0, description="expected request rate (streaming)")
     items: Count = Field(default=0, description="items to process (batch)")
-    deadline_s: Quantity | None = Field(default=None, gt=0)
+    deadline_s: Quantity | None = Field(default=None, gt=0, description="optional: seconds the job should finish in")
 
 
 class Placement(_Frozen):
