@@ -122,3 +122,17 @@ def test_a_run_of_a_variant_never_logged_has_no_model_output(tracker, store):
     rid = tracker.log_measurement(measured(d), experiment="t-expl-nomodel", decision=d)
     run = MlflowClient(store[0]).get_run(rid)
     assert not (run.outputs and run.outputs.model_outputs)
+
+
+def test_the_prefect_artifact_shows_the_values_it_ranked_on():
+    """The markdown table ranks and shows the same quantity: the objective column holds each runner-up's ranked
+    value beside the reason that quotes it."""
+    from oltunes.tracking.report import decision_markdown
+
+    d = real_decision("job-md", "streaming")
+    md = decision_markdown(d, None)
+    e = d.explanation
+    assert f"| ranked on | {e.ranked_on}: {e.objective:.4g}" in md
+    for a in e.runner_ups:
+        row = next(line for line in md.splitlines() if line.startswith(f"| `{a.candidate_key}` |"))
+        assert row.split(" | ")[1] == (f"{a.objective:.4g}" if a.objective is not None else "–")
