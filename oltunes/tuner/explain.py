@@ -53,29 +53,32 @@ def explanation(est: Estimate, verdict: Verdict, objective: Objective, obj: np.n
                 selector: Selector, predicted: Prediction, text: str, k: int = 4) -> Explanation:
     """The whole explanation of ``choice`` on a scored grid (``obj``: the objective, lower is better)."""
     idx = choice.idx
-    feasible_obj = np.where(verdict.feasible & ~np.isnan(obj), obj, np.inf)
+    rankable = obj == obj  # (not NaN)
+    feasible_obj = np.where(verdict.feasible & rankable, obj, np.inf)
     at = int(feasible_obj.argmin())
     band = near_equal_band(selector.near_equal, est, objective, at // math.prod(obj.shape[1:]))
     best = unravel(at, obj.shape)
-    better = verdict.n_feasible and feasible_obj.item(best) < obj.item(idx)
+    best_value = feasible_obj.item(best)
+    better = verdict.n_feasible and best_value < obj.item(idx)
+    ups = runner_ups(est, verdict, objective, obj, choice, selector, band, best_value, feasible_obj, rankable, k)
     return Explanation(
         predicted=predicted, n_candidates=verdict.n_candidates, n_feasible=verdict.n_feasible, note=text,
-        runner_ups=tuple(runner_ups(est, verdict, objective, obj, choice, selector, band, feasible_obj.item(best), k)),
-        ranked_on=ranked_on(objective, est), objective=_value(obj.item(idx)), near_equal_band=band,
-        would_have_chosen=est.key(best) if better else "")
+        runner_ups=tuple(ups), ranked_on=ranked_on(objective, est), objective=_value(obj.item(idx)),
+        near_equal_band=band, would_have_chosen=est.key(best) if better else "")
 
 
 def runner_ups(est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray, choice: Choice,
-               selector: Selector, band: float, best: float, k: int = 4) -> list[Alternative]:
+               selector: Selector, band: float, best: float, feasible_obj: np.ndarray, rankable: np.ndarray,
+               k: int = 4) -> list[Alternative]:
     """The best cell of each of the ``k - 1`` best other (option, variant) pairs, and the best infeasible
     candidate (by objective) with the constraint it breaks, each with the reason it lost (``best``: the best
-    feasible objective; ``band``: the near-equal band around it)."""
+    feasible objective; ``band``: the near-equal band around it; ``feasible_obj``: the objective where feasible
+    and not NaN, else inf, which is changed here; ``rankable``: where the objective is not NaN)."""
     idx = choice.idx
     P, V, B, C = obj.shape
-    rankable = ~np.isnan(obj)
-    o = np.where(verdict.feasible & rankable, obj, np.inf).reshape(P * V, B * C)
+    o = feasible_obj.reshape(P * V, B * C)
     chosen_pair, chosen_cell = idx[0] * V + idx[1], idx[2] * C + idx[3]
-    o[chosen_pair, chosen_cell] = np.inf  # (a copy: np.where made it)
+    o[chosen_pair, chosen_cell] = np.inf
     cell = o.argmin(axis=1)
     per_pair = o[np.arange(P * V), cell]
     if not per_pair[chosen_pair] < obj.item(idx):  # the chosen pair's other cells only when they beat it
