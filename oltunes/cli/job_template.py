@@ -25,13 +25,13 @@ _LIMITS = (("gt", "> {}"), ("ge", ">= {}"), ("le", "<= {}"), ("max_length", "at 
 
 def _limits(info: FieldInfo) -> str:
     """The field's bounds in words (``> 0``, ``<= 1``, ``at most 128 characters``)."""
-    words = []
-    for m in info.metadata:
-        for attr, word in _LIMITS:
-            value = getattr(m, attr, None)
-            if value is not None:
-                words.append(word.format(value))
-    return ", ".join(words)
+    found = {attr: value for m in info.metadata for attr, _ in _LIMITS
+             if (value := getattr(m, attr, None)) is not None}
+    if "gt" in found:  # "> 0" says what ">= 0" would
+        found.pop("ge", None)
+    if found.get("le", 0) >= 1e9:  # the sanity cap on every quantity says nothing to a user
+        found.pop("le")
+    return ", ".join(word.format(found[attr]) for attr, word in _LIMITS if attr in found)
 
 
 def _choices(annotation: Any) -> list[str]:
