@@ -137,7 +137,8 @@ class Candidate(_Frozen):
 class JobSpec(_Frozen):
     """An inference job as a user submits it."""
 
-    job_id: Id = Field(default_factory=new_id, description="any id: a letter or digit, then letters, digits, . _ -; default: a fresh one")
+    job_id: Id = Field(default_factory=new_id,
+                       description="any id: a letter or digit, then letters, digits, . _ -; default: a fresh one")
     kind: JobKind = Field(default="batch", description="batch (a fixed set of items) or streaming (requests over time)")
     family: Id = Field(description="model family to serve (a zoo family: `oltunes zoo list`)")
     slo_ms: Quantity = Field(gt=0, description="p99 latency bound: per request (streaming) or per batch (batch)")

@@ -29,7 +29,8 @@ def decision_markdown(decision: Decision, measured: Measurement | None, *, title
     e = decision.explanation
     if e.ranked_on:
         lines.append(f"| ranked on | {e.ranked_on}: {_f(e.objective)} (near-equal band {e.near_equal_band:.1%}) |")
-        lines.append(f"| best on the objective alone | {f'`{e.would_have_chosen}`' if e.would_have_chosen else 'the chosen'} |")
+        best = f"`{e.would_have_chosen}`" if e.would_have_chosen else "the chosen"
+        lines.append(f"| best on the objective alone | {best} |")
     if e.note:
         lines.append(f"| note | {e.note} |")
     lines += [
