@@ -143,8 +143,9 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     bindir = Path(sys.executable).parent  # the environment the demo ran in has both CLIs
     out.print(
         f"MLflow UI:   {bindir / 'mlflow'} ui --backend-store-uri {db} --host 127.0.0.1 --port 5000\n"
-        f"             then open http://127.0.0.1:5000 (MLflow 3: switch the sidebar view to 'Machine learning') —\n"
-        f"             experiments oltunes-batch and oltunes-streaming; compare runs by latency_p99_ms, energy_j_per_item;\n"
+        f"             then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (the sidebar's\n"
+        f"             'Model training' view) — experiments oltunes-batch and oltunes-streaming; compare runs by\n"
+        f"             latency_p99_ms, energy_mj_per_item; each run's decision: Artifacts → oltunes/decisions/;\n"
         f"             models: oltunes.<family>@preferred (conventions: mlflow/README.md)\n"
         f"Prefect UI:  PREFECT_HOME={os.environ['PREFECT_HOME']} {bindir / 'prefect'} server start   then open http://127.0.0.1:4200\n"
         f"done in {time.monotonic() - t_start:.0f} s"

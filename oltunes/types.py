@@ -1,6 +1,6 @@
 """The types every part shares: the real path (Prefect + worker) and the simulator pass exactly these.
 
-    JobSpec ──► Tuner.recommend(job, ClusterState) ──► Decision(candidate, group, explanation)
+    JobSpec ──► Tuner.decide(job, ClusterState) ──► Decision(candidate, group, explanation)
     Measurement (what really happened for one Decision) ──► Tuner.observe(...)
 
 Units: latency in milliseconds, energy in joules, accuracy as a fraction in [0, 1], power in watts.
@@ -137,15 +137,18 @@ class Candidate(_Frozen):
 class JobSpec(_Frozen):
     """An inference job as a user submits it."""
 
-    job_id: Id = Field(default_factory=new_id)
-    kind: JobKind = "batch"
-    family: Id
+    job_id: Id = Field(default_factory=new_id,
+                       description="any id: a letter or digit, then letters, digits, . _ -; default: a fresh one")
+    kind: JobKind = Field(default="batch", description="batch (a fixed set of items) or streaming (requests over time)")
+    family: Id = Field(description="model family to serve (a zoo family: `oltunes zoo list`)")
     slo_ms: Quantity = Field(gt=0, description="p99 latency bound: per request (streaming) or per batch (batch)")
-    accuracy_floor: Fraction = 0.0
-    objective: Objective = "energy"
+    accuracy_floor: Fraction = Field(default=0.0, description="lowest acceptable variant accuracy, 0-1")
+    objective: Objective = Field(default="energy", description=(
+        "batch jobs: what to minimise per item over the job: energy (J/item), completion_time (s for all "
+        "items) or cost ($/item); streaming jobs always minimise energy per item at the batch their rate fills"))
     arrival_rate_rps: Quantity = Field(default=0.0, description="expected request rate (streaming)")
     items: Count = Field(default=0, description="items to process (batch)")
-    deadline_s: Quantity | None = Field(default=None, gt=0)
+    deadline_s: Quantity | None = Field(default=None, gt=0, description="optional: seconds the job should finish in")
 
 
 class Placement(_Frozen):
@@ -194,6 +197,8 @@ class Alternative(_Frozen):
     candidate_key: Text
     prediction: Prediction
     reason: Text
+    objective: Quantity | None = Field(
+        default=None, description="the value candidates were ranked on (unit: Explanation.ranked_on); None: not ranked")
 
 
 class ColocationGroup(_Frozen):
@@ -212,6 +217,11 @@ class Explanation(_Frozen):
     n_feasible: Count
     runner_ups: tuple[Alternative, ...] = Field(default=(), max_length=MAX_LIST)
     note: Text = ""
+    ranked_on: Text = Field(default="", description="what the objective values are, with their unit")
+    objective: Quantity | None = Field(default=None, description="the chosen candidate's objective value")
+    near_equal_band: Quantity = Field(default=0.0, description="relative objective gap counted as near-equal")
+    would_have_chosen: Text = Field(
+        default="", description="candidate key of the best feasible on the objective alone, when not the chosen")
 
 
 class Decision(_Frozen):

@@ -164,25 +164,31 @@ def _class_limits(items: list[str]) -> dict[str, int]:
 
 @tuner_app.command("recommend")
 def recommend_cmd(
-    job: Annotated[Path, typer.Option(help="JobSpec JSON file")],
+    job: Annotated[Path, typer.Option(help="JobSpec file, JSON or YAML (`oltunes tuner job-template` writes one)")],
     cluster: Annotated[Path | None, typer.Option(help="ClusterState JSON file")] = None,
     inventory: Annotated[Path | None, typer.Option(help="pools YAML (an empty cluster) instead of --cluster")] = None,
     variants: Annotated[
         Path | None, typer.Option(help="variants JSON (fresh in-process tuner / client fallback)")
     ] = None,
 ) -> None:
-    """Print one Decision as JSON, from the tuner the settings select (in-process, or OLTUNES_TUNER_URL)."""
+    """Print one Decision as JSON, from the tuner the settings select (in-process, or OLTUNES_TUNER_URL). Against
+    a running service (OLTUNES_TUNER_URL) without --cluster/--inventory, the service's own inventory is used.
+    How to read the decision's explanation: docs/decisions.md."""
+    from oltunes.config import get_settings
     from oltunes.inventory import load_inventory
     from oltunes.tuner.factory import get_tuner
 
     try:
-        job_spec = JobSpec.model_validate(_read_json(job, "--job"))
+        job_spec = JobSpec.model_validate(_read_job(job))
         if cluster is not None:
-            state = ClusterState.model_validate(_read_json(cluster, "--cluster"))
+            state: ClusterState | None = ClusterState.model_validate(_read_json(cluster, "--cluster"))
         elif inventory is not None:
             state = ClusterState(pools=load_inventory(inventory))
+        elif get_settings().tuner_url:
+            state = None  # the service's inventory (`oltunes tuner serve --inventory`)
         else:
-            raise ConfigError("--cluster or --inventory: one is required")
+            raise ConfigError("--cluster or --inventory: one is required without a tuning service "
+                              "(OLTUNES_TUNER_URL: a service started with --inventory uses its own)")
         tuner = get_tuner(variants=load_variants(variants) if variants else None)
         decision = tuner.decide(job_spec, state)
     except ValidationError as e:
@@ -192,6 +198,26 @@ def recommend_cmd(
         err.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
     typer.echo(decision.model_dump_json(indent=2))
+
+
+def _read_job(path: Path) -> Any:
+    """A JobSpec file: JSON, or YAML (the template's comments included)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--job: file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--job: {path} is neither JSON nor YAML: {e}") from e
+
+
+@tuner_app.command("job-template")
+def job_template_cmd() -> None:
+    """Print a JobSpec to fill in, every field with a comment (YAML; `recommend --job` reads it as it is)."""
+    from oltunes.cli.job_template import job_template
+
+    typer.echo(job_template(), nl=False)
 
 
 @tuner_app.command("flush")

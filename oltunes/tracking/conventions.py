@@ -5,7 +5,9 @@
 - params = the decision (pool, accelerator, variant, precision, batch, concurrency, group, ...): what differs
   between configurations, so the parallel-coordinates plot and "show diff only" stay readable;
 - metrics = `METRICS` (same names everywhere, so runs compare in the UI without post-processing);
-- tags = ids (job, decision, measurement), policy, energy source, simulated; a batch run's measurement JSON;
+- tags = ids (job, decision, measurement), policy, energy source, simulated; a batch run's measurement JSON; the
+  decision's chosen and would-have-chosen candidates (``oltunes.tracking.decisions``);
+- artifacts = each decision's explanation (``oltunes/decisions/<id>.json`` and ``.txt``);
 - a streaming run's per-step measurement records: JSON-lines chunks under the artifact folder `STEPS_DIR`.
 """
 
@@ -31,10 +33,11 @@ LATENCY_P50 = "latency_p50_ms"
 LATENCY_P99 = "latency_p99_ms"
 THROUGHPUT = "throughput_items_per_s"
 ENERGY = "energy_j_per_item"
+ENERGY_MJ = "energy_mj_per_item"  # the same in millijoules: MLflow's tables round to 3 decimals (0.004 J/item)
 ACCURACY = "accuracy"
 SLO_MET = "slo_met"
 GPU_UTIL = "gpu_util"
-METRICS = (LATENCY_P50, LATENCY_P99, THROUGHPUT, ENERGY, ACCURACY, SLO_MET, GPU_UTIL)
+METRICS = (LATENCY_P99, ENERGY_MJ, ENERGY, LATENCY_P50, THROUGHPUT, ACCURACY, SLO_MET, GPU_UTIL)
 
 TAG_JOB = "job_id"
 TAG_POLICY = "policy"
@@ -85,12 +88,13 @@ def decision_params(candidate: Candidate, decision: Decision | None = None) -> d
 
 def measurement_metrics(m: Measurement, slo_ms: float | None = None) -> dict[str, float]:
     """The standard metrics of one Measurement; absent values are left out rather than logged as 0."""
-    out: dict[str, float] = {
+    out: dict[str, float] = {  # what a user compares first, first (MLflow's compare views open on the first)
+        LATENCY_P99: m.latency_p99_ms,
+        ENERGY_MJ: m.energy_j_per_item * 1000.0,
+        ENERGY: m.energy_j_per_item,
         LATENCY_P50: m.latency_p50_ms,
         "latency_p95_ms": m.latency_p95_ms,
-        LATENCY_P99: m.latency_p99_ms,
         THROUGHPUT: m.throughput_items_per_s,
-        ENERGY: m.energy_j_per_item,
         "items": float(m.items),
         "wall_s": m.wall_s,
     }

@@ -26,8 +26,13 @@ def decision_markdown(decision: Decision, measured: Measurement | None, *, title
         f"| source | {decision.source}{'' if decision.feasible else ' (no feasible candidate)'} |",
         f"| candidates (feasible) | {decision.explanation.n_candidates} ({decision.explanation.n_feasible}) |",
     ]
-    if decision.explanation.note:
-        lines.append(f"| note | {decision.explanation.note} |")
+    e = decision.explanation
+    if e.ranked_on:
+        lines.append(f"| ranked on | {e.ranked_on}: {_f(e.objective)} (near-equal band {e.near_equal_band:.1%}) |")
+        best = f"`{e.would_have_chosen}`" if e.would_have_chosen else "the chosen"
+        lines.append(f"| best on the objective alone | {best} |")
+    if e.note:
+        lines.append(f"| note | {e.note} |")
     lines += [
         "",
         "| metric | predicted | measured |",
@@ -41,12 +46,14 @@ def decision_markdown(decision: Decision, measured: Measurement | None, *, title
         lines.append(f"| accuracy | {c.variant.accuracy:.4f} (zoo) | {measured.accuracy:.4f} |")
     if slo_ms is not None and measured is not None:
         lines.append(f"| SLO {slo_ms:g} ms met | – | {'yes' if measured.latency_p99_ms <= slo_ms else 'no'} |")
-    if decision.explanation.runner_ups:
-        lines += ["", "| runner-up | p99 (ms) | energy (J/item) | throughput | why not |", "| --- | --- | --- | --- | --- |"]
-        for alt in decision.explanation.runner_ups:
+    if e.runner_ups:
+        ranked = e.ranked_on or "objective"
+        lines += ["", f"| runner-up | {ranked} | p99 (ms) | energy (J/item) | throughput | why not |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for alt in e.runner_ups:
             q = alt.prediction
             lines.append(
-                f"| `{alt.candidate_key}` | {_f(q.latency_p99_ms)} | {_f(q.energy_j_per_item)} | "
+                f"| `{alt.candidate_key}` | {_f(alt.objective)} | {_f(q.latency_p99_ms)} | {_f(q.energy_j_per_item)} | "
                 f"{_f(q.throughput_items_per_s)} | {alt.reason} |"
             )
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from typing import Any
 
 from oltunes.tracking import conventions as cv
 from oltunes.tracking.client import mlflow_errors
+from oltunes.tracking.decisions import decision_artifacts, decision_tags, link_served_model
 from oltunes.types import Candidate, Decision, Measurement
 
 _MAX_METRICS_PER_BATCH = 900  # MLflow's log_batch takes at most 1000 metrics
@@ -54,6 +55,7 @@ class ServiceRun:
         self.flush_s = flush_s
         self._pending: list[dict[str, Any]] = []
         self._recent: dict[str, None] = {}  # measurement ids logged lately: a step sent twice counts once
+        self._decision_id = ""  # the decision whose explanation was logged last
         self._last_flush = time.monotonic()
         self.start_ms = int(time.time() * 1000)
         self.run_id: str | None = self._send(f"{service_id}/start", self._rec("start"))
@@ -102,6 +104,9 @@ class ServiceRun:
         if len(self._recent) > 4096:
             del self._recent[next(iter(self._recent))]
         mtags = cv.measurement_tags(m, policy, decision)
+        new_decision = decision is not None and decision.decision_id != self._decision_id
+        if new_decision:  # the first decision, or a switch: its explanation goes with this step
+            self._decision_id = decision.decision_id
         self._pending.append({
             "step": int(step),
             "ts": int(time.time() * 1000),
@@ -109,7 +114,9 @@ class ServiceRun:
             "record": mtags[cv.TAG_MEASUREMENT],
             # Run-level tags that may change over the service's life keep their latest value.
             "tags": {k: mtags[k] for k in (cv.TAG_ENERGY_SOURCE, cv.TAG_SIMULATED, cv.TAG_JOB)}
-            | ({cv.TAG_POLICY: policy} if policy else {}),
+            | ({cv.TAG_POLICY: policy} if policy else {}) | (decision_tags(decision) if new_decision else {}),
+            "artifacts": decision_artifacts(decision) if new_decision else {},
+            "served_variant": decision.candidate.variant.name if new_decision else "",
         })  # fmt: skip
         n_metrics = sum(len(s["metrics"]) + 1 for s in self._pending)
         full = len(self._pending) >= self.steps_per_batch or n_metrics + 30 > _MAX_METRICS_PER_BATCH
@@ -180,6 +187,11 @@ def apply_service_record(tracker: Any, rec: dict[str, Any], replay: bool) -> str
             metrics = [Metric(k, v, s["ts"], s["step"]) for s in steps for k, v in s["metrics"].items()]
             metrics.append(Metric(cv.LAST_STEP, float(last), steps[-1]["ts"], last))
             tags = {k: v for s in steps for k, v in s["tags"].items()}  # the latest value wins
+            for s in steps:  # each new decision's explanation and the model it serves (before the last step lands)
+                for path, text in s.get("artifacts", {}).items():
+                    c.log_text(rid, text, path)
+                if s.get("served_variant"):
+                    link_served_model(tracker, rid, s["served_variant"])
             c.log_batch(rid, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
         elif rec["op"] == "start":
             if c.get_run(rid).info.status != "RUNNING":  # a service restarted under its id: live again

@@ -23,6 +23,7 @@ from oltunes.config import get_settings
 from oltunes.tracking import conventions as cv
 from oltunes.tracking.buffer import DiskBuffer
 from oltunes.tracking.client import RecordRejected, TrackingUnavailable, mlflow_errors, open_client
+from oltunes.tracking.decisions import decision_artifacts, decision_tags, link_served_model
 from oltunes.tracking.filters import tag_equals
 from oltunes.types import Decision, Measurement
 
@@ -122,11 +123,15 @@ class Tracker:
         datasets: Iterable[Mapping[str, Any]] = (),
         started_at: float | None = None,
         status: str = "FINISHED",
+        artifacts: Mapping[str, str] = {},
+        served_variant: str = "",
     ) -> str | None:
         """Log one run, exactly once per `key`; returns its run id, or None if it was buffered (or rejected).
 
         `started_at` (epoch seconds) is when the job began, so the run spans its job; it ends now, with `status`.
-        `datasets` are `oltunes.tracking.conventions.dataset_input` dicts (``log_input``).
+        `datasets` are `oltunes.tracking.conventions.dataset_input` dicts (``log_input``); `artifacts` are
+        ``{artifact path: text}`` (a decision's explanation); `served_variant`: the variant whose logged model
+        (if the zoo registered it) becomes the run's model output.
         """
         end = now_ms()
         record = {
@@ -140,6 +145,8 @@ class Tracker:
             "start_ms": int(started_at * 1000) if started_at is not None else end,
             "end_ms": end,
             "status": status,
+            "artifacts": dict(artifacts),
+            "served_variant": served_variant,
         }
         return self._apply_or_buffer(key, record)
 
@@ -173,6 +180,10 @@ class Tracker:
                 )
                 if rec.get("datasets"):
                     c.log_inputs(rid, datasets=[cv.to_dataset_input(d) for d in rec["datasets"]])
+                for path, text in rec.get("artifacts", {}).items():  # (overwritten alike when replayed)
+                    c.log_text(rid, text, path)
+                if rec.get("served_variant"):
+                    link_served_model(self, rid, rec["served_variant"])
                 # A replayed run ends when it lands: warm start reads runs by end time (see `history`).
                 end = now_ms() if replay else rec.get("end_ms")
                 c.set_terminated(rid, status=rec.get("status", "FINISHED"), end_time=end)
@@ -204,7 +215,8 @@ class Tracker:
         """
         params = {**cv.decision_params(m.candidate, decision), **extra_params}
         metrics = {**cv.measurement_metrics(m, slo_ms), **extra_metrics}
-        tags = {**cv.measurement_tags(m, policy, decision), **extra_tags}
+        tags = {**cv.measurement_tags(m, policy, decision), **(decision_tags(decision) if decision else {}),
+                **extra_tags}
         if slo_ms is not None:
             params["slo_ms"] = str(slo_ms)
         return self.log_run(
@@ -216,6 +228,8 @@ class Tracker:
             tags=tags,
             datasets=[cv.dataset_record(dataset, m.items)] if dataset is not None else (),
             started_at=started_at if started_at is not None else m.timestamp - m.wall_s,
+            artifacts=decision_artifacts(decision) if decision is not None else {},
+            served_variant=m.candidate.variant.name,
         )
 
     def log_failed_job(
@@ -234,7 +248,8 @@ class Tracker:
     ) -> str | None:
         """The run of a job that failed after its decision: status FAILED, the decision as params, the reason as
         a tag, no metrics (nothing was measured, so nothing is learnt from it). One per decision."""
-        tags = {**cv.job_tags(decision.job_id, kind, simulated, policy, decision), cv.TAG_FAILURE: reason[:2000]}
+        tags = {**cv.job_tags(decision.job_id, kind, simulated, policy, decision), **decision_tags(decision),
+                cv.TAG_FAILURE: reason[:2000]}
         return self.log_run(
             experiment=cv.experiment_for("simulation" if simulated else kind),
             key=f"failed-{decision.decision_id}",
@@ -244,6 +259,7 @@ class Tracker:
             datasets=[cv.dataset_record(dataset, rows)] if dataset is not None else (),
             started_at=started_at,
             status="FAILED",
+            artifacts=decision_artifacts(decision),
         )
 
     def service(self, service_id: str, **kwargs: Any) -> Any:

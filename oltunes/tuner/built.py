@@ -13,26 +13,23 @@ from typing import Any, get_args
 from oltunes.trusted import trusted_model
 from oltunes.types import (
     ID_PATTERN,
-    MAX_COUNT,
     MAX_ID_CHARS,
     MAX_LIST,
     MAX_QUANTITY,
     MAX_SETTING,
-    MAX_TEXT_CHARS,
-    Alternative,
     Candidate,
     ColocationGroup,
     CoRunner,
     Decision,
-    DecisionSource,
     Explanation,
+    DecisionSource,
     Precision,
     Prediction,
     Variant,
     new_id,
 )
 
-__all__ = ["alternative", "candidate", "co_runner", "decision", "explanation", "group", "prediction"]
+__all__ = ["candidate", "co_runner", "decision", "group", "prediction"]
 
 _ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))  # fullmatch: "$" would pass a final newline
 _SOURCES = frozenset(get_args(DecisionSource))
@@ -45,14 +42,6 @@ def _quantity(x: Any) -> bool:
 
 def _setting(x: Any) -> bool:
     return type(x) is int and 1 <= x <= MAX_SETTING
-
-
-def _count(x: Any) -> bool:
-    return type(x) is int and 0 <= x <= MAX_COUNT
-
-
-def _text(x: Any) -> bool:
-    return type(x) is str and len(x) <= MAX_TEXT_CHARS
 
 
 def _id(x: Any) -> bool:
@@ -90,23 +79,6 @@ def candidate(pool: Any, accelerator: Any, variant: Any, batch_size: Any, concur
             and all(type(c) is CoRunner for c in co_runners)):
         return trusted_model(Candidate, values)
     return Candidate(**values)
-
-
-def alternative(candidate_key: Any, prediction: Any, reason: Any) -> Alternative:
-    values = {"candidate_key": candidate_key, "prediction": prediction, "reason": reason}
-    if _text(candidate_key) and type(prediction) is Prediction and _text(reason):
-        return trusted_model(Alternative, values)
-    return Alternative(**values)
-
-
-def explanation(predicted: Any, n_candidates: Any, n_feasible: Any, note: Any, runner_ups: Any) -> Explanation:
-    values = {"predicted": predicted, "n_candidates": n_candidates, "n_feasible": n_feasible,
-              "runner_ups": runner_ups, "note": note}
-    if (type(predicted) is Prediction and _count(n_candidates) and _count(n_feasible) and _text(note)
-            and type(runner_ups) is tuple and len(runner_ups) <= MAX_LIST
-            and all(type(a) is Alternative for a in runner_ups)):
-        return trusted_model(Explanation, values)
-    return Explanation(**values)
 
 
 def group(pool: Any, device: Any, members: Any, predicted_slowdown: Any) -> ColocationGroup:

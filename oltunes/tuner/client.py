@@ -97,13 +97,17 @@ class TunerClient:
 
     # -- the Tuner interface ---------------------------------------------------------------------------------
 
-    def decide(self, job: JobSpec, cluster: ClusterState, current: Placement | None = None) -> Decision:
+    def decide(self, job: JobSpec, cluster: ClusterState | None, current: Placement | None = None) -> Decision:
         """The service's decision (route ``/recommend``); `safe_default` (``source="fallback"``) when it is
-        unreachable."""
+        unreachable. ``cluster=None``: the service's own inventory (``oltunes tuner serve --inventory``);
+        unreachable, it then has no cluster to fall back on and raises `TunerUnavailable`."""
         body = RecommendRequest(job=job, cluster=cluster, current=current).model_dump_json()
         try:
             r = self.transport.request("POST", "/recommend", content=body)
         except ServiceUnreachable as e:
+            if cluster is None:
+                raise TunerUnavailable(f"{e}; without a cluster of its own (--cluster/--inventory) this request "
+                                       "has no safe default to fall back on") from None
             log.warning("tuning service unreachable (%s): using the safe default decision", e)
             return safe_default(job, cluster, self._known_variants(cluster), reason=str(e))
         decision = RecommendResponse.model_validate_json(r.content).decision

@@ -116,7 +116,8 @@ class Latency(Constraint, name="latency"):
         return est.req_lat <= est.job.slo_ms
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
-        return f"slower than SLO ({est.req_lat[idx]:.1f} ms with margin > {est.job.slo_ms:g} ms)"
+        lat = est.req_lat[idx]
+        return f"misses the SLO by {lat - est.job.slo_ms:.1f} ms ({lat:.1f} ms with margin > {est.job.slo_ms:g} ms)"
 
     def detail(self, est: Estimate, idx: tuple[int, ...]) -> str:
         return f" (predicted {est.req_lat[idx]:.1f} ms with margin > SLO {est.job.slo_ms:g} ms)"
@@ -132,7 +133,10 @@ class Throughput(Constraint, name="throughput"):
         return est.pess_thr >= est.job.arrival_rate_rps * self.throughput_headroom
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
-        return "throughput below arrival rate x headroom"
+        need = est.job.arrival_rate_rps * self.throughput_headroom
+        capacity = np.broadcast_to(est.pess_thr, est.shape)[idx]
+        return (f"capacity {capacity:.4g} items/s (with margin) below the {need:.4g} req/s it needs "
+                f"(arrival rate x {self.throughput_headroom:g} headroom)")
 
 
 class CoRunners(Constraint, name="co-runners"):

@@ -181,8 +181,7 @@ class Tuner:
         self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
         self._evaluator = Evaluator(self.catalogue, self.estimator, self.constraints)
-        self._decisions = DecisionBuilder(self.estimator, self._evaluator.version, near_equal=near_equal,
-                                          stay_tolerance=stay_tolerance)
+        self._decisions = DecisionBuilder(self.estimator, self._evaluator.version, selector=self.selector)
         self._recalled = DecisionMemo()  # decisions per question on the last options list (``recall``)
 
     # ------------------------------------------------------------------------------------------------ catalogue

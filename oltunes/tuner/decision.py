@@ -22,7 +22,7 @@ from oltunes.tuner.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.estimate import LAT, Estimate, Estimator
 from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import Objective
-from oltunes.tuner.selection import Choice
+from oltunes.tuner.selection import Choice, Selector
 from oltunes.types import Candidate, Decision, JobSpec
 
 __all__ = ["MIN_MODEL_OBS", "DecisionBuilder"]
@@ -37,10 +37,10 @@ class DecisionBuilder:
     configuration alone, a shared device's slowdown denominator, is kept while it does not move.
     """
 
-    def __init__(self, estimator: Estimator, grid_version: Callable[[], Hashable], *, near_equal: float,
-                 stay_tolerance: float) -> None:
+    def __init__(self, estimator: Estimator, grid_version: Callable[[], Hashable], *, selector: Selector) -> None:
         self.estimator = estimator
-        self.near_equal, self.stay_tolerance = near_equal, stay_tolerance
+        self.selector = selector  # its near-equal band and tie-breaks are what the explanation states
+        self.stay_tolerance = selector.stay_tolerance
         self._alone = Memo(grid_version)
 
     def build(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray, choice: Choice,
@@ -75,8 +75,7 @@ class DecisionBuilder:
             text += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
         elif choice.stayed:
             text += "; kept the current placement (moving would not make it clearly less infeasible)"
-        expl = built.explanation(est.prediction(idx), verdict.n_candidates, verdict.n_feasible, text,
-                                 tuple(explain.runner_ups(est, verdict, objective, obj, idx, self.near_equal)))
+        expl = explain.explanation(est, verdict, objective, obj, choice, self.selector, est.prediction(idx), text)
         return built.decision(job.job_id, cand, group, source, bool(verdict.n_feasible), expl)
 
     def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:

@@ -1,7 +1,8 @@
 """Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
 
 * **choose** — lowest objective; candidates within ``near_equal`` of the best, or within the estimate's typical
-  error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when that is wider, are ranked by fragmentation (free
+  error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when that is wider, but never more than
+  ``NEAR_EQUAL_CAP`` (:func:`near_equal_band`), are ranked by fragmentation (free
   slots left on the device, then by robustness (:func:`tolerated_slowdown`: the largest factor by which the
   estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
   variant (lower accuracy, still above the floor), then the objective's secondary. Near-equal means the estimate
@@ -31,13 +32,17 @@ from oltunes.tuner.objectives import Objective
 from oltunes.tuner.selection_kernels import graded_violation, lexsort_first5
 from oltunes.types import Placement
 
-__all__ = ["INFEASIBLE_STAY", "Choice", "Selector", "lexsort_first", "unravel"]
+__all__ = ["INFEASIBLE_STAY", "NEAR_EQUAL_CAP", "Choice", "Selector", "lexsort_first", "near_equal_band", "unravel"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
 # Margins are 95th percentiles of |log error|; for a normal error the median |error| is 0.674 / 1.96 = 0.34 of
 # that: objectives closer than the estimate's typical error are near-equal (it cannot rank them).
 TYPICAL_ERROR_OF_MARGIN = 0.674 / 1.96
+# The widest near-equal band, whatever the margin: a cold start's margins (~1.2 in log) made a band of ~50-100 %,
+# which chose a CPU at batch 1 over an L4 at batch 16 with half the energy per item and 10x the throughput
+# (issue 32). Within 5 % the tie-breaks (packing, robustness) decide; a larger predicted gap is the objective's.
+NEAR_EQUAL_CAP = 0.05
 Index = tuple[int, int, int, int]
 
 
@@ -102,8 +107,18 @@ class Selector:
         best = o[at]
         _, V, B, C = feasible.shape
         p_best = at // (V * B * C)
-        band = max(self.near_equal, math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target]))
+        band = near_equal_band(self.near_equal, est, objective, p_best)
         flat = np.flatnonzero(o <= best * (1.0 + band))
+        keys = self.tie_break_keys(est, objective, o, flat)
+        first = (lexsort_first5(*keys) if all(k.dtype == np.float64 and k.ndim == 1 for k in keys)
+                 else lexsort_first(keys))
+        return unravel(int(flat[first]), feasible.shape)  # type: ignore[return-value]
+
+    def tie_break_keys(self, est: Estimate, objective: Objective, o: np.ndarray, flat: np.ndarray) -> tuple:
+        """The keys ``choose`` orders near-equal cells by (``flat``: raveled grid indices; ``o``: the raveled
+        objective), ``np.lexsort``'s order (the last is the primary): objective, secondary, accuracy (the smaller
+        variant first), fragility (minus the tolerated slowdown), fragmentation (free slots left)."""
+        _, V, B, C = est.shape
         p_idx = flat // (V * B * C)
         last = self._frag  # consecutive decisions share one options list while the cluster is unchanged
         if last is None or last[0] is not est.options:
@@ -112,10 +127,7 @@ class Selector:
         secondary = objective.secondary(est, flat, p_idx)
         fragile = -tolerated_slowdown(est, self.throughput_headroom, flat)
         accuracy = np.array([v.accuracy for v in est.variants])[flat // (B * C) % V]
-        keys = (o[flat], secondary, accuracy, fragile, frag)
-        first = (lexsort_first5(*keys) if all(k.dtype == np.float64 and k.ndim == 1 for k in keys)
-                 else lexsort_first(keys))
-        return unravel(int(flat[first]), feasible.shape)  # type: ignore[return-value]
+        return o[flat], secondary, accuracy, fragile, frag
 
     def explore_in(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray) -> Index:
         return self.explore(est, verdict.feasible, objective, obj)
@@ -146,6 +158,14 @@ class Selector:
             shortfall, crowd, float(job.slo_ms), job.kind == "streaming",
             float(job.arrival_rate_rps * self.throughput_headroom), float(self.crowding))
         return tuple(int(i) for i in np.unravel_index(first, shape)), graded  # type: ignore[return-value]
+
+
+def near_equal_band(near_equal: float, est: Estimate, objective: Objective, p_best: int) -> float:
+    """The relative gap on the objective within which candidates count as near-equal: ``near_equal``, or the
+    estimate's typical error of the objective on the best option (``TYPICAL_ERROR_OF_MARGIN`` x its margin)
+    when that is wider, at most ``NEAR_EQUAL_CAP`` (never below ``near_equal``)."""
+    typical = math.expm1(TYPICAL_ERROR_OF_MARGIN * est.marg[p_best, objective.margin_target])
+    return max(near_equal, min(typical, NEAR_EQUAL_CAP))
 
 
 def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

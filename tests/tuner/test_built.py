@@ -10,7 +10,6 @@ from pydantic import ValidationError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import built
 from oltunes.types import (
-    Alternative,
     Candidate,
     ColocationGroup,
     CoRunner,
@@ -81,19 +80,6 @@ def test_candidate(name, batch):
             kw = {"pool": pool, "accelerator": acc, "variant": VARIANT, "batch_size": batch, "concurrency": 2,
                   "co_runners": co}
             _built_or_error(lambda kw=kw: built.candidate(*kw.values()), lambda kw=kw: Candidate(**kw))
-
-
-@pytest.mark.parametrize("text", ["fine", "", "x" * 4096, "x" * 4097])
-def test_alternative_and_explanation(text):
-    p = Prediction(latency_p99_ms=1.0, energy_j_per_item=2.0, throughput_items_per_s=3.0)
-    alt = _built_or_error(lambda: built.alternative(text, p, "slower"),
-                          lambda: Alternative(candidate_key=text, prediction=p, reason="slower"))
-    _built_or_error(lambda: built.alternative("k", p, text),
-                    lambda: Alternative(candidate_key="k", prediction=p, reason=text))
-    ups = () if alt is None else (alt, alt)
-    for n in (0, 7, -1, 10**12 + 1, 3.0):
-        _built_or_error(lambda n=n: built.explanation(p, n, 1, text, ups),
-                        lambda n=n: Explanation(predicted=p, n_candidates=n, n_feasible=1, note=text, runner_ups=ups))
 
 
 @pytest.mark.parametrize("source", ["model", "prior", "explore", "nonsense"])

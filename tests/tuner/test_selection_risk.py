@@ -131,29 +131,6 @@ def test_the_masks_conjunction_equals_and_ing_every_mask_over_the_grid(seed):
     assert not any(np.shares_memory(got, m) for m in masks)
 
 
-def test_runner_ups_name_the_best_cell_of_the_best_other_pairs(monkeypatch):
-    """Each runner-up is the best feasible cell of one of the best other (option, variant) pairs, in order, then
-    the best infeasible cell: against a plain per-pair search over the grid."""
-    from oltunes.tuner import explain
-
-    rng = np.random.default_rng(0)
-    shape = (6, 4, 5, 2)
-    obj = rng.uniform(1.0, 2.0, shape)
-    feasible = rng.random(shape) < 0.3
-    idx = tuple(int(i) for i in np.unravel_index(int(np.where(feasible, obj, np.inf).argmin()), shape))
-    est = SimpleNamespace(key=lambda j: j, prediction=lambda j: None)
-    verdict = SimpleNamespace(feasible=feasible, why=lambda j: "why")
-    objective = SimpleNamespace(worse="more")
-    made = []
-    monkeypatch.setattr(explain.built, "alternative", lambda key, prediction, reason: made.append(key) or key)
-    explain.runner_ups(est, verdict, objective, obj, idx, 0.02)
-    best = {(p, v): min((obj[p, v, b, c], (p, v, b, c)) for b in range(5) for c in range(2) if feasible[p, v, b, c])
-            for p in range(6) for v in range(4) if feasible[p, v].any() and (p, v) != idx[:2]}
-    want = [cell for _, cell in sorted(best.values())[:3]]
-    infeasible = min((obj[j], j) for j in np.ndindex(shape) if not feasible[j])[1]
-    assert made == [*want, infeasible]
-
-
 def test_unravel_is_numpys_unravel_index_as_ints():
     from oltunes.tuner.selection import unravel
     rng = np.random.default_rng(3)
