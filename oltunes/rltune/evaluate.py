@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,16 @@ def play(seq: Trace, policy: QueuePolicy, mapper: Mapper) -> Outcome:
 
 
 def compare(seqs: list[Trace], policies: dict[str, Callable[[], QueuePolicy]],
-            mapper: Callable[[], Mapper]) -> dict[str, dict[str, Any]]:
-    """Every policy on every sequence (a fresh mapper per policy): mean metrics, MILP solve p50/p99, fallbacks."""
+            mapper: Callable[[], Mapper], progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Every policy on every sequence (a fresh mapper per policy): mean metrics, MILP solve p50/p99, fallbacks.
+    `progress` gets a line per policy played (its time and how many sequences)."""
     out: dict[str, dict[str, Any]] = {}
-    for name, make in policies.items():
+    for k, (name, make) in enumerate(policies.items(), 1):
         m = mapper()
+        t0 = time.perf_counter()
         per_seq = [metrics(play(seq, make(), m)) for seq in seqs]
+        if progress:
+            progress(f"policy {k}/{len(policies)} {name}: {len(seqs)} sequences in {time.perf_counter() - t0:.1f} s")
         solve_ms = np.array(m.stats.solve_s) * 1000.0
         out[name] = {k: float(np.mean([x[k] for x in per_seq])) for k in METRICS}
         out[name]["per_sequence"] = {k: [x[k] for x in per_seq] for k in METRICS}
@@ -122,11 +127,11 @@ def policy_factories(names: list[str], weights: Path | None = None, seed: int = 
 
 def evaluate_trace(trace: Trace, names: list[str], *, weights: Path | None = None, n: int = 10, length: int = 256,
                    load: float | None = None, mapper: str = "milp", time_limit_s: float = 0.1,
-                   seed: int = 0) -> dict[str, dict[str, Any]]:
+                   seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """The held-out comparison of one trace: `n` test sequences, every policy, one mapper kind."""
     from oltunes.rltune.traces import DEFAULT_LOAD, sequences
 
     seqs = sequences(trace, split="test", n=n, length=length, load=DEFAULT_LOAD if load is None else load)
     kw = {"time_limit_s": time_limit_s} if mapper == "milp" else {}
     Mapper.lookup(mapper)
-    return compare(seqs, policy_factories(names, weights, seed), lambda: Mapper.make(mapper, **kw))
+    return compare(seqs, policy_factories(names, weights, seed), lambda: Mapper.make(mapper, **kw), progress)
