@@ -44,10 +44,17 @@ def services_json() -> list[dict]:
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
-async def run_logs(flow_run_id: str) -> list[tuple[int, str]]:
+def run_logs(flow_run_id: str) -> list[tuple[int, str]]:
+    """The run's log lines as the API holds them (what the UI and `--watch` show)."""
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # logs reach the API in batches: send what is queued
+    return asyncio.run(_run_logs(flow_run_id))
+
+
+async def _run_logs(flow_run_id: str) -> list[tuple[int, str]]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
     async with get_client() as c:
         logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200)
     return [(entry.level, entry.message) for entry in logs]
@@ -103,7 +110,7 @@ def test_a_service_without_replay_serves_a_triton_client_at_its_published_addres
     art = Artifact.get(f"service-{sid}")
     assert art is not None and rec.url in art.data and "/v2/models/cnn/infer" in art.data
     assert sid not in {r.service_id for r in read_records(get_settings().home)}
-    assert any(rec.url in msg and level == 20 for level, msg in asyncio.run(run_logs(rec.flow_run_id)))
+    assert any(rec.url in msg and level == 20 for level, msg in run_logs(rec.flow_run_id))
 
 
 def test_a_cancelled_service_logs_nothing_above_info(settings_env):
@@ -129,7 +136,7 @@ def test_a_cancelled_service_logs_nothing_above_info(settings_env):
         done.set()
         t.join(60)
     assert out.status == "KILLED" and "record" in seen
-    logs = asyncio.run(run_logs(seen["record"].flow_run_id))
+    logs = run_logs(seen["record"].flow_run_id)
     assert [m for level, m in logs if level > 20] == []
     assert any("cancelled" in m for _, m in logs)
     assert sid not in {r.service_id for r in read_records(get_settings().home)}
