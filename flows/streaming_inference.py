@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
 from dataclasses import dataclass
@@ -116,6 +117,27 @@ def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+class _CancelEndsAtInfo(logging.Filter):
+    """Prefect logs a run's final state at ERROR unless it is Completed; a service stopped by a cancel ends
+    Cancelling/Cancelled as it should, so that one line of this run is logged at INFO."""
+
+    def __init__(self, flow_run_id: str | None) -> None:
+        super().__init__()
+        self.flow_run_id = flow_run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (self.flow_run_id and getattr(record, "flow_run_id", None) == self.flow_run_id
+                and record.getMessage().startswith("Finished in state Cancel")):  # fmt: skip
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _cancel_logs_at_info() -> None:
+    from prefect.runtime import flow_run
+
+    logging.getLogger("prefect.flow_runs").addFilter(_CancelEndsAtInfo(flow_run.id))
+
+
 @dataclass
 class Service:
     """What the control loop needs: the validated parameters, the models it serves, the cluster, the tuner."""
@@ -161,6 +183,7 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
     finally:
         if status == "KILLED":
             svc.log.info("service %s: cancelled; stopping its workers and gateway", svc.sid)
+            _cancel_logs_at_info()
         report = await serving.drain()
         remove_record(get_settings().home, svc.sid)
         for m in svc.models:
