@@ -155,7 +155,10 @@ class Docker(OnDisk, name="docker"):
         from oltunes.errors import MissingDependency
 
         problems = self.launcher().engine_problems(cluster.pools)  # type: ignore[attr-defined]
-        why = [f"pool {name}: {reason}" for name, reason in problems.items()]
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in problems.items():  # pools sharing an engine share its reason: said once
+            by_reason.setdefault(reason, []).append(name)
+        why = [f"pool{'s' if len(names) > 1 else ''} {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
         usable = [p for p in cluster.pools if p.name not in problems]
         if not usable:
             raise MissingDependency("launcher 'docker': no pool can start a worker container; " + "; ".join(why))

@@ -29,7 +29,8 @@ def redeploy(deployed, docker_host: str) -> None:
 def run_watched(deployed, *params: str, timeout_s: float = 1500) -> subprocess.CompletedProcess:
     args = [f"--param={p}" for p in params]
     return subprocess.run(["prefect", "deployment", "run", "batch-inference/batch-docker", *args, "--watch",
-                           "--watch-timeout", str(int(timeout_s))], cwd=deployed.repo_root, env=deployed.env,
+                           "--watch-timeout", str(int(timeout_s))], cwd=deployed.repo_root,
+                          env={**deployed.env, "COLUMNS": "1000"},  # rich wraps at 80 columns otherwise
                           capture_output=True, text=True, timeout=timeout_s + 120)  # fmt: skip
 
 

@@ -32,6 +32,14 @@ def test_no_pool_with_an_answering_engine_is_one_clear_error_naming_every_pool(t
     assert "job variables" in msg and "engine:" in msg  # where the address comes from
 
 
+def test_pools_sharing_an_engine_share_one_reason(tmp_path):
+    sock = f"unix://{tmp_path}/shared.sock"
+    env = Environment.make("docker")
+    with pytest.raises(MissingDependency) as e:
+        env.ready_cluster(env.cluster(_inventory(tmp_path, {"cpu-a": sock, "cpu-b": sock})))
+    assert "pools cpu-a, cpu-b:" in str(e.value) and str(e.value).count("shared.sock") == 1
+
+
 def test_the_engine_comes_from_the_flow_process_environment_when_the_pool_names_none(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/from-job-variables.sock")
     env = Environment.make("docker")
