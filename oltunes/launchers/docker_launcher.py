@@ -88,8 +88,8 @@ class DockerLauncher(Launcher, name="docker"):
                 try:
                     if endpoint not in clients:
                         clients[endpoint] = docker_adaptor.connect(endpoint, timeout_s=10)
-                    docker_adaptor.require_image(clients[endpoint], self.pool_image(pool))
                     docker_adaptor.require_gpu_runtime(clients[endpoint], pool)
+                    docker_adaptor.require_image(clients[endpoint], self.pool_image(pool))
                 except MissingDependency as e:
                     problems[pool.name] = str(e)
         finally:
@@ -101,8 +101,8 @@ class DockerLauncher(Launcher, name="docker"):
         endpoint = docker_adaptor.endpoint_of(spec.pool, self.engine)
         client = self._client(endpoint)
         image = self.image_for(spec)
+        docker_adaptor.require_gpu_runtime(client, spec.pool)  # what the pool needs of the engine, then the image
         docker_adaptor.require_image(client, image)
-        docker_adaptor.require_gpu_runtime(client, spec.pool)
         remote_host = docker_adaptor.engine_host(endpoint)
         cores = len(spec.pool.cpu_set) if spec.pool.cpu_set else self.threads
         port = None
