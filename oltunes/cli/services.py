@@ -7,20 +7,23 @@ Each streaming flow records its address when its gateway listens and removes the
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
 from rich.console import Console
 
 from oltunes.cli.tables import print_table
 from oltunes.config import get_settings
-from oltunes.launchers.service_records import ServiceRecord, read_records
+
+if TYPE_CHECKING:  # imported when the command runs: the worker image's CLI has no flow dependencies
+    from oltunes.launchers.service_records import ServiceRecord
 
 
 def probe(rec: ServiceRecord, timeout_s: float = 2.0) -> str:
     """``serving`` (its gateway says ready), ``starting`` (it answers, not ready yet), ``unreachable`` (no answer
     from here), or ``stopped`` (its flow process is gone: a record left by a killed run)."""
+    import httpx
+
     if rec.alive() is False:
         return "stopped"
     try:
@@ -35,6 +38,8 @@ def services(
     show_all: Annotated[bool, typer.Option("--all", help="also records whose flow process is gone")] = False,
 ) -> None:
     """List the running streaming services: address, state, models and every endpoint clients use."""
+    from oltunes.launchers.service_records import read_records
+
     found = [(rec, probe(rec)) for rec in read_records(get_settings().home)]
     found = [(rec, state) for rec, state in found if show_all or state != "stopped"]
     if json_out:

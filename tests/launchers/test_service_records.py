@@ -51,3 +51,13 @@ def test_records_round_trip_and_a_killed_services_record_is_told_apart(oltunes_h
     remove_record(oltunes_home, "svc-b")
     assert read_records(oltunes_home) == []
     assert "no streaming service is running" in CliRunner().invoke(app, ["services"]).output
+
+
+def test_the_cli_still_loads_without_flow_dependencies():
+    """The worker image runs `oltunes worker` with no pandas, Prefect or launchers: the CLI must not import them."""
+    import sys
+
+    code = ("import sys, oltunes.cli; "
+            "print([m for m in sys.modules if m.startswith(('oltunes.launchers', 'pandas', 'prefect', 'httpx'))])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
