@@ -163,7 +163,7 @@ async def batch_inference(
         raise DataError(f"parameter 'items': set it (>= 1) or give a dataset (launcher {p.launcher!r})")
     jid = p.job_id or run_id()
     out = p.output or settings.home / "outputs" / jid
-    cluster = env.cluster(p.inventory)
+    cluster = await asyncio.to_thread(env.usable_cluster, p.inventory, get_run_logger())  # engines checked: before any decision
     job = JobSpec(
         job_id=jid, kind="batch", family=p.family, slo_ms=p.slo_ms, accuracy_floor=p.accuracy_floor,
         objective=p.objective, items=n_items, deadline_s=p.deadline_s,

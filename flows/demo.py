@@ -84,8 +84,8 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     t_start = time.monotonic()
     out.rule("OLTunes demo")
     out.print(f"home: {s.home}\nMLflow: {s.mlflow_uri}\nPrefect: ephemeral API, PREFECT_HOME={os.environ['PREFECT_HOME']}")
-    with out.status("building the model zoo (cached after the first run)…"):
-        variants = build_zoo(families=[FAMILY])
+    out.print("building the model zoo (cached after the first run)…")
+    variants = build_zoo(families=[FAMILY], progress=lambda msg: out.print(f"  {msg}", highlight=False))
     out.print(f"zoo: {len(variants)} variants ({', '.join(v.name for v in variants if v.family == FAMILY)})")
     data = make_dataset(FAMILY, items, s.home / "demo" / f"input-{FAMILY}-{items}.parquet", seed=s.seed)
 
@@ -96,6 +96,8 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     slo_ms = 20.0
     for k in range(batch_jobs):
         t0 = time.monotonic()
+        first = " (the first also starts Prefect's local API and compiles the learner: a minute or two)" if k == 0 else ""
+        out.print(f"  job {k + 1}/{batch_jobs}: asking the tuner, then running {items} items in real workers…{first}")
         with out.status(f"batch job {k + 1}/{batch_jobs}…"):
             res = asyncio.run(
                 batch_inference(family=FAMILY, dataset=str(data), output=str(s.home / "demo" / "outputs" / f"job-{int(time.time())}-{k}"),
@@ -120,6 +122,8 @@ def run_demo(batch_jobs: int = 6, items: int = 4000, stream_seconds: float = 40.
     )
     _learning_summary(out, [r[0] for r in results])
 
+    out.print(f"streaming service for {stream_seconds:.0f} s: a gateway and serving workers under a replayed real "
+              "arrival trace, re-tuned every control interval…")
     with out.status(f"streaming service for {stream_seconds:.0f} s (replaying a real arrival trace)…"):
         st = asyncio.run(
             streaming_inference(family=FAMILY, slo_ms=50.0, speedup=4.0, duration_s=stream_seconds,

@@ -20,20 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows.common import bind_ephemeral_api, check_family, make_tracker, make_tuner, run_id, run_name, validate
-from flows.streaming_service import ModelParams, ModelRun, first_decisions, placement
+from flows.streaming_service import ModelParams, ModelRun, announce, first_decisions, placement
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.launchers.environment import Environment
+from oltunes.launchers.service_records import remove_record
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.traffic import BUNDLED_TRACE, load_arrivals
 from oltunes.tracking import conventions as cv
@@ -44,6 +47,7 @@ from tasks import tracking as track
 from tasks import tuning
 
 DEFAULT_TRACE = "proteus/twitter/medium-normal_load_1x/resnet.csv.gz"  # under settings.shared_data
+DEFAULT_EXPECTED_RPS = 10.0  # without replay: the rate the first decision plans for, unless told
 
 
 class StreamParams(BaseModel):
@@ -62,6 +66,8 @@ class StreamParams(BaseModel):
     policy: str
     gateway_host: str = Field(min_length=1, max_length=253)
     gateway_port: int = Field(ge=0, le=65535)
+    replay: bool
+    expected_rps: float | None = Field(default=None, gt=0, le=1e6)
 
 
 class StreamOutcome(BaseModel):
@@ -111,6 +117,27 @@ def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+class _CancelEndsAtInfo(logging.Filter):
+    """Prefect logs a run's final state at ERROR unless it is Completed; a service stopped by a cancel ends
+    Cancelling/Cancelled as it should, so that one line of this run is logged at INFO."""
+
+    def __init__(self, flow_run_id: str | None) -> None:
+        super().__init__()
+        self.flow_run_id = flow_run_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (self.flow_run_id and getattr(record, "flow_run_id", None) == self.flow_run_id
+                and record.getMessage().startswith("Finished in state Cancel")):  # fmt: skip
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _cancel_logs_at_info() -> None:
+    from prefect.runtime import flow_run
+
+    logging.getLogger("prefect.flow_runs").addFilter(_CancelEndsAtInfo(flow_run.id))
+
+
 @dataclass
 class Service:
     """What the control loop needs: the validated parameters, the models it serves, the cluster, the tuner."""
@@ -133,11 +160,15 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
     try:
         await serving.start()
         await asyncio.gather(*(apply_decision(svc, serving, m, d) for m, d in zip(svc.models, first, strict=True)))
-        svc.log.info("service %s: serving %s at %s", svc.sid, ", ".join(m.params.family for m in svc.models),
-                     serving.url or "(simulated time)")  # fmt: skip
+        if serving.url is None:
+            svc.log.info("service %s: serving %s in simulated time", svc.sid, ", ".join(m.params.family for m in svc.models))
+        else:
+            await announce(svc.sid, serving.url, svc.models, svc.p.launcher, svc.log)
         with _sigterm_stops(stop, terminated, asyncio.get_running_loop()):
             while not serving.finished:
                 intervals = await serving.measure_interval(stop)
+                if terminated.is_set():  # cancelled: the run may start no more task runs; the partial interval is dropped
+                    break
                 retune = not serving.finished
                 # side by side: one model's worker switch does not hold up the others' measurements
                 await asyncio.gather(*(control_step(svc, serving, m, iv, retune) for m, iv in zip(svc.models, intervals, strict=True)))
@@ -150,7 +181,11 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
         status = "FAILED"
         raise
     finally:
+        if status == "KILLED":
+            svc.log.info("service %s: cancelled; stopping its workers and gateway", svc.sid)
+            _cancel_logs_at_info()
         report = await serving.drain()
+        remove_record(get_settings().home, svc.sid)
         for m in svc.models:
             if status == "KILLED":
                 m.run.end(status)  # no new task runs once the flow is being cancelled
@@ -211,8 +246,11 @@ async def streaming_inference(
     models: list[dict[str, Any]] | None = None,
     gateway_host: str = "127.0.0.1",
     gateway_port: int = 0,
+    replay: bool = True,
+    expected_rps: float | None = None,
 ) -> StreamOutcome:
-    """Serve `family` (or every entry of `models`) behind one gateway under a replayed trace, re-tuning as it runs.
+    """Serve `family` (or every entry of `models`) behind one gateway, re-tuning as it runs; with ``replay`` a
+    replayed trace is its load (a load test), without it only its real clients are (a service).
 
     Parameters
     ----------
@@ -221,8 +259,14 @@ async def streaming_inference(
     models
         Several families at once instead: ``[{"family": "cnn", "slo_ms": 50}, {"family": "mlp", "slo_ms": 20,
         "accuracy_floor": 0.9}]``; each has its own decision, workers and MLflow run, routed by model name.
+    replay
+        Replay ``trace`` against the service (one client per model, beside any real client). Off (the production
+        deployment): only real clients are served and measured, until ``duration_s`` or a cancel.
+    expected_rps
+        Without replay, the request rate the first decision plans for (default 10 req/s); re-tuning then follows
+        the measured rate. With replay the trace's rate is used.
     trace
-        Arrival trace: a path, or a path under ``settings.shared_data`` (e.g.
+        Arrival trace (with ``replay``): a path, or a path under ``settings.shared_data`` (e.g.
         ``proteus/twitter/zipf_exponential_bursty_300/bert.csv.gz`` or ``azure/AzureLLMInferenceTrace_conv.csv.gz``).
         Default: ``proteus/twitter/medium-normal_load_1x/resnet.csv.gz``, else the bundled Azure slice. Every
         model replays it (its own client).
@@ -239,7 +283,9 @@ async def streaming_inference(
         ``simulated`` (the simulator's event engine serves each interval in simulated time, queueing included, on
         the GPU pools of ``infra/inventory.yaml``; everything tagged simulated).
     gateway_host, gateway_port
-        Where clients reach the service (port 0: a free port, logged). Off loopback, ``OLTUNES_GATEWAY_TOKEN``
+        Where clients reach the service (port 0: a free port). Its address is logged, published as the Prefect
+        artifact ``service-<service_id>`` and the MLflow tag ``oltunes.service_url``, and listed by
+        ``oltunes services``; a wildcard host (``0.0.0.0``) is published as this host's name. Off loopback, ``OLTUNES_GATEWAY_TOKEN``
         must be set; clients send it as ``Authorization: Bearer <token>``.
     """
     bind_ephemeral_api()  # die-with-parent for Prefect's ephemeral server (workers: oltunes.lifeline.spawn)
@@ -251,28 +297,34 @@ async def streaming_inference(
         StreamParams, models=wanted, trace=trace, speedup=speedup, duration_s=duration_s,
         control_interval_s=control_interval_s, max_in_flight=max_in_flight, max_delay_ms=max_delay_ms,
         service_id=service_id, launcher=launcher, inventory=inventory, policy=policy, gateway_host=gateway_host,
-        gateway_port=gateway_port,
+        gateway_port=gateway_port, replay=replay, expected_rps=expected_rps,
     )  # fmt: skip
+    env = Environment.make(p.launcher)
+    if not p.replay and env.simulated:
+        raise ConfigError("parameter 'replay': the simulated launcher serves only a replayed trace (replay=true)")
     names = [m.family for m in p.models]
     if len(set(names)) != len(names):
         raise ConfigError("parameter 'models': each family may appear once")
     settings = get_settings()
-    env = Environment.make(p.launcher)
     variants = env.variants(settings)
     for name in names:
         check_family(name, variants, p.launcher)
-    trace_path = resolve_trace(p.trace)
-    arrivals = load_arrivals(trace_path, speedup=p.speedup, duration_s=p.duration_s)
-    rate = len(arrivals) / p.duration_s
+    if p.replay:
+        trace_path: Path | None = resolve_trace(p.trace)
+        arrivals = load_arrivals(trace_path, speedup=p.speedup, duration_s=p.duration_s)
+        rate = len(arrivals) / p.duration_s
+    else:
+        trace_path, arrivals, rate = None, np.empty(0), p.expected_rps or DEFAULT_EXPECTED_RPS
     sid = p.service_id or f"svc-{'-'.join(names)}-{run_id()[:8]}"
     workdir = settings.home / "streaming" / sid
-    cluster = env.cluster(p.inventory)
+    cluster = await asyncio.to_thread(env.usable_cluster, p.inventory, log)  # engines checked: before any decision
     jobs = [JobSpec(job_id=sid if len(names) == 1 else f"{sid}-{m.family}", kind="streaming", family=m.family,
                     slo_ms=m.slo_ms, accuracy_floor=m.accuracy_floor, arrival_rate_rps=rate) for m in p.models]  # fmt: skip
     serving = env.serving(ServiceSetup(
         jobs=jobs, arrivals=arrivals, duration_s=p.duration_s, control_interval_s=p.control_interval_s, cluster=cluster,
         workdir=workdir, max_in_flight=p.max_in_flight, max_delay_ms=p.max_delay_ms, gateway_host=p.gateway_host,
         gateway_port=p.gateway_port, token=settings.gateway_token.get_secret_value() if settings.gateway_token else None,
+        replay=p.replay,
     ))  # fmt: skip  (a gateway off loopback without a token is refused here, before any work)
     workdir.mkdir(parents=True, exist_ok=True)
 
@@ -280,17 +332,18 @@ async def streaming_inference(
     tuner, tsettings = make_tuner(env, variants, p.policy)
     await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
     decisions = await first_decisions(tuner, p.models, jobs, cluster)
+    load = (f"replaying {len(arrivals)} arrivals over {p.duration_s:.0f} s ({rate:.1f} req/s) from {trace_path.name}"
+            if trace_path else f"no replay: serving real clients for up to {p.duration_s:.0f} s, planned for {rate:g} req/s")
     for job, d in zip(jobs, decisions, strict=True):
-        log.info("service %s: %d arrivals over %.0f s (%.1f req/s) from %s; %s first decision %s (%s)",
-                 sid, len(arrivals), p.duration_s, rate, trace_path.name, job.family, d.candidate.key, d.source)  # fmt: skip
+        log.info("service %s: %s; %s first decision %s (%s)", sid, load, job.family, d.candidate.key, d.source)
 
     def service_run(job: JobSpec, mp: ModelParams, d: Decision) -> Any:
         return tracker.service(
             job.job_id, candidate=d.candidate, run_name=job.job_id, experiment=env.experiment("streaming"),
-            params={"trace": str(trace_path.name), "speedup": p.speedup, "slo_ms": mp.slo_ms, "launcher": p.launcher,
+            params={"trace": trace_path.name if trace_path else "none (real clients)", "speedup": p.speedup, "slo_ms": mp.slo_ms, "launcher": p.launcher,
                     "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
             tags={cv.TAG_JOB: job.job_id, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
-            datasets=[cv.dataset_record(trace_path, len(arrivals))],
+            datasets=[cv.dataset_record(trace_path, len(arrivals))] if trace_path else [],
         )  # fmt: skip
 
     models = [ModelRun(params=mp, job=job, index=i, run=service_run(job, mp, d))
@@ -301,23 +354,25 @@ async def streaming_inference(
     return await _outcome(svc, report, trace_path, status)
 
 
-async def _outcome(svc: Service, report: ServingReport, trace_path: Path, status: str) -> StreamOutcome:
+async def _outcome(svc: Service, report: ServingReport, trace_path: Path | None, status: str) -> StreamOutcome:
     switches = sum(len(m.decisions) - 1 for m in svc.models)
     svc.log.info("service %s: requests %s, restarts %d, switches %d, gateway gave up on %s", svc.sid, report.requests,
                  report.restarts, switches, report.gateway_failures)  # fmt: skip
+    # once cancelled, the flow run starts no task run (the API would abort it): the artifacts are written directly
+    publish = track.publish_decision.fn if status == "KILLED" else track.publish_decision
     for m in svc.models:
         key = m.job.job_id[-12:].lower()
         first = m.measurements[0] if m.measurements else None
-        await track.publish_decision(m.decisions[0], first, key=f"stream-first-{key}", slo_ms=m.params.slo_ms,
+        await publish(m.decisions[0], first, key=f"stream-first-{key}", slo_ms=m.params.slo_ms,
                                      title=f"Streaming service {m.job.job_id}: first decision")  # fmt: skip
         if len(m.decisions) > 1:
-            await track.publish_decision(m.decisions[-1], m.measurements[-1] if m.measurements else None, key=f"stream-last-{key}",
+            await publish(m.decisions[-1], m.measurements[-1] if m.measurements else None, key=f"stream-last-{key}",
                                          slo_ms=m.params.slo_ms, title=f"Streaming service {m.job.job_id}: last decision")  # fmt: skip
     return StreamOutcome(
         service_id=svc.sid, decisions=[d for m in svc.models for d in m.decisions],
         measurements=[x for m in svc.models for x in m.measurements], steps=sum(m.steps for m in svc.models),
         restarts=report.restarts, switches=switches, requests=report.requests, failures=report.failures,
-        request_latency=report.request_latency, trace=str(trace_path), status=status, gateway_url=report.url,
+        request_latency=report.request_latency, trace=str(trace_path or ""), status=status, gateway_url=report.url,
         gateway_failures=report.gateway_failures,
         per_model={m.params.family: {"job_id": m.job.job_id, "steps": m.steps, "requests": pm["requests"],
                                      "switches": len(m.decisions) - 1, "restarts": pm["restarts"]}

@@ -1,5 +1,6 @@
 """One model of a streaming service as the control loop keeps it: its parameters, job, decisions, measurements and
-MLflow run (how it is served is the environment's `oltunes.launchers.serving.Serving`).
+MLflow run (how it is served is the environment's `oltunes.launchers.serving.Serving`); and how the service
+announces its address once it serves (`announce`).
 
 The streaming flow holds one `ModelRun` per family it serves and runs their control steps side by side; each
 model is re-tuned with the others' placements in the cluster state, so the tuner's co-running groups apply.
@@ -7,12 +8,19 @@ model is re-tuned with the others' placements in the cluster state, so the tuner
 
 from __future__ import annotations
 
+import asyncio
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from oltunes.config import get_settings
+from oltunes.launchers.service_records import ServiceRecord, write_record
 from oltunes.tracking import ServiceRun
+from oltunes.tracking import conventions as cv
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Placement
+from tasks import serving as serving_tasks
 from tasks import tuning
 
 
@@ -58,3 +66,21 @@ async def first_decisions(tuner: object, models: list[ModelParams], jobs: list[J
         state = cluster.model_copy(update={"placements": [*cluster.placements, *(placement(j, d, m.slo_ms) for m, j, d in zip(models, jobs, decisions))]})
         decisions.append(await tuning.decide(tuner, job, state))
     return decisions
+
+
+async def announce(service_id: str, url: str, runs: list[ModelRun], launcher: str, log: Any) -> ServiceRecord:
+    """The service serves at ``url``: say so in the log, in a Prefect artifact (``service-<id>``), as a tag on each
+    model's MLflow run, and in the record `oltunes services` lists (removed when the service stops)."""
+    from prefect.runtime import flow_run
+
+    rec = ServiceRecord(service_id=service_id, url=url, models=[m.params.family for m in runs], launcher=launcher,
+                        flow_run_id=flow_run.id)  # fmt: skip
+    write_record(get_settings().home, rec)
+    for m in runs:
+        await asyncio.to_thread(m.run.set_tags, {cv.TAG_SERVICE_URL: url})
+    key = re.sub(r"[^a-z0-9-]+", "-", f"service-{service_id}".lower())[:100]
+    await serving_tasks.publish_address(rec, key=key)
+    infer = ", ".join(rec.endpoints[f"{f} infer"] for f in rec.models)
+    log.info("service %s is serving at %s (Open Inference Protocol; infer: %s); `oltunes services` lists it",
+             service_id, url, infer)  # fmt: skip
+    return rec

@@ -11,6 +11,8 @@
 #   OLTUNES_SHARED_DATA  [<repo>/../shared/data] public traces for the streaming deployment
 #   OLTUNES_REPO         [this checkout] a Git URL the worker hosts can clone (set it for remote hosts)
 #   OLTUNES_COMMIT       [HEAD] the commit the workers run (it must be in OLTUNES_REPO; uncommitted changes are not)
+#   OLTUNES_DOCKER_HOST  [unix:///tmp/oltunes-dockerd-<uid>/docker.sock, the engine of infra/dockerd.sh] the engine
+#                        the `launcher: docker` deployments' flow runs use (set in their job variables)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${PREFECT_API_URL:?set PREFECT_API_URL to the Prefect server API, e.g. http://127.0.0.1:4200/api}"
@@ -18,6 +20,7 @@ export OLTUNES_HOME=$(realpath -m "${OLTUNES_HOME:-$PWD/.oltunes}")
 export OLTUNES_SHARED_DATA=$(realpath -m "${OLTUNES_SHARED_DATA:-$PWD/../shared/data}")
 export OLTUNES_REPO=${OLTUNES_REPO:-$PWD}
 export OLTUNES_COMMIT=${OLTUNES_COMMIT:-$(git rev-parse HEAD)}
+export OLTUNES_DOCKER_HOST=${OLTUNES_DOCKER_HOST:-unix:///tmp/oltunes-dockerd-$(id -u)/docker.sock}
 mkdir -p "$OLTUNES_HOME/flow-runs"
 export MLFLOW_DISABLE_TELEMETRY=true PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
 log() { echo "[deploy] $*" >&2; }

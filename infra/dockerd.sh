@@ -6,10 +6,11 @@
 #   infra/dockerd.sh stop    # SIGTERM by PID, SIGKILL after 30 s
 #   infra/dockerd.sh status
 #
-# OLTUNES_DOCKERD_DIR (default /tmp/oltunes-dockerd) holds everything; export the printed DOCKER_HOST for clients.
+# OLTUNES_DOCKERD_DIR (default /tmp/oltunes-dockerd-<uid>: one engine per user, never shared) holds everything;
+# export the printed DOCKER_HOST for clients (or give it to a deployment: prefect.yaml `job_variables: env:`).
 set -euo pipefail
 
-DIR=${OLTUNES_DOCKERD_DIR:-/tmp/oltunes-dockerd}
+DIR=${OLTUNES_DOCKERD_DIR:-/tmp/oltunes-dockerd-$(id -u)}
 SOCK=$DIR/docker.sock
 PIDFILE=$DIR/dockerd.pid
 LOG=$DIR/dockerd.log

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from oltunes.cli import demo, rltune, simulate, tuner, worker, zoo
+from oltunes.cli import demo, rltune, services, simulate, tuner, worker, zoo
 from oltunes.cli.worker import clean_errors
 from oltunes.config import apply_offline_env, get_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="OLTunes: online-tuned DL inference.")
 
-for _module in (zoo, worker, tuner, simulate, rltune, demo):
+for _module in (zoo, worker, tuner, simulate, rltune, demo, services):
     _module.register(app)
 
 

@@ -43,8 +43,10 @@ def train_cmd(
         cfg = TrainConfig(seed=seed, iterations=iterations, episodes_per_iteration=episodes, sequence_length=length,
                           objective=objective, baseline=baseline, load=DEFAULT_LOAD if load is None else load)
         tr = load_trace(trace, file)
-        net, meta = train(tr, cfg, progress=lambda i, r: console.print(
-            f"iteration {i}/{iterations}: reward vs {baseline} {r:+.3f}", highlight=False))
+        console.print(f"training on {tr.name}: up to {iterations} iterations x {episodes} episodes of {length} jobs "
+                      f"(validated every {cfg.validate_every}; stops early after {cfg.patience} checks without "
+                      "improvement)", highlight=False)  # fmt: skip
+        net, meta = train(tr, cfg, progress=lambda msg: console.print(msg, highlight=False))
         path = out or get_settings().home / "rltune" / f"{trace}-seed{seed}.safetensors"
         console.print(f"trained in {meta['train_seconds']:g} s; weights: {save_policy(net, path, meta)}")
 
@@ -72,8 +74,12 @@ def eval_cmd(
         names = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(BASELINES)
         if weights is not None and "rltune" not in names:
             names.append("rltune")
+        say = Console(stderr=True)
+        say.print(f"evaluating {len(names)} policies on {sequences} held-out sequences x {length} jobs ({mapper} mapper)",
+                  highlight=False)  # fmt: skip
         rep = evaluate_trace(load_trace(trace, file), names, weights=weights, n=sequences, length=length, load=load,
-                             mapper=mapper, time_limit_s=time_limit)
+                             mapper=mapper, time_limit_s=time_limit,
+                             progress=lambda msg: say.print(msg, highlight=False))  # fmt: skip
         _print_report(trace, rep, f"{trace}: {sequences} held-out sequences x {length} jobs, {mapper} mapper",
                       json_path, plots, Console(width=140))
 

@@ -55,13 +55,13 @@ def simulate(
         cols, rows = R.table_rows(rep, short=True)
         print_table(console, f"scenario {sc.name}: {len(prep.jobs)} jobs, {prep.n_requests} requests, "
                              f"{rep['meta']['devices']} devices, {sc.duration_s:g} s", cols, rows)
+        console.print("\n".join(f"  {line}" for line in R.column_notes()), highlight=False)
         if rep["learning"]:
             lr = rep["learning"]
-            wl = "never reached" if lr["warmup_s"] is None else f"{lr['warmup_s']:g} s"
-            console.print(f"oltunes vs oracle: warm-up {wl}, "
-                          f"attainment after it {lr['oracle_attainment_after_warmup']:.3f} of the oracle's, regret "
-                          f"(violations vs oracle, cumulative) at quarters: "
-                          f"{', '.join(f'{x:.3f}' for x in lr['regret_quarters'])}")
+            console.print(f"oltunes vs oracle: {R.warmup_note(lr, sc.retune_interval_s)}.\n"
+                          f"  SLO attainment after warm-up: {lr['oracle_attainment_after_warmup']:.3f} of the oracle's; "
+                          f"regret (violations vs oracle, cumulative) at quarters: "
+                          f"{', '.join(f'{x:.3f}' for x in lr['regret_quarters'])}", highlight=False)  # fmt: skip
         if rep["regret_per_quarter"]:
             print_table(console, "regret vs the oracle per quarter of the run (violated requests, share of the quarter's)",
                         ("policy", "q1", "q2", "q3", "q4"),

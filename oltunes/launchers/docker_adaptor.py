@@ -70,8 +70,8 @@ def connect(endpoint: str | None = None, timeout_s: float = 10.0) -> Any:
     except Exception as e:  # DockerException, requests errors, FileNotFoundError on the socket path
         raise MissingDependency(
             f"no Docker engine is reachable at {where} ({type(e).__name__}); start it (systemctl start docker, "
-            "or infra/dockerd.sh start and export the DOCKER_HOST it prints), set the pool's `engine:` in the "
-            "inventory, or run with launcher='local'"
+            "or infra/dockerd.sh start), then name it in the pool's `engine:` in the inventory or as DOCKER_HOST in "
+            "the deployment's job variables (prefect.yaml `job_variables: env:`), or run with launcher='local'"
         ) from e
     return client
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterable
 from typing import Any
 
-
 from oltunes.config import get_settings
-from oltunes.errors import WorkerError
+from oltunes.errors import MissingDependency, WorkerError
 from oltunes.launchers import docker_adaptor, docker_reaper
 from oltunes.launchers.base import Handle, Launcher, WorkerResult, WorkerSpec, free_port, read_report, tail_file
 from oltunes.launchers.local import worker_argv
 from oltunes.telemetry import Monitor
+from oltunes.types import Pool
 
 _reapers: dict[str | None, subprocess.Popen] = {}  # one per engine, for this process's containers
 
@@ -70,15 +71,38 @@ class DockerLauncher(Launcher, name="docker"):
         return self._clients[endpoint]
 
     def image_for(self, spec: WorkerSpec) -> str:
+        return self.pool_image(spec.pool)
+
+    def pool_image(self, pool: Pool) -> str:
         s = get_settings()
-        return self.image or (s.worker_gpu_image if spec.pool.device_ids else s.worker_image)
+        return self.image or (s.worker_gpu_image if pool.device_ids else s.worker_image)
+
+    def engine_problems(self, pools: Iterable[Pool]) -> dict[str, str]:
+        """Why each pool that cannot start a container cannot (its engine does not answer, lacks the pool's image or
+        the NVIDIA runtime), by pool name; asked before any decision, so a missing engine fails fast and clearly."""
+        problems: dict[str, str] = {}
+        clients: dict[str | None, Any] = {}
+        try:
+            for pool in pools:
+                endpoint = docker_adaptor.endpoint_of(pool, self.engine)
+                try:
+                    if endpoint not in clients:
+                        clients[endpoint] = docker_adaptor.connect(endpoint, timeout_s=10)
+                    docker_adaptor.require_gpu_runtime(clients[endpoint], pool)
+                    docker_adaptor.require_image(clients[endpoint], self.pool_image(pool))
+                except MissingDependency as e:
+                    problems[pool.name] = str(e)
+        finally:
+            for c in clients.values():
+                c.close()
+        return problems
 
     def start(self, spec: WorkerSpec) -> Handle:
         endpoint = docker_adaptor.endpoint_of(spec.pool, self.engine)
         client = self._client(endpoint)
         image = self.image_for(spec)
+        docker_adaptor.require_gpu_runtime(client, spec.pool)  # what the pool needs of the engine, then the image
         docker_adaptor.require_image(client, image)
-        docker_adaptor.require_gpu_runtime(client, spec.pool)
         remote_host = docker_adaptor.engine_host(endpoint)
         cores = len(spec.pool.cpu_set) if spec.pool.cpu_set else self.threads
         port = None

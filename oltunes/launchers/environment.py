@@ -63,6 +63,25 @@ class Environment(Registered, root=True):
 
         return ClusterState(pools=load_inventory(Path(inventory) if inventory else REPO_ROOT / self.inventory))
 
+    def ready_cluster(self, cluster: ClusterState) -> tuple[ClusterState, list[str]]:
+        """Before any decision: the pools that can start a worker here, and why each other one cannot (raises
+        `MissingDependency` when none can)."""
+        return cluster, []
+
+    def usable_cluster(self, inventory: str | None, log: Any) -> ClusterState:
+        """`cluster` less the pools that cannot start a worker (each left out with a warning on `log`); when none
+        can, the reason goes to `log` as one ERROR line (what ``prefect deployment run --watch`` shows) and raises."""
+        from oltunes.errors import MissingDependency
+
+        try:
+            cluster, left_out = self.ready_cluster(self.cluster(inventory))
+        except MissingDependency as e:
+            log.error("%s", e)
+            raise
+        for why in left_out:
+            log.warning("left out of this run: %s", why)
+        return cluster
+
     def serving(self, setup: ServiceSetup) -> Serving:
         """How a streaming service is served: real workers behind the gateway, in wall time."""
         from oltunes.launchers.gateway_serving import GatewayServing
@@ -125,7 +144,25 @@ class Local(OnDisk, name="local"):
 
 
 class Docker(OnDisk, name="docker"):
-    """Worker containers through a Docker engine (GPU hosts: ``inventory=infra/inventory.gpu.yaml``)."""
+    """Worker containers through a Docker engine (GPU hosts: ``inventory=infra/inventory.gpu.yaml``).
+
+    Each pool's engine is its inventory ``engine:``, else ``DOCKER_HOST`` of the flow run's process (a deployment
+    sets it in its job variables, ``job_variables: env: DOCKER_HOST``, not the Prefect worker's environment).
+    """
+
+    def ready_cluster(self, cluster: ClusterState) -> tuple[ClusterState, list[str]]:
+        """The pools whose engine answers with the worker image (and the NVIDIA runtime for GPU pools)."""
+        from oltunes.errors import MissingDependency
+
+        problems = self.launcher().engine_problems(cluster.pools)  # type: ignore[attr-defined]
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in problems.items():  # pools sharing an engine share its reason: said once
+            by_reason.setdefault(reason, []).append(name)
+        why = [f"pool{'s' if len(names) > 1 else ''} {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
+        usable = [p for p in cluster.pools if p.name not in problems]
+        if not usable:
+            raise MissingDependency("launcher 'docker': no pool can start a worker container; " + "; ".join(why))
+        return cluster.model_copy(update={"pools": usable}), why
 
 
 class Simulated(Environment, name="simulated"):

@@ -1,6 +1,7 @@
 """Real serving for a streaming service, in wall time: one gateway, per model a supervised serving worker behind its
-route and a client replaying the trace; an interval is measured from the worker's window, the client's window and
-the worker's telemetry (`oltunes.launchers.serve_metrics`)."""
+route and (with ``replay``) a client replaying the trace; an interval is measured from the worker's window, the
+client's window (without replay: the worker's view of its real clients) and the worker's telemetry
+(`oltunes.launchers.serve_metrics`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from oltunes.config import get_settings
 from oltunes.gateway import Gateway, GatewayServer, Route
 from oltunes.launchers.base import Launcher, WorkerSpec
 from oltunes.launchers.local import pool_cores
-from oltunes.launchers.serve_metrics import interval_measurement, read_window
+from oltunes.launchers.serve_metrics import interval_measurement, read_window, served_window
+from oltunes.launchers.service_records import published_url
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import LoadGenerator, oip_payloads
@@ -37,6 +40,7 @@ class _Model:
     supervisor: ServeSupervisor
     gen: LoadGenerator | None = None
     monitor: Monitor | None = None
+    served: Counter = field(default_factory=Counter)  # without replay: the real clients' requests, from the worker
 
 
 def request_inputs(family: str, where: Path) -> np.ndarray:
@@ -80,7 +84,7 @@ class GatewayServing(Serving):
 
     async def start(self) -> None:
         await self.server.start()
-        self.url = self.server.url
+        self.url = published_url(self.setup.gateway_host, self.server.port)  # what clients use (a wildcard: host name)
         for job in self.setup.jobs:
             route = self.gateway.add(job.family, job.slo_ms)
             self.models.append(_Model(job, route, ServeSupervisor(self.launcher, route, self._spec_for(job))))
@@ -94,20 +98,28 @@ class GatewayServing(Serving):
         return f"switched {rec.old} -> {rec.new} (old worker drained: {rec.drained})"
 
     async def _begin_traffic(self) -> None:
-        """Once every model has its worker: one client per model (it asks the gateway what the model takes)."""
+        """Once every model has its worker: with replay, one client per model (it asks the gateway what the model
+        takes); the workers' supervision in any case."""
         s = self.setup
-        async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {s.token}"} if s.token else None) as http:
-            for m in self.models:
-                meta = (await http.get(f"{self.url}/v2/models/{m.job.family}")).raise_for_status().json()
-                payload = oip_payloads(request_inputs(m.job.family, s.workdir), meta)
-                m.gen = LoadGenerator(self.url, m.job.family, s.arrivals, payload, max_in_flight=s.max_in_flight, token=s.token)
+        if s.replay:
+            await self._start_replay()
         self._tasks = [asyncio.create_task(m.gen.run(self._stop_traffic)) for m in self.models if m.gen is not None]
         self._tasks += [asyncio.create_task(m.supervisor.watch(self._stop_watch)) for m in self.models]
         self._t_end = time.monotonic() + s.duration_s
 
+    async def _start_replay(self) -> None:
+        s = self.setup
+        async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {s.token}"} if s.token else None) as http:
+            for m in self.models:
+                meta = (await http.get(f"{self.server.url}/v2/models/{m.job.family}")).raise_for_status().json()
+                payload = oip_payloads(request_inputs(m.job.family, s.workdir), meta)
+                m.gen = LoadGenerator(self.server.url, m.job.family, s.arrivals, payload, max_in_flight=s.max_in_flight,
+                                      token=s.token)  # fmt: skip
+
     @property
     def finished(self) -> bool:
-        return self._stop_traffic.is_set() or (bool(self._tasks) and all(m.gen.finished.is_set() for m in self.models if m.gen))
+        gens = [m.gen for m in self.models if m.gen is not None]  # none without replay: it ends at its duration
+        return self._stop_traffic.is_set() or (bool(gens) and all(g.finished.is_set() for g in gens))
 
     async def measure_interval(self, stop: asyncio.Event) -> list[Interval | None]:
         if self._t_end is None:
@@ -129,9 +141,11 @@ class GatewayServing(Serving):
         return list(await asyncio.gather(*(self._measure(m) for m in self.models)))
 
     async def _measure(self, m: _Model) -> Interval | None:
-        assert m.gen is not None and m.monitor is not None and m.supervisor.active is not None
+        assert m.monitor is not None and m.supervisor.active is not None
         wm = await read_window(m.supervisor.active.url)
-        client = m.gen.window()
+        client = m.gen.window() if m.gen is not None else served_window(wm)
+        if m.gen is None:
+            m.served.update(ok=client.ok, failed=client.failed)
         tele = m.monitor.stop(cpu_time_s=wm.get("cpu_time_s"))
         measured = interval_measurement(m.job.job_id, m.supervisor.decision, wm, client, tele)
         if measured is None:
@@ -163,6 +177,10 @@ class GatewayServing(Serving):
         totals: dict[str, int] = {}
         failures: dict[str, int] = {}
         latency = None
+        for m in self.models:
+            if m.gen is None:  # no replay: what the worker answered its real clients
+                for k, v in m.served.items():
+                    totals[k] = totals.get(k, 0) + v
         for g in (m.gen for m in self.models if m.gen is not None):
             for k, v in g.totals().items():
                 totals[k] = totals.get(k, 0) + v
@@ -175,5 +193,6 @@ class GatewayServing(Serving):
         return ServingReport(
             requests=totals, failures=failures, request_latency=summary, url=self.url,
             restarts=sum(m.supervisor.restarts for m in self.models), gateway_failures=dict(self.gateway.failures),
-            per_model=[{"requests": m.gen.totals() if m.gen else {}, "restarts": m.supervisor.restarts} for m in self.models],
+            per_model=[{"requests": m.gen.totals() if m.gen else dict(m.served), "restarts": m.supervisor.restarts}
+                       for m in self.models],
         )  # fmt: skip

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 
 from oltunes.launchers.traffic import Window
+from oltunes.worker.stats import LatencyHistogram
 from oltunes.telemetry import TelemetryReport
 from oltunes.types import Decision, Measurement
 
@@ -23,6 +24,15 @@ async def read_window(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
             return r.json()
     except httpx.HTTPError:
         return {}
+
+
+def served_window(wm: dict[str, Any]) -> Window:
+    """The clients' view of an interval when the service replays no trace: what the worker answered its real
+    clients (requests, errors and request latencies from its window; an empty window: nothing served)."""
+    hdr = wm.get("request_latency_hdr")
+    latency = LatencyHistogram.from_encoded(hdr) if hdr else LatencyHistogram()
+    requests, failed = int(wm.get("requests") or 0), int(wm.get("errors") or 0)  # requests: every answer, errors too
+    return Window(float(wm.get("window_s") or 0.0), requests, requests - failed, failed, 0, latency)
 
 
 def capacity_items_per_s(wm: dict[str, Any]) -> float | None:

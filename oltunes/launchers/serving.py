@@ -23,7 +23,7 @@ class ServiceSetup:
     """What every serving side is built from: the models' jobs (one per family), their arrivals, the clock."""
 
     jobs: list[JobSpec]
-    arrivals: np.ndarray  # request offsets (s); every model replays them
+    arrivals: np.ndarray  # request offsets (s); every model replays them (empty without replay)
     duration_s: float
     control_interval_s: float
     cluster: ClusterState
@@ -33,6 +33,7 @@ class ServiceSetup:
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 0
     token: str | None = None
+    replay: bool = True  # False: no load generator; only the service's real clients are served and measured
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,16 @@ def play(seq: Trace, policy: QueuePolicy, mapper: Mapper) -> Outcome:
 
 
 def compare(seqs: list[Trace], policies: dict[str, Callable[[], QueuePolicy]],
-            mapper: Callable[[], Mapper]) -> dict[str, dict[str, Any]]:
-    """Every policy on every sequence (a fresh mapper per policy): mean metrics, MILP solve p50/p99, fallbacks."""
+            mapper: Callable[[], Mapper], progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Every policy on every sequence (a fresh mapper per policy): mean metrics, MILP solve p50/p99, fallbacks.
+    `progress` gets a line per policy played (its time and how many sequences)."""
     out: dict[str, dict[str, Any]] = {}
-    for name, make in policies.items():
+    for k, (name, make) in enumerate(policies.items(), 1):
         m = mapper()
+        t0 = time.perf_counter()
         per_seq = [metrics(play(seq, make(), m)) for seq in seqs]
+        if progress:
+            progress(f"policy {k}/{len(policies)} {name}: {len(seqs)} sequences in {time.perf_counter() - t0:.1f} s")
         solve_ms = np.array(m.stats.solve_s) * 1000.0
         out[name] = {k: float(np.mean([x[k] for x in per_seq])) for k in METRICS}
         out[name]["per_sequence"] = {k: [x[k] for x in per_seq] for k in METRICS}
@@ -79,33 +84,45 @@ def table(report: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]
     return cols, rows
 
 
-def write_plots(reports: dict[str, dict[str, dict[str, Any]]], out_dir: Path) -> list[Path]:
-    """One bar chart per metric: traces side by side, one bar per policy."""
+def bar_figures(reports: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One bar chart per metric (file name -> figure): traces side by side, one bar per policy, on a linear axis
+    (a log axis made the best bar look like nothing) with each bar's value written on it, legend beside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from oltunes.atomic import atomic_write
-
-    written = []
+    figs = {}
     for metric in ("avg_jct_s", "avg_queue_delay_s", "bounded_slowdown", "gpu_util"):
         fig, ax = plt.subplots(figsize=(8, 4))
         traces = list(reports)
         policies = list(next(iter(reports.values())))
         width = 0.8 / max(len(policies), 1)
         for i, p in enumerate(policies):
-            ax.bar(np.arange(len(traces)) + i * width, [reports[t][p][metric] for t in traces], width, label=p)
+            bars = ax.bar(np.arange(len(traces)) + i * width, [reports[t][p][metric] for t in traces], width, label=p)
+            ax.bar_label(bars, fmt="%.3g", fontsize=6, padding=1)
         ax.set_xticks(np.arange(len(traces)) + 0.4 - width / 2, traces)
         ax.set_ylabel(metric)
         ax.set_title(f"batch queue: {metric} per policy")
-        if metric != "gpu_util":
-            ax.set_yscale("log")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = Path(out_dir) / f"rltune_{metric}.png"
-        written.append(atomic_write(path, lambda tmp: fig.savefig(tmp, format="png")))
-        plt.close(fig)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the value labels
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+        figs[f"rltune_{metric}.png"] = fig
+    return figs
+
+
+def write_plots(reports: dict[str, dict[str, dict[str, Any]]], out_dir: Path) -> list[Path]:
+    """`bar_figures`, saved under `out_dir`."""
+    import matplotlib.pyplot as plt
+
+    from oltunes.atomic import atomic_write
+
+    written = []
+    for name, fig in bar_figures(reports).items():
+        try:
+            written.append(atomic_write(Path(out_dir) / name, lambda tmp, fig=fig: fig.savefig(
+                tmp, format="png", bbox_inches="tight")))
+        finally:
+            plt.close(fig)
     return written
 
 
@@ -122,11 +139,11 @@ def policy_factories(names: list[str], weights: Path | None = None, seed: int = 
 
 def evaluate_trace(trace: Trace, names: list[str], *, weights: Path | None = None, n: int = 10, length: int = 256,
                    load: float | None = None, mapper: str = "milp", time_limit_s: float = 0.1,
-                   seed: int = 0) -> dict[str, dict[str, Any]]:
+                   seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """The held-out comparison of one trace: `n` test sequences, every policy, one mapper kind."""
     from oltunes.rltune.traces import DEFAULT_LOAD, sequences
 
     seqs = sequences(trace, split="test", n=n, length=length, load=DEFAULT_LOAD if load is None else load)
     kw = {"time_limit_s": time_limit_s} if mapper == "milp" else {}
     Mapper.lookup(mapper)
-    return compare(seqs, policy_factories(names, weights, seed), lambda: Mapper.make(mapper, **kw))
+    return compare(seqs, policy_factories(names, weights, seed), lambda: Mapper.make(mapper, **kw), progress)

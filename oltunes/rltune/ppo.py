@@ -109,10 +109,11 @@ def _relative_gain(policy: QueuePolicy, seq: Trace, cfg: TrainConfig, base_obj: 
     return (base_obj - objective(m, cfg.objective)) / max(abs(base_obj), 1e-9)
 
 
-def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None] | None = None
+def train(trace: Trace, cfg: TrainConfig, progress: Callable[[str], None] | None = None
           ) -> tuple[PolicyNet, dict]:
     """Train a policy on `trace`'s training part; returns the best validated one and the metadata saved beside its
-    weights.
+    weights (``stop_reason`` says why training ended where it did). `progress` gets one line per iteration and per
+    validation, and the stopping reason.
 
     Rewards: where the objective is a sum of weighted waiting times (slowdown, wait, turnaround) every decision
     is charged the waiting cost accrued until the next one, divided by the baseline's total, plus 1 at the end —
@@ -138,6 +139,8 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     history, validation = [], []
     best = (-np.inf, 0, {k: v.clone() for k, v in net.state_dict().items()})
+    say = progress or (lambda _msg: None)
+    stop_reason = f"ran all {cfg.iterations} iterations"
     for it in range(cfg.iterations):
         batch, scores = [], []
         policy = net.snapshot()
@@ -162,20 +165,27 @@ def train(trace: Trace, cfg: TrainConfig, progress: Callable[[int, float], None]
         history.append(float(np.mean(scores)))
         if batch:
             _update(net, opt, batch, cfg, gen)
-        if progress:
-            progress(it + 1, history[-1])
+        say(f"iteration {it + 1}/{cfg.iterations}: reward vs {cfg.baseline} {history[-1]:+.3f} "
+            f"({time.perf_counter() - t0:.0f} s)")
         if (it + 1) % cfg.validate_every == 0 or it + 1 == cfg.iterations:
             greedy = RLTune(snapshot=net.snapshot())
             validation.append(float(np.mean([_relative_gain(greedy, s, cfg, b) for s, b in zip(val, val_base)])))
             if validation[-1] > best[0]:
                 best = (validation[-1], it + 1, {k: v.clone() for k, v in net.state_dict().items()})
-            elif (it + 1 - best[1]) >= cfg.patience * cfg.validate_every:
+            say(f"  validation after iteration {it + 1}: {validation[-1]:+.3f} vs {cfg.baseline} "
+                f"(best {best[0]:+.3f}, after iteration {best[1]})")
+            if it + 1 < cfg.iterations and (it + 1 - best[1]) >= cfg.patience * cfg.validate_every:
+                stop_reason = (f"stopped early at iteration {it + 1} of {cfg.iterations}: validation has not improved "
+                               f"on {best[0]:+.3f} (iteration {best[1]}) in {cfg.patience} checks, one every "
+                               f"{cfg.validate_every} iterations (patience {cfg.patience})")
                 break
+    say(f"{stop_reason}; keeping the policy validated after iteration {best[1]}")
     net.load_state_dict(best[2])
     meta = {**asdict(cfg), "trace": trace.name, "train_seconds": round(time.perf_counter() - t0, 1),
             "train_cpu_seconds": round(time.process_time() - cpu0, 1),  # on a shared machine: the CPU it needed
             "reward_history": [round(x, 4) for x in history], "validation_history": [round(x, 4) for x in validation],
-            "best_iteration": best[1], "iterations_run": len(history), "torch": torch.__version__}
+            "best_iteration": best[1], "iterations_run": len(history), "stop_reason": stop_reason,
+            "torch": torch.__version__}
     net.eval()
     return net, meta
 
@@ -235,6 +245,5 @@ def trained_weights(trace: Trace, cfg: TrainConfig, retrain: bool = False,
         return path
     say = progress or (lambda _msg: None)
     say(f"training the rltune policy on {trace.name} ({cfg.iterations} iterations) -> {path}")
-    net, meta = train(trace, cfg, progress=lambda i, r: say(f"  iteration {i}/{cfg.iterations}: reward vs "
-                                                            f"{cfg.baseline} {r:+.3f}"))
+    net, meta = train(trace, cfg, progress=lambda msg: say(f"  {msg}"))
     return save_policy(net, path, meta)

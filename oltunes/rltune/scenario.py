@@ -195,5 +195,5 @@ def run(name_or_path: str | Path, policies: list[str] | None = None,
                               objective=t.objective, load=sc.load, sequence_length=sc.length)
             weights = trained_weights(trace, cfg, progress=progress)
     rep = evaluate_trace(trace, names, weights=weights, n=sc.sequences, length=sc.length, load=sc.load,
-                         mapper=sc.mapper, time_limit_s=sc.time_limit_s, seed=sc.seed)
+                         mapper=sc.mapper, time_limit_s=sc.time_limit_s, seed=sc.seed, progress=progress)
     return sc, rep

@@ -149,30 +149,51 @@ def table_rows(report: dict[str, Any], short: bool = False) -> tuple[list[str], 
     return cols, rows
 
 
-def _finish(plt, fig, ax, path: Path, xlabel: str, ylabel: str, title: str, legend: bool = True) -> Path:
-    """Label, save atomically and close one plot."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    if legend:
-        ax.legend(fontsize=8)
-    try:
-        return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
-    finally:
-        plt.close(fig)
+# What each column of the printed table means (`oltunes simulate` prints these under the table).
+COLUMN_NOTES = {
+    "SLO viol": "share of requests answered after their SLO or dropped (lower is better)",
+    "p50 ms / p99 ms": "request latency percentiles of served requests, queueing included",
+    "goodput/s": "requests answered within their SLO, per second",
+    "util": "mean busy share of the devices in use",
+    "J/req": "energy per request, idle power of held devices included",
+    "acc loss": "accuracy points below the family's best variant, request-weighted",
+    "queue s": "mean time a request waits before its batch starts",
+    "JCT s": "mean batch-job completion time (submit to last item)",
+    "frag": "fragmentation: mean share of free device slots stranded on partly used devices, free capacity no "
+            "whole-device job can use (lower is better)",
+}
 
 
-def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir: Path, title: str = "") -> list[Path]:
-    """latency_cdf.png, slo_violations_over_time.png, energy_vs_accuracy.png."""
+def column_notes() -> list[str]:
+    return [f"{k}: {v}" for k, v in COLUMN_NOTES.items()]
+
+
+def warmup_note(learning: dict[str, Any], retune_interval_s: float) -> str:
+    """The warm-up result in words: when it ended, or what "never reached" means."""
+    rule = (f"the learner's SLO attainment in every {retune_interval_s:g} s window from then on stays within 95 % of "
+            "the oracle's")
+    if learning["warmup_s"] is None:
+        return (f"warm-up never reached: no point after which {rule}; the attainment below is over the second half "
+                "of the run")
+    return f"warm-up {learning['warmup_s']:g} s: from then on {rule}"
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend beside the axes, never over the data."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def figures(results: dict[str, tuple[RunResult, dict[str, float]]], title: str = "") -> dict[str, Any]:
+    """The three plots as matplotlib figures, by file name (labels set, not saved): every legend beside its axes,
+    and energy vs accuracy with one marker per policy named in the legend (no labels over the points)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    figs: dict[str, Any] = {}
     reqs = {name: M.request_arrays(res) for name, (res, _) in results.items()}  # shared by the first two plots
+    markers = "osD^vP*Xh<>"
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name in results:
@@ -181,21 +202,41 @@ def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir:
         if len(lat):
             ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
     ax.set_xscale("log")
-    paths.append(_finish(plt, fig, ax, out_dir / "latency_cdf.png", "request latency (ms, served requests)", "CDF",
-                         f"{title} latency CDF"))
+    ax.set(xlabel="request latency (ms, served requests)", ylabel="CDF", title=f"{title} latency CDF")
+    _legend_outside(ax)
+    figs["latency_cdf.png"] = fig
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, (res, _) in results.items():
         t, v = M.violations_over_time(res, reqs[name])
         ax.plot(t, v, label=name)
-    paths.append(_finish(plt, fig, ax, out_dir / "slo_violations_over_time.png", "time (s)",
-                         "SLO violation rate (by arrival)", f"{title} SLO violations over time"))
+    ax.set(xlabel="time (s)", ylabel="SLO violation rate (by arrival)", title=f"{title} SLO violations over time")
+    _legend_outside(ax)
+    figs["slo_violations_over_time.png"] = fig
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, (_, m) in results.items():
-        ax.scatter(m["accuracy_loss_pts"], m["energy_j_per_req"], label=name)
-        ax.annotate(name, (m["accuracy_loss_pts"], m["energy_j_per_req"]), fontsize=7)
-    paths.append(_finish(plt, fig, ax, out_dir / "energy_vs_accuracy.png",
-                         "accuracy loss vs the family's best variant (points)", "energy per request (J)",
-                         f"{title} energy vs accuracy", legend=False))
+    for i, (name, (_, m)) in enumerate(results.items()):
+        ax.scatter(m["accuracy_loss_pts"], m["energy_j_per_req"], label=name, marker=markers[i % len(markers)],
+                   s=48, alpha=0.8)  # fmt: skip
+    ax.set(xlabel="accuracy loss vs the family's best variant (points)", ylabel="energy per request (J)",
+           title=f"{title} energy vs accuracy")
+    ax.margins(0.15)
+    _legend_outside(ax)
+    figs["energy_vs_accuracy.png"] = fig
+    return figs
+
+
+def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir: Path, title: str = "") -> list[Path]:
+    """latency_cdf.png, slo_violations_over_time.png, energy_vs_accuracy.png."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures(results, title).items():
+        try:
+            paths.append(atomic_write(out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110,
+                                                                                       bbox_inches="tight")))
+        finally:
+            plt.close(fig)
     return paths

@@ -49,6 +49,7 @@ TAG_DECISION_ID = "decision_id"  # random ids are tags, not params: they would c
 TAG_MEASUREMENT_ID = "measurement_id"
 TAG_KEY = "oltunes.idempotency_key"  # one run per key (a batch job's measurement_id)
 TAG_SERVICE = "oltunes.service_id"  # one run per streaming service
+TAG_SERVICE_URL = "oltunes.service_url"  # where the streaming service's clients reach it (its gateway)
 TAG_MEASUREMENT = "oltunes.measurement"  # a batch run's Measurement as JSON
 TAG_MEASUREMENT_PREFIX = "oltunes.measurement."  # older runs: + measurement_id (read, no longer written)
 STEPS_DIR = "oltunes/steps"  # streaming runs: <first>-<last>.jsonl, one Measurement JSON per line

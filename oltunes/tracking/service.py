@@ -134,6 +134,11 @@ class ServiceRun:
         rec.update(first=steps[0]["step"], last=steps[-1]["step"], steps=steps)
         return self._send(f"{self.service_id}/steps/{rec['first']}-{rec['last']}", rec)
 
+    def set_tags(self, tags: Mapping[str, str]) -> str | None:
+        """Tag the run now (the service's address, known once its gateway listens); buffered like every record."""
+        self.tags.update(tags)
+        return self._send(f"{self.service_id}/tags", self._rec("tags"))
+
     def end(self, status: str = "FINISHED") -> str | None:
         """Flush the queued steps and end the run with `status` (FINISHED, FAILED or KILLED)."""
         self.flush()
@@ -170,7 +175,7 @@ def _resolve(tracker: Any, rec: dict[str, Any]) -> str:
 
 
 def apply_service_record(tracker: Any, rec: dict[str, Any], replay: bool) -> str:
-    """Apply one buffered service record (``start``, ``steps`` or ``end``); idempotent under replay."""
+    """Apply one buffered service record (``start``, ``tags``, ``steps`` or ``end``); idempotent under replay."""
     from mlflow.entities import Metric, RunTag
 
     rid = _resolve(tracker, rec)
@@ -193,6 +198,8 @@ def apply_service_record(tracker: Any, rec: dict[str, Any], replay: bool) -> str
                 if s.get("served_variant"):
                     link_served_model(tracker, rid, s["served_variant"])
             c.log_batch(rid, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+        elif rec["op"] == "tags":
+            c.log_batch(rid, tags=[RunTag(k, v) for k, v in rec["tags"].items()])
         elif rec["op"] == "start":
             if c.get_run(rid).info.status != "RUNNING":  # a service restarted under its id: live again
                 c.update_run(rid, status="RUNNING")

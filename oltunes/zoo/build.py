@@ -222,6 +222,9 @@ def build_zoo(
         # Train what needs training (the slow part) in parallel, then derive and measure every variant.
         jobs = [(f, s, seed, models / f"{f}-{s}-fp32.onnx") for f, s, _h, todo in plan if "fp32" in todo]
         params = {(f, s): old[f"{f}-{s}-fp32"].params for f, s, _h, _t in plan if f"{f}-{s}-fp32" in old}
+        if jobs:
+            say(f"training {len(jobs)} model(s) ({', '.join(f'{f}-{s}' for f, s, *_ in jobs)}) on "
+                f"{min(len(jobs), os.cpu_count() or 1)} core(s): minutes on a small machine, once (then cached)")
         for (f, s, *_), (n_params, seconds) in zip(jobs, _run_training(jobs), strict=True):
             params[(f, s)] = n_params
             say(f"trained {f}-{s} ({n_params} params) in {seconds:.1f}s")

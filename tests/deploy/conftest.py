@@ -119,6 +119,8 @@ def deployed(repo_root, built_zoo, tmp_path_factory):
         "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",  # the scheduler looks every 5 s (default 60)
         "PREFECT_WORKER_QUERY_SECONDS": "2",  # workers poll every 2 s (default 10)
         "MLFLOW_DISABLE_TELEMETRY": "true", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+        # the server streams run logs, so `prefect deployment run --watch` prints them (as docs/production.md says)
+        "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true",
     }  # fmt: skip
     for var in ("OLTUNES_TUNER_URL", "OLTUNES_MLFLOW_TRACKING_URI"):
         env.pop(var, None)

@@ -24,6 +24,9 @@ def test_demo_runs_on_embedded_defaults(flows_home, tmp_path):
                        env=env, capture_output=True, text=True, timeout=380)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "MLflow UI" in r.stdout and "learner:" in r.stdout and "decisions: first" in r.stdout
+    # every long step says what it is doing before it starts, also when the output is piped (no spinner)
+    assert "job 1/2: asking the tuner" in r.stdout and "streaming service for 8 s: a gateway" in r.stdout
+    assert "cached  cnn-" in r.stdout  # the zoo build's lines
     c = MlflowClient(f"sqlite:///{home / 'mlflow.db'}")
     batch = c.search_runs([c.get_experiment_by_name("oltunes-batch").experiment_id])
     stream = c.search_runs([c.get_experiment_by_name("oltunes-streaming").experiment_id])

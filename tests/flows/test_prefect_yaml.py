@@ -36,6 +36,13 @@ def test_every_deployment_points_at_a_flow_with_parameters_it_accepts(prefect_ya
     assert deps["batch-hourly"]["schedules"][0]["cron"]
     assert "schedules" not in deps["streaming-service"] and deps["streaming-service"]["concurrency_limit"] == 1
     assert deps["streaming-service"]["parameters"]["duration_s"] >= 3600
+    # the production service serves real clients only; replaying a trace is the load-test deployment's job
+    assert deps["streaming-service"]["parameters"]["replay"] is False
+    assert deps["streaming-replay"]["parameters"]["replay"] is True
+    # a docker deployment's engine comes from its job variables (the deployer's OLTUNES_DOCKER_HOST), not the worker
+    docker = deps["batch-docker"]
+    assert docker["parameters"]["launcher"] == "docker" and "inventory" not in docker["parameters"]
+    assert docker["work_pool"]["job_variables"]["env"]["DOCKER_HOST"] == "{{ $OLTUNES_DOCKER_HOST }}"
     # shared pieces come from `definitions:` anchors (YAML resolved them into equal mappings)
     assert deps["batch-hourly"]["work_pool"] == prefect_yaml["definitions"]["work_pools"]["local"]
 

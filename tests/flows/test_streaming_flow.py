@@ -18,6 +18,7 @@ import flows.streaming_inference as streaming
 from flows.streaming_inference import streaming_inference
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError
+from oltunes.launchers.service_records import read_records
 from oltunes.launchers.traffic import BUNDLED_TRACE
 from oltunes.tracking import Tracker
 from oltunes.tracking import conventions as cv
@@ -118,8 +119,8 @@ def test_crashed_serving_worker_is_restarted_and_a_triton_client_sees_no_error(s
     def killer() -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not killed:
-            pids = worker_pids("svc-crash")
-            if pids:
+            # serving: the service publishes its address once its first worker is up (a loaded machine takes seconds)
+            if any(r.service_id == "svc-crash" for r in read_records(get_settings().home)):
                 time.sleep(3.0)  # let traffic flow first (the first switch can come only after the 7 s interval)
                 pid = worker_pids("svc-crash")[0]  # the serving worker, never one still starting
                 os.kill(pid, signal.SIGKILL)

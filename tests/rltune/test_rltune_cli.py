@@ -28,11 +28,13 @@ def test_train_then_eval_writes_weights_report_and_plots(tmp_path):
                                  "--episodes", "2", "--length", "32", "--seed", "3", "--out", str(weights)])
     assert r.exit_code == 0, r.output
     assert weights.exists()
+    assert "iteration 2/2" in r.output and "ran all 2 iterations" in r.output  # progress and why training ended
     report = tmp_path / "r.json"
     r = CliRunner().invoke(app, ["rltune", "eval", "--trace", "philly", "--file", str(trace), "--weights",
                                  str(weights), "--policies", "fcfs,sjf", "--sequences", "2", "--length", "48",
                                  "--json", str(report), "--plots", str(tmp_path / "plots")])
     assert r.exit_code == 0, r.output
+    assert "policy 3/3 rltune: 2 sequences in" in r.output  # a line per policy played
     rep = json.loads(report.read_text())["philly"]
     assert set(rep) == {"fcfs", "sjf", "rltune"}
     for row in rep.values():

@@ -59,9 +59,15 @@ def test_training_keeps_the_best_validated_policy_and_stops_when_it_stalls(tiny_
 
     cfg = TrainConfig(seed=1, iterations=40, episodes_per_iteration=2, train_sequences=6, sequence_length=32,
                       load=TINY_LOAD, validate_every=1, validation_sequences=2, patience=2)
-    net, meta = train(tiny_trace, cfg)
+    said: list[str] = []
+    net, meta = train(tiny_trace, cfg, progress=said.append)
     val = meta["validation_history"]
     assert meta["iterations_run"] == len(val) < cfg.iterations, "a stalled validation score ends training early"
+    # why it stopped where it did, in the metadata and as the last line the user sees
+    reason = meta["stop_reason"]
+    assert reason.startswith(f"stopped early at iteration {meta['iterations_run']} of 40") and "patience 2" in reason
+    assert said[-1].startswith(reason) and f"after iteration {meta['best_iteration']}" in said[-1]
+    assert sum(line.startswith("iteration ") for line in said) == meta["iterations_run"]
     assert val.index(max(val)) + 1 == meta["best_iteration"]
     seqs = sequences(tiny_trace, split="train", n=2, length=32, seed=VALIDATION_SEED + 1, load=TINY_LOAD)
     got = np.mean([_relative_gain(RLTune(snapshot=net.snapshot()), s, cfg, _baseline(s, cfg, None)[0])
