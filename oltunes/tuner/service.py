@@ -52,6 +52,7 @@ from oltunes.tuner.api import (
     VariantsRequest,
     VariantsResponse,
 )
+from oltunes.tuner.journal import JournalWriteError
 from oltunes.tuner.lease_api import lease_router
 from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner.metrics import TunerMetrics
@@ -173,6 +174,11 @@ def create_app(
 
     for exc_type in _CLIENT_ERRORS:
         app.add_exception_handler(exc_type, _rejected)
+
+    @app.exception_handler(JournalWriteError)
+    async def _storage_full(request: Request, exc: JournalWriteError) -> JSONResponse:
+        # Nothing of the request was acknowledged (the journal cut back its partial write): retrying later is safe.
+        return JSONResponse(status_code=507, content={"detail": guards.short(str(exc))})
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
