@@ -10,7 +10,8 @@ Start it with ``oltunes tuner serve`` or `serve`; build the ASGI app alone with 
 Safety rules
 ------------
 - When a token is set, every route except ``GET /v1/health`` requires ``Authorization: Bearer <token>``
-  (401 otherwise; the comparison is constant-time).
+  (401 otherwise; the comparison is constant-time): ``/metrics`` and ``/openapi.json`` included; the ``/docs``
+  and ``/redoc`` pages are off (a browser cannot send the header). Without a token (loopback only) all are open.
 - `check_bind` refuses a non-loopback address without a token (`serve` calls it before binding).
 - Bad input is a 4xx whose ``detail`` names the field and never echoes the input (``guards``): 413 for a body
   over ``max_body_bytes`` (checked before parsing), 422 from validation (finite numbers, limits, the id pattern
@@ -156,7 +157,13 @@ def create_app(
             if service.journal is not None:
                 service.journal.close()
 
-    app = FastAPI(title="OLTunes tuning service", version=_version(), lifespan=lifespan)
+    if token is not None and token and not token.strip():
+        raise ConfigError("token: is only whitespace (it would match nothing); set a real token or none")
+    require_token = _auth_dependency(token or None)
+    # With a token, nothing but /v1/health is open: the schema and the metrics need the token as well, and the
+    # interactive docs pages (a browser cannot send the bearer header to fetch the schema) are off.
+    docs = {} if not token else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="OLTunes tuning service", version=_version(), lifespan=lifespan, **docs)
     app.state.service = service
     guards.install(app, max_body_bytes)
 
@@ -186,7 +193,7 @@ def create_app(
         return JSONResponse(status_code=500, content={"detail": f"internal error: {guards.describe(exc)}"})
 
     public = APIRouter(prefix=API_PREFIX)
-    private = APIRouter(prefix=API_PREFIX, dependencies=[Depends(_auth_dependency(token or None))])
+    private = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token)])
 
     # recommend/observe/health are `async def` and call the tuner directly: a recommend is ~1 ms of CPU, less
     # than the thread-pool hop a sync handler costs, and the GIL would serialise the work anyway. The rare,
@@ -228,7 +235,12 @@ def create_app(
     def add_variants(req: VariantsRequest) -> VariantsResponse:
         return VariantsResponse(variants=service.add_variants(req.variants))
 
-    @app.get("/metrics", include_in_schema=False)
+    if token:
+        @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+        async def openapi() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require_token)])
     async def prometheus() -> Response:  # for scrapers, beside /v1 as on the gateway and the workers
         body, content_type = metrics.exposition()
         return Response(content=body, media_type=content_type)
