@@ -180,3 +180,16 @@ def test_find_nonfinite_looks_everywhere_and_only_at_numbers():
     assert find_nonfinite({"p": pack_floats([1.0, math.nan])}) == "p[1]"
     assert find_nonfinite({"r": [0.0, 1.0, math.nan]}) == "r[2]"
     assert find_nonfinite({"s": np.float64("nan")}) == "s"
+
+
+@pytest.mark.parametrize("n", [-5, 1.5, "3", None, 10**16])
+def test_a_count_that_is_not_a_count_stops_the_load_naming_the_field(tmp_path, n):
+    """Issue 31 (also seen): ``n_observed: -5`` used to load, and then every /v1/health failed."""
+    good = tmp_path / "good.json"
+    Tuner(VARIANTS, seed=0).save(good)
+    d = json.loads(good.read_text())
+    d["n_observed"] = n
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(DataError, match="n_observed"):
+        Tuner.load(bad)
