@@ -57,11 +57,13 @@ def main() -> None:
                 t1 = time.perf_counter()
                 answer = http.post("/leases", json=LeaseRequest(job=job, ttl_s=60).model_dump(mode="json"))
                 held = answer.raise_for_status().json()["lease"]
+                own = {"X-Lease-Secret": held["secret"]}  # only the holder may move or release it
                 t2 = time.perf_counter()
                 group = {"pool": held["pool"], "device": (held["device"] + 1) % 8, "members": [job.job_id]}
-                moved = http.post(f"/leases/{held['lease_id']}/move", json={"decision": {**held["decision"], "group": group}})
+                moved = http.post(f"/leases/{held['lease_id']}/move", json={"decision": {**held["decision"], "group": group}},
+                                  headers=own)
                 t3 = time.perf_counter()
-                http.delete(f"/leases/{held['lease_id']}").raise_for_status()
+                http.delete(f"/leases/{held['lease_id']}", headers=own).raise_for_status()
                 t4 = time.perf_counter()
                 rec.append((t1 - t0) * 1e3)
                 lease.append((t2 - t1 + t4 - t3) * 1e3)

@@ -6,6 +6,7 @@ Every runtime file (Prefect home, MLflow store, built models, tuner state, buffe
 
 from __future__ import annotations
 
+import contextlib
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +36,8 @@ class Settings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(default=None, description="default: SQLite file under home")
     tuner_url: str | None = Field(default=None, description="None = in-process tuner; else http://host:port")
     tuner_token: SecretStr | None = Field(default=None, description="bearer token for the tuning service")
+    tuner_admin_token: SecretStr | None = Field(
+        default=None, description="the tuning service's operator token: sees lease ids, may release any lease")
     gateway_token: SecretStr | None = Field(default=None, description="bearer token of streaming gateways (required off loopback)")
     tuner_timeout_s: float = Field(default=2.0, gt=0, le=3600, allow_inf_nan=False)
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
@@ -68,14 +71,23 @@ class Settings(BaseSettings):
     @field_validator("home")
     @classmethod
     def _usable_home(cls, v: Path) -> Path:
-        """Every runtime file goes under home: it must be (or become) a writable directory, checked now rather
-        than as a traceback from whichever command first writes there."""
+        """Every runtime file goes under home: it must be a writable directory or one that can be created, checked
+        now rather than as a traceback from whichever command first writes there. Nothing is left behind: the
+        folders a missing home needs are made and removed again (commands create it when they write)."""
+        missing = [p for p in (v, *v.parents) if not p.exists()]
+        made = []
         try:
-            v.mkdir(parents=True, exist_ok=True)
+            for p in reversed(missing):
+                p.mkdir()
+                made.append(p)
         except OSError as e:
             raise ValueError(f"cannot create the directory ({e.strerror or type(e).__name__})") from None
-        if not os.access(v, os.W_OK | os.X_OK):
-            raise ValueError("the directory is not writable")
+        finally:
+            for p in reversed(made):
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        if not missing and not (v.is_dir() and os.access(v, os.W_OK | os.X_OK)):
+            raise ValueError("not a writable directory")
         return v
 
     @field_validator("tuner_url")
@@ -85,7 +97,7 @@ class Settings(BaseSettings):
             raise ValueError("must be an http:// or https:// URL (unset it for the in-process tuner)")
         return v.strip() if v is not None else v
 
-    @field_validator("tuner_token", "gateway_token", mode="before")
+    @field_validator("tuner_token", "tuner_admin_token", "gateway_token", mode="before")
     @classmethod
     def _token(cls, v: object) -> object:
         raw = v.get_secret_value() if isinstance(v, SecretStr) else v

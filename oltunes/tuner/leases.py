@@ -13,12 +13,19 @@ dropped the same way. The book is durable: every change is written atomically (`
 file (`oltunes.tuner.lease_store`) and reloaded on start, with wall-clock expiry times, so a restarted service
 still knows what runs where. The records it holds and answers with are `oltunes.tuner.lease_types`.
 
+Leases are owned: a job's first ``acquire`` makes a secret, answered only to that caller; asking again for the job,
+renewing, moving, releasing and withdrawing need it (`LeaseForbidden` otherwise), so no other flow can free or
+move someone else's slot. A caller without it asking for a job someone holds is told "waiting", nothing more. The
+listing (`view`) never holds secrets, and shows lease ids only when asked for them (the service's admin token).
+
 Nothing here is HTTP: `oltunes.tuner.lease_api` puts routes in front of it, and an in-process flow uses a book
 of its own (one flow at a time, as without a service).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -34,12 +41,13 @@ from oltunes.tuner.lease_types import (
     BookView,
     Lease,
     LeaseAnswer,
+    LeaseForbidden,
     LeaseRequest,
     MoveAnswer,
     MoveRequest,
     Waiting,
 )
-from oltunes.types import ClusterState, Decision, JobSpec, Pool, Prediction
+from oltunes.types import ClusterState, Decision, JobSpec, Pool, Prediction, new_id
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +109,11 @@ class LeaseBook:
             now = self.clock()
             changed = self._expire(now)
             held = self._lease_of(req.job.job_id)
+            known = held if held is not None else self.waiting.get(req.job.job_id)
+            if known is not None and not owns(known.secret, req.secret):  # someone else's job: tell nothing
+                if changed:
+                    self._save()
+                return LeaseAnswer(status="waiting", position=None, waiting=len(self.waiting))
             if held is None:
                 w = self.waiting.get(req.job.job_id)
                 if w is None:
@@ -108,7 +121,8 @@ class LeaseBook:
                         raise DataError(f"queue: full ({MAX_WAITING} jobs waiting); try again later")
                     w = Waiting(job=req.job, holder=req.holder, ttl_s=req.ttl_s, submitted_at=now,
                                 expires_at=now + req.ttl_s, decision=req.decision,
-                                expected_duration_s=req.expected_duration_s or self._estimate(req.job))
+                                expected_duration_s=req.expected_duration_s or self._estimate(req.job),
+                                secret=new_id())
                     self.waiting[req.job.job_id] = w
                 else:
                     w = w.model_copy(update={"expires_at": now + req.ttl_s})
@@ -125,34 +139,40 @@ class LeaseBook:
             if changed:
                 self._save()
             if held is not None:
-                return LeaseAnswer(status="granted", lease=held, waiting=len(self.waiting))
-            order = self._order(now)
-            return LeaseAnswer(status="waiting", position=order.index(req.job.job_id), waiting=len(self.waiting))
+                return LeaseAnswer(status="granted", lease=held, waiting=len(self.waiting), secret=held.secret)
+            return LeaseAnswer(status="waiting", position=self._position(req.job.job_id, now),
+                               waiting=len(self.waiting), secret=self.waiting[req.job.job_id].secret)
 
-    def renew(self, lease_id: str, ttl_s: float | None = None) -> Lease | None:
-        """Extend a lease by its TTL (the heartbeat); None once it has expired or been released."""
+    def renew(self, lease_id: str, ttl_s: float | None = None, *, secret: str | None = None) -> Lease | None:
+        """Extend a lease by its TTL (the heartbeat); None once it has expired or been released. `secret`: the
+        lease's (`LeaseForbidden` otherwise)."""
         with self.lock:
             now = self.clock()
             if self._expire(now):
                 self._admit(now)
             lease = self.leases.get(lease_id)
             if lease is not None:
+                self._check_owner(lease, secret)
                 ttl = lease.ttl_s if ttl_s is None else ttl_s
                 lease = self.leases[lease_id] = lease.model_copy(update={"ttl_s": ttl, "expires_at": now + ttl})
             self._save()
             return lease
 
-    def release(self, lease_id: str) -> bool:
-        """End a lease (the job finished); True if it was held. Waiting jobs that now fit are admitted."""
+    def release(self, lease_id: str, *, secret: str | None = None, force: bool = False) -> bool:
+        """End a lease (the job finished); True if it was held. Waiting jobs that now fit are admitted. `secret`:
+        the lease's (`LeaseForbidden` otherwise), unless `force` (the service's admin)."""
         with self.lock:
             now = self.clock()
+            lease = self.leases.get(lease_id)
+            if lease is not None and not force:
+                self._check_owner(lease, secret)
             released = self.leases.pop(lease_id, None) is not None
             self._expire(now)
             self._admit(now)
             self._save()
             return released
 
-    def move(self, lease_id: str, req: MoveRequest) -> MoveAnswer:
+    def move(self, lease_id: str, req: MoveRequest, *, secret: str | None = None) -> MoveAnswer:
         """Swap a held lease to ``req.decision``'s placement in one step under the book's lock: the job holds
         exactly one slot before and after (its lease id, holder and TTL stay; the expiry restarts), never none
         and never two. Refused, the lease unchanged, when the target device has no free slot besides the job's
@@ -166,6 +186,7 @@ class LeaseBook:
             job = req.job or (lease.job if lease is not None else None)
             if lease is None or job is None:
                 return MoveAnswer(status="refused", lease=None, reason="no such lease (expired or released)")
+            self._check_owner(lease, secret)
             if req.decision.job_id != lease.job.job_id or job.job_id != lease.job.job_id:
                 return MoveAnswer(status="refused", lease=lease, reason="decision: for another job than the lease's")
             pool = self.pools.get(req.decision.candidate.pool)
@@ -188,9 +209,12 @@ class LeaseBook:
             self._save()
             return MoveAnswer(status="moved", lease=moved)
 
-    def withdraw(self, job_id: str) -> bool:
-        """Leave the queue (the job gave up waiting); True if it was queued."""
+    def withdraw(self, job_id: str, *, secret: str | None = None) -> bool:
+        """Leave the queue (the job gave up waiting); True if it was queued. `secret`: the job's."""
         with self.lock:
+            w = self.waiting.get(job_id)
+            if w is not None and not owns(w.secret, secret):
+                raise LeaseForbidden(f"job {job_id}: queued by another holder; withdrawing needs its secret")
             gone = self.waiting.pop(job_id, None) is not None
             if gone:
                 self._save()
@@ -210,17 +234,29 @@ class LeaseBook:
                      if l.device < count.get(l.pool, 0) and l.job.job_id not in listed]
             return cluster.model_copy(update={"placements": [*cluster.placements, *extra]}) if extra else cluster
 
-    def view(self) -> BookView:
+    def view(self, *, lease_ids: bool = False) -> BookView:
+        """The book without any secret; each lease id replaced by a stand-in (stable, not usable) unless
+        `lease_ids` (the service's admin)."""
         with self.lock:
             now = self.clock()
             if self._expire(now):
                 self._save()
             order = self._order(now)
-            return BookView(leases=sorted(self.leases.values(), key=lambda l: l.granted_at),
-                            waiting=[self.waiting[j] for j in order], queue_policy=self.queue_policy_name,
-                            class_limits=self.class_limits, ordered_at=now)
+            leases = [l.model_copy(update={"secret": None, **({} if lease_ids else {"lease_id": stand_in(l.lease_id)})})
+                      for l in sorted(self.leases.values(), key=lambda l: l.granted_at)]
+            return BookView(leases=leases, waiting=[self.waiting[j].model_copy(update={"secret": None}) for j in order],
+                            queue_policy=self.queue_policy_name, class_limits=self.class_limits, ordered_at=now)
 
     # -- inside the lock -------------------------------------------------------------------------------------
+
+    def _position(self, job_id: str, now: float) -> int:
+        return self._order(now).index(job_id)
+
+    @staticmethod
+    def _check_owner(lease: Lease, secret: str | None) -> None:
+        if not owns(lease.secret, secret):
+            raise LeaseForbidden(f"lease {lease.lease_id}: held by another holder; renewing, moving or releasing "
+                                 "it needs its secret (the X-Lease-Secret header)")
 
     def _lease_of(self, job_id: str) -> Lease | None:
         return next((l for l in self.leases.values() if l.job.job_id == job_id), None)
@@ -310,7 +346,7 @@ class LeaseBook:
                 continue
             pool = decision.candidate.pool
             lease = Lease(job=w.job, decision=decision, pool=pool, device=device, holder=w.holder,
-                ttl_s=w.ttl_s, granted_at=now, expires_at=now + w.ttl_s)
+                ttl_s=w.ttl_s, granted_at=now, expires_at=now + w.ttl_s, secret=w.secret)
             self.leases[lease.lease_id] = lease
             del self.waiting[job_id]
         return why
@@ -342,3 +378,16 @@ class LeaseBook:
         if self._expire(self.clock()):
             self._save()
         log.info("lease book %s: %d lease(s), %d waiting", self.store.path, len(self.leases), len(self.waiting))
+
+
+def owns(stored: str | None, given: str | None) -> bool:
+    """Whether `given` is the secret `stored` (constant-time); a lease saved before secrets (None) has no owner."""
+    if stored is None:
+        return True
+    return given is not None and hmac.compare_digest(given.encode(), stored.encode())
+
+
+def stand_in(lease_id: str) -> str:
+    """What the listing shows for a lease id without the admin token: stable (the same lease, the same stand-in)
+    but useless for calls."""
+    return "lease-" + hashlib.blake2b(lease_id.encode(), digest_size=8).hexdigest()

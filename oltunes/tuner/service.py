@@ -55,6 +55,7 @@ from oltunes.tuner.api import (
 )
 from oltunes.tuner.journal import JournalWriteError
 from oltunes.tuner.lease_api import lease_router
+from oltunes.tuner.lease_types import LeaseForbidden
 from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner.metrics import TunerMetrics
 from oltunes.tuner.served import Persister, ServedTuner, TunerService
@@ -76,16 +77,21 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _auth_dependency(token: str | None):
-    expected = token.encode() if token else None
+def _bearer_is(request: Request, token: str | None) -> bool:
+    """Whether the request's ``Authorization: Bearer`` is `token` (constant-time; the scheme case-insensitive,
+    RFC 7235)."""
+    if not token:
+        return False
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return hmac.compare_digest(given.strip().encode(), token.encode()) and scheme.lower() == "bearer"
 
+
+def _auth_dependency(token: str | None, admin_token: str | None = None):
     # async: a sync dependency would cost every request a thread-pool hop
     async def require_token(request: Request) -> None:
-        if expected is None:
+        if not token:
             return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        # constant-time compare of the secret; the scheme name is case-insensitive (RFC 7235)
-        if not (hmac.compare_digest(given.strip().encode(), expected) and scheme.lower() == "bearer"):
+        if not (_bearer_is(request, token) or _bearer_is(request, admin_token)):
             raise _Unauthorized()
 
     return require_token
@@ -106,6 +112,7 @@ def create_app(
     model_store: str | Path | None = None,
     queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
+    admin_token: str | None = None,
 ) -> FastAPI:
     """Build the ASGI app serving `tuner`.
 
@@ -128,6 +135,9 @@ def create_app(
     queue_policy, class_limits
         With `pools`, the service allocates them (``/v1/leases``, `oltunes.tuner.leases`): the order of its
         queue (a ``QueuePolicy`` name) and the most jobs per accelerator class on one host.
+    admin_token
+        The operator's token (needs `token` too): it also passes wherever `token` does, and only it sees real lease
+        ids in ``GET /v1/leases`` and may release any lease without its secret.
     """
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
@@ -157,9 +167,12 @@ def create_app(
             if service.journal is not None:
                 service.journal.close()
 
-    if token is not None and token and not token.strip():
-        raise ConfigError("token: is only whitespace (it would match nothing); set a real token or none")
-    require_token = _auth_dependency(token or None)
+    for name, value in (("token", token), ("admin_token", admin_token)):
+        if value and not value.strip():
+            raise ConfigError(f"{name}: is only whitespace (it would match nothing); set a real token or none")
+    if admin_token and not token:
+        raise ConfigError("admin_token: needs a token too (without one, every route is open)")
+    require_token = _auth_dependency(token or None, admin_token or None)
     # With a token, nothing but /v1/health is open: the schema and the metrics need the token as well, and the
     # interactive docs pages (a browser cannot send the bearer header to fetch the schema) are off.
     docs = {} if not token else {"docs_url": None, "redoc_url": None, "openapi_url": None}
@@ -181,6 +194,10 @@ def create_app(
 
     for exc_type in _CLIENT_ERRORS:
         app.add_exception_handler(exc_type, _rejected)
+
+    @app.exception_handler(LeaseForbidden)
+    async def _not_holder(request: Request, exc: LeaseForbidden) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": guards.short(str(exc))})
 
     @app.exception_handler(JournalWriteError)
     async def _storage_full(request: Request, exc: JournalWriteError) -> JSONResponse:
@@ -246,7 +263,7 @@ def create_app(
         return Response(content=body, media_type=content_type)
 
     if service.leases is not None:
-        private.include_router(lease_router(service.leases))
+        private.include_router(lease_router(service.leases, is_admin=lambda request: _bearer_is(request, admin_token)))
     app.include_router(public)
     app.include_router(private)
     return app
@@ -273,13 +290,20 @@ def serve(
     log_level: str = "info",
     queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
+    admin_token: str | None = None,
 ) -> None:
-    """Serve `tuner` with uvicorn until interrupted (state persisted on the way out)."""
+    """Serve `tuner` with uvicorn until interrupted (state persisted on the way out). `admin_token` defaults to
+    ``OLTUNES_TUNER_ADMIN_TOKEN``."""
     import uvicorn
 
     check_bind(host, token)
+    if admin_token is None:
+        from oltunes.config import get_settings
+
+        secret = get_settings().tuner_admin_token
+        admin_token = secret.get_secret_value() if secret else None
     app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s,
-                     queue_policy=queue_policy, class_limits=class_limits)
+                     queue_policy=queue_policy, class_limits=class_limits, admin_token=admin_token)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
