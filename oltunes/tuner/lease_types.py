@@ -6,6 +6,8 @@ client (`oltunes.tuner.lease_api`) and the flows that hold leases (`oltunes.tune
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,7 +16,7 @@ from oltunes.errors import OLTunesError
 from oltunes.types import MAX_LIST, Decision, Id, JobSpec, Label, Placement, new_id
 
 __all__ = ["MAX_TTL_S", "MAX_WAITING", "BookView", "Lease", "LeaseAnswer", "LeaseForbidden", "LeaseRequest",
-           "MoveAnswer", "MoveRequest", "Waiting"]
+           "MoveAnswer", "MoveRequest", "Waiting", "owns", "stand_in"]
 
 MAX_TTL_S = 3_600.0
 MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_queue.MAX_WAITING`)
@@ -105,3 +107,16 @@ class BookView(_Model):
     queue_policy: str
     class_limits: dict[str, int]
     ordered_at: float  # the book's clock when the queue was ordered (a time-aware policy's order depends on it)
+
+
+def owns(stored: str | None, given: str | None) -> bool:
+    """Whether `given` is the secret `stored` (constant-time); a lease saved before secrets (None) has no owner."""
+    if stored is None:
+        return True
+    return given is not None and hmac.compare_digest(given.encode(), stored.encode())
+
+
+def stand_in(lease_id: str) -> str:
+    """What the listing shows for a lease id without the admin token: stable (the same lease, the same stand-in)
+    but useless for calls."""
+    return "lease-" + hashlib.blake2b(lease_id.encode(), digest_size=8).hexdigest()
