@@ -6,6 +6,7 @@ Every runtime file (Prefect home, MLflow store, built models, tuner state, buffe
 
 from __future__ import annotations
 
+import contextlib
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -35,10 +36,13 @@ class Settings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(default=None, description="default: SQLite file under home")
     tuner_url: str | None = Field(default=None, description="None = in-process tuner; else http://host:port")
     tuner_token: SecretStr | None = Field(default=None, description="bearer token for the tuning service")
+    tuner_admin_token: SecretStr | None = Field(
+        default=None, description="the tuning service's operator token: sees lease ids, may release any lease")
     gateway_token: SecretStr | None = Field(default=None, description="bearer token of streaming gateways (required off loopback)")
-    tuner_timeout_s: float = Field(default=2.0, gt=0)
-    seed: int = 0
-    cpu_watts_per_core: float = Field(default=15.0, gt=0, description="estimate used when no energy counter exists")
+    tuner_timeout_s: float = Field(default=2.0, gt=0, le=3600, allow_inf_nan=False)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    cpu_watts_per_core: float = Field(default=15.0, gt=0, le=1000, allow_inf_nan=False,
+                                      description="estimate used when no energy counter exists")
     worker_image: str = Field(default="oltunes-worker-cpu:latest", description="Docker launcher, CPU pools")
     worker_gpu_image: str = Field(default="oltunes-worker-gpu:0.1.0", description="Docker launcher, GPU pools")
 
@@ -50,10 +54,61 @@ class Settings(BaseSettings):
                                             if err.get("loc")))
             raise invalid(e, f"settings ({names or 'OLTUNES_*'})") from e
 
+    @field_validator("home", "shared_data", "mlflow_tracking_uri", "tuner_url", "worker_image", "worker_gpu_image",
+                     mode="before")
+    @classmethod
+    def _not_blank(cls, v: object) -> object:
+        # An empty OLTUNES_HOME used to mean "the current directory", silently.
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("must not be empty (unset it for the default)")
+        return v
+
     @field_validator("home", "shared_data")
     @classmethod
     def _absolute(cls, v: Path) -> Path:
         return v.expanduser().resolve()
+
+    @field_validator("home")
+    @classmethod
+    def _usable_home(cls, v: Path) -> Path:
+        """Every runtime file goes under home: it must be a writable directory or one that can be created, checked
+        now rather than as a traceback from whichever command first writes there. Nothing is left behind: the
+        folders a missing home needs are made and removed again (commands create it when they write)."""
+        missing = [p for p in (v, *v.parents) if not p.exists()]
+        made = []
+        try:
+            for p in reversed(missing):
+                p.mkdir()
+                made.append(p)
+        except OSError as e:
+            raise ValueError(f"cannot create the directory ({e.strerror or type(e).__name__})") from None
+        finally:
+            for p in reversed(made):
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        if not missing and not (v.is_dir() and os.access(v, os.W_OK | os.X_OK)):
+            raise ValueError("not a writable directory")
+        return v
+
+    @field_validator("tuner_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip().startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (unset it for the in-process tuner)")
+        return v.strip() if v is not None else v
+
+    @field_validator("tuner_token", "tuner_admin_token", "gateway_token", mode="before")
+    @classmethod
+    def _token(cls, v: object) -> object:
+        raw = v.get_secret_value() if isinstance(v, SecretStr) else v
+        if isinstance(raw, str):
+            if raw == "":
+                return None  # set but empty: no token, as unset (a non-loopback bind then refuses to start)
+            if not raw.strip():
+                raise ValueError("is only whitespace (it would bind with auth on and then match nothing)")
+            if any(c.isspace() or not c.isprintable() for c in raw):
+                raise ValueError("must not contain whitespace or control characters (it goes in an HTTP header)")
+        return v
 
     @property
     def zoo_dir(self) -> Path:

@@ -31,6 +31,14 @@ MAX_COUNT = 10**12  # items, parameters, bytes
 MAX_SETTING = 1 << 20  # batch sizes, concurrencies, device counts and slots
 MAX_LIST = 10_000  # pools, placements, co-runners, group members
 
+# Physical bounds on what a measurement may report (the learner's inputs). Wider than any real run, narrow enough
+# that no accepted value drives a prediction out of `Quantity`'s range:
+MIN_LATENCY_MS = 1e-3  # 1 us: no batch, timed from the host, completes faster (one kernel launch alone is ~5 us)
+MAX_LATENCY_MS = 86_400_000.0  # one day for one batch: beyond that it is a hang, not a latency
+MAX_THROUGHPUT = 1e9  # items/s on one candidate: the largest accelerator (~4e15 op/s) over a 1e6-op model, or a
+#                       host feeding a billion items a second; 0 = nothing completed (an empty run)
+MAX_ENERGY_J_PER_ITEM = 1e7  # a 10 kW server busy for 1,000 s per item; 0 = no energy counter and no estimate
+
 Id = Annotated[str, StringConstraints(max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]  # display only, never a path
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
@@ -38,6 +46,19 @@ Quantity = Annotated[float, Field(ge=0, le=MAX_QUANTITY)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Setting = Annotated[int, Field(ge=1, le=MAX_SETTING)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+Latency = Annotated[float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS)]  # measured: within physics
+Delay = Annotated[float, Field(ge=0, le=MAX_LATENCY_MS)]  # a wait, may be none
+Throughput = Annotated[float, Field(ge=0, le=MAX_THROUGHPUT)]
+EnergyPerItem = Annotated[float, Field(ge=0, le=MAX_ENERGY_J_PER_ITEM)]
+
+
+def clamp_quantity(x: float, nan: float = MAX_QUANTITY) -> float:
+    """`x` forced into `Quantity`'s range; NaN becomes `nan` (by default the pessimistic top: a predicted
+    latency or energy the learner cannot tell is never chosen over a known one). Where a `Prediction` is
+    built from the learner's extrapolation, so that no learnt value can make a decision invalid."""
+    if x != x:  # NaN
+        return nan
+    return min(max(float(x), 0.0), MAX_QUANTITY)
 
 
 def new_id() -> str:
@@ -255,17 +276,17 @@ class Measurement(_Frozen):
     candidate: Candidate
     items: Count
     wall_s: Quantity
-    latency_p50_ms: Quantity
-    latency_p95_ms: Quantity
-    latency_p99_ms: Quantity = Field(description="p99 latency of one batch")
-    throughput_items_per_s: Quantity
-    energy_j_per_item: Quantity
+    latency_p50_ms: Latency
+    latency_p95_ms: Latency
+    latency_p99_ms: Latency = Field(description="p99 latency of one batch")
+    throughput_items_per_s: Throughput
+    energy_j_per_item: EnergyPerItem
     energy_source: EnergySource
     accuracy: Fraction | None = None
     gpu_util: Fraction | None = None
-    request_latency_p99_ms: Quantity | None = Field(
+    request_latency_p99_ms: Latency | None = Field(
         default=None, description="streaming: p99 end-to-end request latency (queueing + batch fill + batch)")
-    queueing_delay_ms: Quantity | None = Field(
+    queueing_delay_ms: Delay | None = Field(
         default=None, description="streaming: mean wait of a request before its batch starts")
     simulated: bool = False
     timestamp: Quantity = Field(default_factory=time.time, description="seconds since the epoch")

@@ -4,19 +4,25 @@ One JSON file per record, named by a sortable sequence and the record's idempote
 (`oltunes.atomic`). Writing the same key twice keeps one file, so a record is buffered at most once;
 replay deletes a file only after MLflow accepted it, and MLflow-side idempotency (the key stored as a tag) makes a
 replay that crashed between "accepted" and "deleted" harmless. A record MLflow rejects moves to ``dead-letter/``
-with the reason, so it never blocks the records behind it.
+with the reason, so it never blocks the records behind it. A file that is not a readable record (empty, not JSON,
+not a JSON object: a crash of an older version, a disk error, a stray file) moves to ``quarantine/`` untouched,
+counted on its own (`quarantined`), and the records behind it replay.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from oltunes.atomic import atomic_write_json
+
+log = logging.getLogger(__name__)
 
 
 class DiskBuffer:
@@ -42,9 +48,34 @@ class DiskBuffer:
             return
         for path in sorted(self.root.glob("*.json")):
             try:
-                yield path, json.loads(path.read_text())
-            except (OSError, ValueError):  # vanished (replayed concurrently) or half-written by a crash
+                record = json.loads(path.read_bytes())
+            except FileNotFoundError:  # replayed (and removed) concurrently
                 continue
+            except (OSError, ValueError):  # unreadable or not JSON (UnicodeDecodeError is a ValueError)
+                record = None
+            if not isinstance(record, dict):
+                self.quarantine(path)
+                continue
+            yield path, record
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.root / "quarantine"
+
+    def quarantine(self, path: Path) -> Path | None:
+        """Move an unreadable file aside (as it is, for inspection) so it neither replays nor counts as pending."""
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        target = self.quarantine_dir / path.name
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:
+            return None
+        log.error("tracking buffer: %s is not a readable record; moved to %s", path.name, self.quarantine_dir)
+        return target
+
+    def quarantined(self) -> int:
+        """How many unreadable files were moved aside (never replayed; see `quarantine_dir`)."""
+        return len(list(self.quarantine_dir.glob("*.json"))) if self.quarantine_dir.is_dir() else 0
 
     @property
     def dead_letter_dir(self) -> Path:

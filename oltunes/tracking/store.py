@@ -320,6 +320,10 @@ class Tracker:
     def pending(self) -> int:
         return len(self.buffer)
 
+    def quarantined(self) -> int:
+        """Unreadable buffer files moved aside by a replay (never sent; see `DiskBuffer.quarantine`)."""
+        return self.buffer.quarantined()
+
     def rejected(self) -> list[dict[str, Any]]:
         """Records MLflow refused, each with ``rejected.reason``."""
         return self.buffer.dead_letters()

@@ -25,6 +25,7 @@ from oltunes.types import (
     DecisionSource,
     Precision,
     Prediction,
+    clamp_quantity,
     Variant,
     new_id,
 )
@@ -63,8 +64,11 @@ def co_runner(job_id: Any, family: Any, variant: Any, size: Any, precision: Any,
 
 
 def prediction(latency_p99_ms: Any, energy_j_per_item: Any, throughput_items_per_s: Any, margin_ms: Any) -> Prediction:
-    values = {"latency_p99_ms": latency_p99_ms, "energy_j_per_item": energy_j_per_item,
-              "throughput_items_per_s": throughput_items_per_s, "margin_ms": margin_ms}
+    # Clamped into range (issue 31): an extrapolation from extreme but valid measurements must not make the
+    # decision invalid; NaN latency/energy/margin become the top (never preferred), NaN throughput 0.
+    values = {"latency_p99_ms": clamp_quantity(latency_p99_ms), "energy_j_per_item": clamp_quantity(energy_j_per_item),
+              "throughput_items_per_s": clamp_quantity(throughput_items_per_s, nan=0.0),
+              "margin_ms": clamp_quantity(margin_ms)}
     if all(map(_quantity, values.values())):
         return trusted_model(Prediction, values)
     return Prediction(**values)

@@ -44,6 +44,7 @@ from oltunes.errors import ConfigError, DataError
 from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.features import JobContext, job_context
 from oltunes.learner.fm_state import DEFAULT_LR
+from oltunes.tuner import built
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.constraints import build_constraints
 from oltunes.tuner.decision import DecisionBuilder
@@ -215,9 +216,8 @@ class Tuner:
             out = []
             for c, row in zip(candidates, lp):
                 lat = math.exp(row[LAT])
-                out.append(Prediction(latency_p99_ms=lat, energy_j_per_item=math.exp(row[EN]),
-                                      throughput_items_per_s=math.exp(row[THR]),
-                                      margin_ms=lat * (math.exp(self.estimator.latency_margin(c)) - 1.0)))
+                out.append(built.prediction(lat, math.exp(row[EN]), math.exp(row[THR]),
+                                            lat * (math.exp(self.estimator.latency_margin(c)) - 1.0)))
             return out
 
     # ------------------------------------------------------------------------------------------------ observe

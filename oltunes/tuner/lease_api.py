@@ -12,6 +12,11 @@ route (under ``/v1``, bearer token)     request         response
 ======================================  ==============  ===============================================
 
 The routes exist when the service knows its cluster (``oltunes tuner serve --inventory``).
+
+Ownership: the answer to a job's first ``POST /v1/leases`` carries ``secret``; asking again for that job sends it
+in the body, and renew, move, release and withdraw send it as the ``X-Lease-Secret`` header (409 without it).
+``GET /v1/leases`` never shows secrets, and shows real lease ids only to the service's admin token
+(``OLTUNES_TUNER_ADMIN_TOKEN``; stand-ins otherwise), which may also release any lease (freeing a stuck slot).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter
+from collections.abc import Callable
+
+from fastapi import APIRouter, Header, Request
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,8 +56,13 @@ class ReleaseAnswer(_Model):
     released: bool
 
 
-def lease_router(book: LeaseBook) -> APIRouter:
-    """Routes over `book` (sync handlers: each writes the book durably, so they run on the thread pool)."""
+SECRET_HEADER = "X-Lease-Secret"
+Secret = Annotated[str | None, Header(alias=SECRET_HEADER, max_length=MAX_ID_CHARS)]
+
+
+def lease_router(book: LeaseBook, is_admin: Callable[[Request], bool] = lambda request: False) -> APIRouter:
+    """Routes over `book` (sync handlers: each writes the book durably, so they run on the thread pool).
+    `is_admin(request)`: whether the request carries the service's admin token."""
     router = APIRouter()
 
     @router.post("/leases", response_model=LeaseAnswer)
@@ -58,24 +70,24 @@ def lease_router(book: LeaseBook) -> APIRouter:
         return book.acquire(req)
 
     @router.post("/leases/{lease_id}/renew", response_model=RenewAnswer)
-    def renew(lease_id: PathId, req: RenewRequest | None = None) -> RenewAnswer:
-        return RenewAnswer(lease=book.renew(lease_id, req.ttl_s if req else None))
+    def renew(lease_id: PathId, secret: Secret = None, req: RenewRequest | None = None) -> RenewAnswer:
+        return RenewAnswer(lease=book.renew(lease_id, req.ttl_s if req else None, secret=secret))
 
     @router.post("/leases/{lease_id}/move", response_model=MoveAnswer)
-    def move(lease_id: PathId, req: MoveRequest) -> MoveAnswer:
-        return book.move(lease_id, req)
+    def move(lease_id: PathId, req: MoveRequest, secret: Secret = None) -> MoveAnswer:
+        return book.move(lease_id, req, secret=secret)
 
     @router.delete("/leases/{lease_id}", response_model=ReleaseAnswer)
-    def release(lease_id: PathId) -> ReleaseAnswer:
-        return ReleaseAnswer(released=book.release(lease_id))
+    def release(lease_id: PathId, request: Request, secret: Secret = None) -> ReleaseAnswer:
+        return ReleaseAnswer(released=book.release(lease_id, secret=secret, force=is_admin(request)))
 
     @router.delete("/queue/{job_id}", response_model=ReleaseAnswer)
-    def withdraw(job_id: PathId) -> ReleaseAnswer:
-        return ReleaseAnswer(released=book.withdraw(job_id))
+    def withdraw(job_id: PathId, secret: Secret = None) -> ReleaseAnswer:
+        return ReleaseAnswer(released=book.withdraw(job_id, secret=secret))
 
     @router.get("/leases", response_model=BookView)
-    def view() -> BookView:
-        return book.view()
+    def view(request: Request) -> BookView:
+        return book.view(lease_ids=is_admin(request))
 
     return router
 
@@ -94,11 +106,13 @@ class RemoteLeases:
         self.fallback = fallback
         self._local: set[str] = set()  # lease ids the fallback book granted
 
-    def _call(self, method: str, path: str, body: str | None = None) -> bytes:
+    def _call(self, method: str, path: str, body: str | None = None, secret: str | None = None) -> bytes:
         from oltunes.tuner.transport import ServiceUnreachable
 
+        headers = {SECRET_HEADER: secret} if secret else None
         try:
-            return self.client.transport.request(method, path, content=body, breaker=False).content
+            return self.client.transport.request(method, path, content=body, breaker=False,
+                                                 headers=headers).content
         except ServiceUnreachable as e:
             raise TunerUnavailable(f"tuning service: {e}") from None
 
@@ -115,27 +129,28 @@ class RemoteLeases:
                 self._local.add(answer.lease.lease_id)
             return answer
 
-    def renew(self, lease_id: str, ttl_s: float | None = None) -> Lease | None:
+    def renew(self, lease_id: str, ttl_s: float | None = None, *, secret: str | None = None) -> Lease | None:
         if lease_id in self._local:
-            return self.fallback.renew(lease_id, ttl_s)
+            return self.fallback.renew(lease_id, ttl_s, secret=secret)
         body = RenewRequest(ttl_s=ttl_s).model_dump_json()
-        return RenewAnswer.model_validate_json(self._call("POST", f"/leases/{lease_id}/renew", body)).lease
+        return RenewAnswer.model_validate_json(self._call("POST", f"/leases/{lease_id}/renew", body, secret)).lease
 
-    def move(self, lease_id: str, req: MoveRequest) -> MoveAnswer:
+    def move(self, lease_id: str, req: MoveRequest, *, secret: str | None = None) -> MoveAnswer:
         if lease_id in self._local:
-            return self.fallback.move(lease_id, req)
-        return MoveAnswer.model_validate_json(self._call("POST", f"/leases/{lease_id}/move", req.model_dump_json()))
+            return self.fallback.move(lease_id, req, secret=secret)
+        raw = self._call("POST", f"/leases/{lease_id}/move", req.model_dump_json(), secret)
+        return MoveAnswer.model_validate_json(raw)
 
-    def release(self, lease_id: str) -> bool:
+    def release(self, lease_id: str, *, secret: str | None = None) -> bool:
         if lease_id in self._local:
             self._local.discard(lease_id)
-            return self.fallback.release(lease_id)
-        return ReleaseAnswer.model_validate_json(self._call("DELETE", f"/leases/{lease_id}")).released
+            return self.fallback.release(lease_id, secret=secret)
+        return ReleaseAnswer.model_validate_json(self._call("DELETE", f"/leases/{lease_id}", secret=secret)).released
 
-    def withdraw(self, job_id: str) -> bool:
+    def withdraw(self, job_id: str, *, secret: str | None = None) -> bool:
         if self.fallback is not None:
-            self.fallback.withdraw(job_id)
-        return ReleaseAnswer.model_validate_json(self._call("DELETE", f"/queue/{job_id}")).released
+            self.fallback.withdraw(job_id, secret=secret)
+        return ReleaseAnswer.model_validate_json(self._call("DELETE", f"/queue/{job_id}", secret=secret)).released
 
     def view(self) -> BookView:
         return BookView.model_validate_json(self._call("GET", "/leases"))

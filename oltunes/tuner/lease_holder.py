@@ -36,13 +36,13 @@ class Leases(Protocol):
 
     def acquire(self, req: LeaseRequest) -> LeaseAnswer: ...
 
-    def renew(self, lease_id: str, ttl_s: float | None = None) -> Lease | None: ...
+    def renew(self, lease_id: str, ttl_s: float | None = None, *, secret: str | None = None) -> Lease | None: ...
 
-    def move(self, lease_id: str, req: MoveRequest) -> MoveAnswer: ...
+    def move(self, lease_id: str, req: MoveRequest, *, secret: str | None = None) -> MoveAnswer: ...
 
-    def release(self, lease_id: str) -> bool: ...
+    def release(self, lease_id: str, *, secret: str | None = None) -> bool: ...
 
-    def withdraw(self, job_id: str) -> bool: ...
+    def withdraw(self, job_id: str, *, secret: str | None = None) -> bool: ...
 
     def view(self) -> BookView: ...
 
@@ -63,21 +63,24 @@ def holder_name() -> str:
 
 async def wait_for_lease(leases: Leases, req: LeaseRequest, wait_s: float) -> Lease:
     """Ask until granted (up to `wait_s`, then leave the queue and raise `LeaseTimeout`). An unreachable service
-    counts against `wait_s`."""
+    counts against `wait_s`. The secret of the first answer goes with every later ask (and is in the lease)."""
     job = req.job
     deadline = time.monotonic() + wait_s
     poll_s = min(max(req.ttl_s / 4, 0.2), 5.0)
     while True:
         try:
             answer = await asyncio.to_thread(leases.acquire, req)
+            if answer.secret is not None and req.secret is None:
+                req = req.model_copy(update={"secret": answer.secret})
             if answer.status == "granted":
                 break
-            where = f"position {answer.position} of {answer.waiting} in the queue"
+            where = (f"position {answer.position} of {answer.waiting} in the queue" if answer.position is not None
+                     else "held by another holder until its lease ends")
         except TunerUnavailable as e:
             where = f"tuning service unreachable ({e})"
         if time.monotonic() >= deadline:
             try:
-                await asyncio.to_thread(leases.withdraw, job.job_id)
+                await asyncio.to_thread(leases.withdraw, job.job_id, secret=req.secret)
             except TunerUnavailable:
                 pass  # it drops the queued job after ttl_s without news
             raise LeaseTimeout(f"job {job.job_id}: no capacity within {wait_s:g}s ({where}); free capacity, or "
@@ -103,7 +106,7 @@ async def _kept(leases: Leases, ttl_s: float, held: dict[str, Lease]) -> AsyncIt
             await asyncio.sleep(ttl_s / 3)
             for job_id, lease in list(held.items()):
                 try:
-                    if await asyncio.to_thread(leases.renew, lease.lease_id) is None:
+                    if await asyncio.to_thread(leases.renew, lease.lease_id, secret=lease.secret) is None:
                         log.error("job %s: lease %s is gone (expired or released); its slot may be given to another "
                                   "job", job_id, lease.lease_id)
                         held.pop(job_id, None)
@@ -121,7 +124,7 @@ async def _kept(leases: Leases, ttl_s: float, held: dict[str, Lease]) -> AsyncIt
             pass
         for job_id, lease in list(held.items()):
             try:
-                await asyncio.to_thread(leases.release, lease.lease_id)
+                await asyncio.to_thread(leases.release, lease.lease_id, secret=lease.secret)
             except TunerUnavailable as e:
                 log.warning("job %s: could not release lease %s (it expires in %gs): %s", job_id, lease.lease_id,
                             ttl_s, e)
@@ -155,7 +158,7 @@ class DecisionLeases:
         lease = self.held.get(job.job_id)
         if lease is not None:
             req = MoveRequest(decision=decision, job=job)
-            answer = await asyncio.to_thread(self.leases.move, lease.lease_id, req)
+            answer = await asyncio.to_thread(self.leases.move, lease.lease_id, req, secret=lease.secret)
             if answer.status == "moved" and answer.lease is not None:
                 self.held[job.job_id] = answer.lease
                 log.info("job %s: lease %s moved to %s device %d", job.job_id, lease.lease_id, answer.lease.pool,

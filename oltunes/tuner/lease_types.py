@@ -6,14 +6,17 @@ client (`oltunes.tuner.lease_api`) and the flows that hold leases (`oltunes.tune
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from oltunes.errors import OLTunesError
 from oltunes.types import MAX_LIST, Decision, Id, JobSpec, Label, Placement, new_id
 
-__all__ = ["MAX_TTL_S", "MAX_WAITING", "BookView", "Lease", "LeaseAnswer", "LeaseRequest", "MoveAnswer", "MoveRequest",
-           "Waiting"]
+__all__ = ["MAX_TTL_S", "MAX_WAITING", "BookView", "Lease", "LeaseAnswer", "LeaseForbidden", "LeaseRequest",
+           "MoveAnswer", "MoveRequest", "Waiting", "owns", "stand_in"]
 
 MAX_TTL_S = 3_600.0
 MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_queue.MAX_WAITING`)
@@ -21,6 +24,14 @@ MAX_WAITING = 10_000  # the queue policy's own bound (`oltunes.rltune.service_qu
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class LeaseForbidden(OLTunesError):
+    """A renew, move, release or withdraw without the secret of the job's lease (HTTP 409): only its holder may."""
+
+
+SECRET_DOC = ("the job's lease secret: made when the job first asks, answered only to that caller, and required to "
+              "ask again, renew, move, release or withdraw")
 
 
 class Lease(_Model):
@@ -35,6 +46,7 @@ class Lease(_Model):
     ttl_s: float = Field(gt=0, le=MAX_TTL_S, allow_inf_nan=False)
     granted_at: float
     expires_at: float
+    secret: Id | None = Field(default=None, description=SECRET_DOC + " (None: a lease from before secrets)")
 
     def placement(self) -> Placement:
         return Placement(job_id=self.job.job_id, pool=self.pool, device=self.device, candidate=self.decision.candidate,
@@ -51,6 +63,7 @@ class Waiting(_Model):
     expires_at: float
     decision: Decision | None = Field(default=None, description="a fixed decision (a resumed job): lease exactly it")
     expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False)
+    secret: Id | None = Field(default=None, description=SECRET_DOC)
 
 
 class LeaseRequest(_Model):
@@ -62,13 +75,16 @@ class LeaseRequest(_Model):
     decision: Decision | None = Field(default=None, description="lease this decision's placement instead of deciding")
     expected_duration_s: float | None = Field(default=None, gt=0, le=1e8, allow_inf_nan=False,
                                               description="the job's expected run time, for queue policies that read it")
+    secret: Id | None = Field(default=None, description="the secret of the job's first answer, when asking again")
 
 
 class LeaseAnswer(_Model):
     status: Literal["granted", "waiting"]
     lease: Lease | None = None
-    position: int | None = Field(default=None, ge=0, description="0 = next in the queue policy's order")
+    position: int | None = Field(default=None, ge=0, description="0 = next in the queue policy's order; null while "
+                                 "another holder has the job (it frees when that holder stops renewing)")
     waiting: int = Field(ge=0, description="jobs in the queue")
+    secret: Id | None = Field(default=None, description=SECRET_DOC)
 
 
 class MoveRequest(_Model):
@@ -91,3 +107,16 @@ class BookView(_Model):
     queue_policy: str
     class_limits: dict[str, int]
     ordered_at: float  # the book's clock when the queue was ordered (a time-aware policy's order depends on it)
+
+
+def owns(stored: str | None, given: str | None) -> bool:
+    """Whether `given` is the secret `stored` (constant-time); a lease saved before secrets (None) has no owner."""
+    if stored is None:
+        return True
+    return given is not None and hmac.compare_digest(given.encode(), stored.encode())
+
+
+def stand_in(lease_id: str) -> str:
+    """What the listing shows for a lease id without the admin token: stable (the same lease, the same stand-in)
+    but useless for calls."""
+    return "lease-" + hashlib.blake2b(lease_id.encode(), digest_size=8).hexdigest()

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the tuning service (``GET /metrics``, text format, no token: nothing in it is secret).
+"""Prometheus metrics of the tuning service (``GET /metrics``, text format; with the service's token when it has one,
+like every route but health: a scraper sends it as ``authorization: {credentials: <token>}``).
 
 ``oltunes_tuner_decisions_total{source,feasible}`` (recommend answers), ``oltunes_tuner_recommend_latency_seconds``
 (histogram), ``oltunes_tuner_observations_total{outcome}`` (accepted / duplicate measurements) and

@@ -84,7 +84,7 @@ class TunerService:
         if self.state_path is not None:
             self.journal = ObserveJournal(self.state_path.with_name(self.state_path.name + ".journal"))
             replayed = sum(1 for m in self.journal.replay() if self._learn(m))
-            self._dirty = replayed > 0 or bool(self.journal.segments()[:-1])
+            self._dirty = replayed > 0 or bool(self.journal.segments())  # a save compacts them
             if replayed:
                 log.info("observe journal: %d acknowledged measurements restored", replayed)
 

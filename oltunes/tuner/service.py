@@ -10,7 +10,8 @@ Start it with ``oltunes tuner serve`` or `serve`; build the ASGI app alone with 
 Safety rules
 ------------
 - When a token is set, every route except ``GET /v1/health`` requires ``Authorization: Bearer <token>``
-  (401 otherwise; the comparison is constant-time).
+  (401 otherwise; the comparison is constant-time): ``/metrics`` and ``/openapi.json`` included; the ``/docs``
+  and ``/redoc`` pages are off (a browser cannot send the header). Without a token (loopback only) all are open.
 - `oltunes.netaddr.check_bind` refuses a non-loopback address without a token (`serve` calls it before binding).
 - Bad input is a 4xx whose ``detail`` names the field and never echoes the input (``guards``): 413 for a body
   over ``max_body_bytes`` (checked before parsing), 422 from validation (finite numbers, limits, the id pattern
@@ -54,7 +55,9 @@ from oltunes.tuner.api import (
     VariantsRequest,
     VariantsResponse,
 )
+from oltunes.tuner.journal import JournalWriteError
 from oltunes.tuner.lease_api import lease_router
+from oltunes.tuner.lease_types import LeaseForbidden
 from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner.metrics import TunerMetrics
 from oltunes.tuner.served import Persister, ServedTuner, TunerService
@@ -76,16 +79,21 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _auth_dependency(token: str | None):
-    expected = token.encode() if token else None
+def _bearer_is(request: Request, token: str | None) -> bool:
+    """Whether the request's ``Authorization: Bearer`` is `token` (constant-time; the scheme case-insensitive,
+    RFC 7235)."""
+    if not token:
+        return False
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return hmac.compare_digest(given.strip().encode(), token.encode()) and scheme.lower() == "bearer"
 
+
+def _auth_dependency(token: str | None, admin_token: str | None = None):
     # async: a sync dependency would cost every request a thread-pool hop
     async def require_token(request: Request) -> None:
-        if expected is None:
+        if not token:
             return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        # constant-time compare of the secret; the scheme name is case-insensitive (RFC 7235)
-        if not (hmac.compare_digest(given.strip().encode(), expected) and scheme.lower() == "bearer"):
+        if not (_bearer_is(request, token) or _bearer_is(request, admin_token)):
             raise _Unauthorized()
 
     return require_token
@@ -106,6 +114,7 @@ def create_app(
     model_store: str | Path | None = None,
     queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
+    admin_token: str | None = None,
 ) -> FastAPI:
     """Build the ASGI app serving `tuner`.
 
@@ -128,6 +137,9 @@ def create_app(
     queue_policy, class_limits
         With `pools`, the service allocates them (``/v1/leases``, `oltunes.tuner.leases`): the order of its
         queue (a ``QueuePolicy`` name) and the most jobs per accelerator class on one host.
+    admin_token
+        The operator's token (needs `token` too): it also passes wherever `token` does, and only it sees real lease
+        ids in ``GET /v1/leases`` and may release any lease without its secret.
     """
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
@@ -158,7 +170,16 @@ def create_app(
             if service.journal is not None:
                 service.journal.close()
 
-    app = FastAPI(title="OLTunes tuning service", version=_version(), lifespan=lifespan)
+    for name, value in (("token", token), ("admin_token", admin_token)):
+        if value and not value.strip():
+            raise ConfigError(f"{name}: is only whitespace (it would match nothing); set a real token or none")
+    if admin_token and not token:
+        raise ConfigError("admin_token: needs a token too (without one, every route is open)")
+    require_token = _auth_dependency(token or None, admin_token or None)
+    # With a token, nothing but /v1/health is open: the schema and the metrics need the token as well, and the
+    # interactive docs pages (a browser cannot send the bearer header to fetch the schema) are off.
+    docs = {} if not token else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="OLTunes tuning service", version=_version(), lifespan=lifespan, **docs)
     app.state.service = service
     guards.install(app, max_body_bytes)
 
@@ -177,13 +198,22 @@ def create_app(
     for exc_type in _CLIENT_ERRORS:
         app.add_exception_handler(exc_type, _rejected)
 
+    @app.exception_handler(LeaseForbidden)
+    async def _not_holder(request: Request, exc: LeaseForbidden) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": guards.short(str(exc))})
+
+    @app.exception_handler(JournalWriteError)
+    async def _storage_full(request: Request, exc: JournalWriteError) -> JSONResponse:
+        # Nothing of the request was acknowledged (the journal cut back its partial write): retrying later is safe.
+        return JSONResponse(status_code=507, content={"detail": guards.short(str(exc))})
+
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         # A bug, not bad input: answer 500 with the reason (uvicorn logs the traceback) and keep serving.
         return JSONResponse(status_code=500, content={"detail": f"internal error: {guards.describe(exc)}"})
 
     public = APIRouter(prefix=API_PREFIX)
-    private = APIRouter(prefix=API_PREFIX, dependencies=[Depends(_auth_dependency(token or None))])
+    private = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token)])
 
     # recommend/observe/health are `async def` and call the tuner directly: a recommend is ~1 ms of CPU, less
     # than the thread-pool hop a sync handler costs, and the GIL would serialise the work anyway. The rare,
@@ -229,13 +259,18 @@ def create_app(
     def add_variants(req: VariantsRequest) -> VariantsResponse:
         return VariantsResponse(variants=service.add_variants(req.variants))
 
-    @app.get("/metrics", include_in_schema=False)
+    if token:
+        @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+        async def openapi() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require_token)])
     async def prometheus() -> Response:  # for scrapers, beside /v1 as on the gateway and the workers
         body, content_type = metrics.exposition()
         return Response(content=body, media_type=content_type)
 
     if service.leases is not None:
-        private.include_router(lease_router(service.leases))
+        private.include_router(lease_router(service.leases, is_admin=lambda request: _bearer_is(request, admin_token)))
     app.include_router(public)
     app.include_router(private)
     return app
@@ -253,13 +288,20 @@ def serve(
     log_level: str = "info",
     queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
+    admin_token: str | None = None,
 ) -> None:
-    """Serve `tuner` with uvicorn until interrupted (state persisted on the way out)."""
+    """Serve `tuner` with uvicorn until interrupted (state persisted on the way out). `admin_token` defaults to
+    ``OLTUNES_TUNER_ADMIN_TOKEN``."""
     import uvicorn
 
     check_bind(host, token, service="tuner", token_setting="OLTUNES_TUNER_TOKEN")
+    if admin_token is None:
+        from oltunes.config import get_settings
+
+        secret = get_settings().tuner_admin_token
+        admin_token = secret.get_secret_value() if secret else None
     app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s,
-                     queue_policy=queue_policy, class_limits=class_limits)
+                     queue_policy=queue_policy, class_limits=class_limits, admin_token=admin_token)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 

@@ -87,3 +87,7 @@ def check_envelope(d: Any, where: str = "state") -> None:
     if d.get("version") not in READABLE_VERSIONS:
         raise DataError(f"{where}: tuner state version {d.get('version')!r}, this OLTunes reads versions "
                         f"{', '.join(map(str, READABLE_VERSIONS))}")
+    n = d.get("n_observed", 0)  # a count: anything else would start, then fail every /v1/health
+    if type(n) is not int or not 0 <= n <= 10**15:
+        raise DataError(f"{where}: field 'n_observed' must be a whole number >= 0; restore a backup or delete the "
+                        "file to start fresh")

@@ -41,16 +41,16 @@ class ServiceTransport:
             base_url=self.url + API_PREFIX, headers=headers, timeout=httpx.Timeout(timeout_s), transport=transport
         )
 
-    def request(self, method: str, path: str, *, content: str | None = None, breaker: bool = True) -> httpx.Response:
+    def request(self, method: str, path: str, *, content: str | None = None, breaker: bool = True,
+                headers: dict[str, str] | None = None) -> httpx.Response:
         """One request; raises `ServiceUnreachable` (transport error, timeout, 5xx; at once while the breaker is
         open, unless ``breaker`` is False), `ConfigError` (401/403) or `DataError` (other 4xx, with the service's
         reason)."""
         if breaker and time.monotonic() < self._down_until:
             raise ServiceUnreachable(f"{self.url} failed less than {self.retry_after_s:g}s ago")
         try:
-            r = self._http.request(
-                method, path, content=content, headers={"Content-Type": "application/json"} if content else None
-            )
+            sent = {**({"Content-Type": "application/json"} if content else {}), **(headers or {})}
+            r = self._http.request(method, path, content=content, headers=sent or None)
         except httpx.TransportError as e:  # connect errors and timeouts both
             self._down_until = time.monotonic() + self.retry_after_s
             raise ServiceUnreachable(f"{self.url}: {type(e).__name__}: {e}") from None

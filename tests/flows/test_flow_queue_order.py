@@ -78,7 +78,8 @@ def test_batch_flows_waiting_on_a_full_pool_get_it_shortest_first(own_home, one_
                     family="cnn", dataset=str(datasets[name]), output=str(tmp_path / name), slo_ms=60_000.0,
                     job_id=name, inventory=str(inventory), items_per_worker=500, lease_ttl_s=30))
                 view = await queued(i + 1)
-            await asyncio.to_thread(http.delete, f"/v1/leases/{holder['lease']['lease_id']}")
+            await asyncio.to_thread(http.delete, f"/v1/leases/{holder['lease']['lease_id']}",
+                                    headers={"X-Lease-Secret": holder["secret"]})
             outcomes = {name: await run for name, run in runs.items()}
             watcher.cancel()
             return view, granted, outcomes

@@ -10,6 +10,8 @@ from pydantic import ValidationError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import built
 from oltunes.types import (
+    MAX_QUANTITY,
+    Alternative,
     Candidate,
     ColocationGroup,
     CoRunner,
@@ -62,11 +64,16 @@ NAMES = ("latency_p99_ms", "energy_j_per_item", "throughput_items_per_s", "margi
 
 
 @pytest.mark.parametrize("x", QUANTITIES)
-def test_prediction(x):
-    for i in range(4):
+def test_prediction_is_clamped_into_range_never_an_error(x):
+    """Issue 31: a prediction extrapolated from extreme (valid) measurements must not make a decision invalid:
+    out of range it is clamped, NaN is the pessimistic end (latency, energy, margin: the top; throughput: 0)."""
+    for i, name in enumerate(NAMES):
         args = [1.0, 2.0, 3.0, 0.5]
         args[i] = x
-        _built_or_error(lambda a=args: built.prediction(*a), lambda a=args: Prediction(**dict(zip(NAMES, a))))
+        p = built.prediction(*args)
+        want = 0.0 if x != x and name == "throughput_items_per_s" else MAX_QUANTITY if x != x else min(max(float(x), 0.0), MAX_QUANTITY)
+        assert getattr(p, name) == want
+        assert Prediction.model_validate(p.model_dump()) == p
 
 
 IDS = ["t4", "pool-1.a_b", "", "a" * 128, "a" * 129, "bad/pool", ".hidden", "t4\n", "é"]

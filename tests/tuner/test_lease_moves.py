@@ -48,21 +48,24 @@ def test_a_move_swaps_the_slot_in_one_step_and_the_slot_left_admits_a_waiting_jo
     c_req = LeaseRequest(job=job("c"), ttl_s=600, decision=on(tuner.decide(job("c"), book._cluster()), 1))
     assert book.acquire(c_req).status == "waiting"
 
-    moved = book.move(b.lease_id, MoveRequest(decision=on(b.decision, 2)))
+    moved = book.move(b.lease_id, MoveRequest(decision=on(b.decision, 2)), secret=b.secret)
     assert moved.status == "moved" and moved.lease.lease_id == b.lease_id and moved.lease.device == 2
     assert moved.lease.expires_at >= b.expires_at and moved.lease.decision.group.device == 2
     view = book.view()
     assert {l.job.job_id: l.device for l in view.leases} == {"job-a": 0, "job-b": 2, "job-c": 1}  # c got the slot
     assert view.waiting == [] and max(per_device(book).values()) == 1
 
-    refused = book.move(a.lease_id, MoveRequest(decision=on(a.decision, 1)))  # c is there
+    refused = book.move(a.lease_id, MoveRequest(decision=on(a.decision, 1)), secret=a.secret)  # c is there
     assert refused.status == "refused" and "no free slot" in refused.reason
     assert refused.lease == a and per_device(book)[("cpu-a", 0)] == 1  # unchanged, still held
-    assert book.move(a.lease_id, MoveRequest(decision=on(b.decision, 0))).reason.startswith("decision: for another job")
-    assert book.move(a.lease_id, MoveRequest(decision=on(a.decision, 0, pool="nowhere"))).status == "refused"
+    other_job = book.move(a.lease_id, MoveRequest(decision=on(b.decision, 0)), secret=a.secret)
+    assert other_job.reason.startswith("decision: for another job")
+    nowhere = MoveRequest(decision=on(a.decision, 0, pool="nowhere"))
+    assert book.move(a.lease_id, nowhere, secret=a.secret).status == "refused"
     gone = book.move("no-such-lease", MoveRequest(decision=a.decision))
     assert gone.status == "refused" and gone.lease is None
-    assert book.move(a.lease_id, MoveRequest(decision=on(a.decision, 0))).status == "moved"  # its own device
+    home = MoveRequest(decision=on(a.decision, 0))
+    assert book.move(a.lease_id, home, secret=a.secret).status == "moved"  # its own device
 
 
 def test_decision_leases_lease_the_first_decision_move_on_switches_and_release_at_the_end():
@@ -85,7 +88,7 @@ def test_decision_leases_lease_the_first_decision_move_on_switches_and_release_a
     assert refused is None
     mine = [l for l in inside.leases if l.job.job_id == "job-svc"]
     assert len(mine) == 1 and mine[0].device == 2 and mine[0].job.arrival_rate_rps == 9.0
-    assert [l.lease_id for l in book.view().leases] == [other.lease_id]  # released when the block ended
+    assert [l.lease_id for l in book.view(lease_ids=True).leases] == [other.lease_id]  # released at the block's end
 
 
 def test_move_over_http_and_bad_move_bodies_name_the_field_without_echo(service):
@@ -95,16 +98,18 @@ def test_move_over_http_and_bad_move_bodies_name_the_field_without_echo(service)
         a = leases.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
         t4 = next(p for p in POOLS if p.name == "t4-a")
         target = 1 - a.device if a.pool == t4.name else 0
-        answer = leases.move(a.lease_id, MoveRequest(decision=on(a.decision, target, pool=t4.name)))
+        to_t4 = MoveRequest(decision=on(a.decision, target, pool=t4.name))
+        answer = leases.move(a.lease_id, to_t4, secret=a.secret)
         assert answer.status == "moved" and (answer.lease.pool, answer.lease.device) == (t4.name, target)
         assert [(l.pool, l.device) for l in book.view().leases] == [(t4.name, target)]
     secret = "x" * 200_000
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
         good = {"decision": answer.lease.decision.model_dump(mode="json")}
-        r = http.post(f"/v1/leases/{a.lease_id}/move", json={**good, "note": secret})
+        own = {"X-Lease-Secret": a.secret}
+        r = http.post(f"/v1/leases/{a.lease_id}/move", json={**good, "note": secret}, headers=own)
         assert r.status_code == 422 and "note" in r.text and secret[:50] not in r.text
         bad = {"decision": {**good["decision"], "job_id": secret}}
-        r = http.post(f"/v1/leases/{a.lease_id}/move", json=bad)
+        r = http.post(f"/v1/leases/{a.lease_id}/move", json=bad, headers=own)
         assert r.status_code == 422 and "job_id" in r.text and secret[:50] not in r.text
         assert http.post("/v1/leases/..%2Fetc/move", json=good).status_code in (404, 422)
         r = http.post("/v1/leases/nosuchlease/move", json=good)
@@ -130,13 +135,14 @@ def test_racing_moves_and_acquires_never_leave_a_job_with_none_or_two_slots(serv
             with TunerClient(url, token=TOKEN, outbox_dir=None) as c:
                 for _ in range(25):
                     pool, device = rnd.choice(sorted(cap))
-                    RemoteLeases(c).move(lease.lease_id, MoveRequest(decision=on(lease.decision, device, pool)))
+                    req = MoveRequest(decision=on(lease.decision, device, pool))
+                    RemoteLeases(c).move(lease.lease_id, req, secret=lease.secret)
         except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
             errors.append(e)
 
     def watcher() -> None:
         while not done.is_set():
-            views.append(book.view())
+            views.append(book.view(lease_ids=True))
 
     threads = [threading.Thread(target=mover, args=(h, i)) for i, h in enumerate(held)]
     watch = threading.Thread(target=watcher)

@@ -88,8 +88,8 @@ def test_two_jobs_that_fit_together_form_a_co_running_group(tmp_path):
     assert second.lease.decision.candidate.co_runners[0].job_id == "job-1"
     third = book.acquire(LeaseRequest(job=job(3)))
     assert third.status == "waiting" and third.position == 0
-    assert book.release(first.lease.lease_id)  # its slot goes to the waiting job at once
-    assert book.acquire(LeaseRequest(job=job(3))).status == "granted"
+    assert book.release(first.lease.lease_id, secret=first.secret)  # its slot goes to the waiting job at once
+    assert book.acquire(LeaseRequest(job=job(3), secret=third.secret)).status == "granted"
 
 
 def test_queue_is_first_come_first_served_and_durable(tmp_path):
@@ -98,14 +98,18 @@ def test_queue_is_first_come_first_served_and_durable(tmp_path):
     decide = lambda j, c: tuner.decide(j, c)  # noqa: E731
     book = LeaseBook([pool], decide, path=tmp_path / "leases")
     running = book.acquire(LeaseRequest(job=job("a"), ttl_s=600)).lease
+    secrets = {}
     for name in ("b", "c", "d"):
-        assert book.acquire(LeaseRequest(job=job(name), ttl_s=600)).status == "waiting"
-    assert book.acquire(LeaseRequest(job=job("c"), ttl_s=600)).position == 1  # asking again keeps its turn
+        answer = book.acquire(LeaseRequest(job=job(name), ttl_s=600))
+        assert answer.status == "waiting"
+        secrets[name] = answer.secret
+    again_c = LeaseRequest(job=job("c"), ttl_s=600, secret=secrets["c"])
+    assert book.acquire(again_c).position == 1  # asking again keeps its turn
     # A restarted service reads the same book: the lease and the queue, in order.
     again = LeaseBook([pool], decide, path=tmp_path / "leases")
-    assert [l.lease_id for l in again.view().leases] == [running.lease_id]
+    assert [l.lease_id for l in again.view(lease_ids=True).leases] == [running.lease_id]
     assert [w.job.job_id for w in again.view().waiting] == ["job-b", "job-c", "job-d"]
-    again.release(running.lease_id)
+    again.release(running.lease_id, secret=running.secret)  # the secret survived the restart
     assert [l.job.job_id for l in again.view().leases] == ["job-b"]
     with pytest.raises(ConfigError, match="known: .*fcfs"):
         queue_order("no-such-policy")
@@ -209,7 +213,7 @@ def test_the_queue_order_is_the_named_policy_reading_expected_run_times():
         book.acquire(LeaseRequest(job=job(name), ttl_s=600, expected_duration_s=seconds))
     assert [w.job.job_id for w in book.view().waiting] == ["job-short", "job-mid", "job-long"]
     assert book.view().queue_policy == "sjf"
-    book.release(running.lease_id)
+    book.release(running.lease_id, secret=running.secret)
     assert [l.job.job_id for l in book.view().leases] == ["job-short"]
 
 
@@ -342,8 +346,8 @@ def test_queue_estimates_neither_draw_from_the_tuner_nor_decide_twice(seed):
     granted = []
     held = running
     while held is not None:
-        book.release(held.lease_id)
-        held = next(iter(book.view().leases), None)
+        book.release(held.lease_id, force=True)
+        held = next(iter(book.view(lease_ids=True).leases), None)
         if held is not None:
             granted.append(held)
     assert [l.job.job_id for l in granted] == ["job-small", "job-medium", "job-big"]

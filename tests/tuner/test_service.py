@@ -221,7 +221,7 @@ def test_state_persisted_on_shutdown_and_restored(tmp_path):
     assert path.exists()
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]  # no temp files left behind
     journal = path.with_name("state.json.journal")  # compacted into the state: only an empty open segment
-    assert [p.stat().st_size for p in journal.iterdir()] == [0]
+    assert list(journal.iterdir()) == []  # compacted: no segment, not even an empty one
 
     restored = Tuner.load(path)
     assert json.loads(json.dumps(restored.state_dict())) == snapshot
@@ -314,20 +314,39 @@ def test_remote_decide_carries_current_and_stays_put_like_in_process(served, tmp
     assert "kept the current placement" in remote.explanation.note
 
 
-def test_prometheus_metrics_count_decisions_and_observations_without_a_token(served, tmp_path):
+def test_prometheus_metrics_count_decisions_and_observations_with_the_token(served, tmp_path):
     from oltunes.tuner.client import TunerClient
 
     url, _ = served
-    before = httpx.get(f"{url}/metrics", timeout=5)
+    assert httpx.get(f"{url}/metrics", timeout=5).status_code == 401  # issue 31 case 9: the token, as elsewhere
+    before = httpx.get(f"{url}/metrics", headers=AUTH, timeout=5)
     assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
     with TunerClient(url, token=TOKEN, timeout_s=10, outbox_dir=tmp_path / "outbox") as c:
         d = c.decide(JOB, make_cluster())
         assert [c.observe(make_measurement(d.candidate, i)) for i in (1, 2)] == [True, True]
         assert c.observe(make_measurement(d.candidate, 1)) is False  # a duplicate
-    text = httpx.get(f"{url}/metrics", timeout=5).text
+    text = httpx.get(f"{url}/metrics", headers=AUTH, timeout=5).text
     feasible = str(d.feasible).lower()
     assert f'oltunes_tuner_decisions_total{{feasible="{feasible}",source="{d.source}"}} 1.0' in text
     assert 'oltunes_tuner_observations_total{outcome="accepted"} 2.0' in text
     assert 'oltunes_tuner_observations_total{outcome="duplicate"} 1.0' in text
     assert "oltunes_tuner_observed 2.0" in text
     assert "oltunes_tuner_recommend_latency_seconds_count 1.0" in text
+
+
+def test_with_a_token_every_route_but_health_needs_it(tmp_path):
+    """Issue 31 case 9: the schema, the docs pages and the metrics too (every route the app has, enumerated)."""
+    app = create_app(Tuner(make_variants(), seed=0), token=TOKEN, pools=make_cluster().pools)
+    paths = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"}
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+        for method, path in sorted(paths):
+            concrete = path.replace("{lease_id}", "x1").replace("{job_id}", "x1")
+            r = http.request(method, concrete)
+            if path == "/v1/health":
+                assert r.status_code == 200
+            else:
+                assert r.status_code == 401, (method, path, r.status_code)
+        for page in ("/docs", "/redoc"):  # off: a browser cannot send the bearer header
+            assert http.get(page).status_code == 404
+        assert http.get("/openapi.json", headers=AUTH).json()["info"]["title"] == "OLTunes tuning service"
+        assert http.get("/metrics", headers=AUTH).status_code == 200

@@ -193,3 +193,16 @@ def test_a_state_saved_with_retired_switches_loads_and_predicts_as_saved(tmp_pat
     assert u.predict(JOBS[1], c) == t.predict(JOBS[1], c)
     assert not {"partial_batches", "learner_replay", "pooled_correction", "implied_throughput"} & set(
         u.state_dict()["config"])
+
+
+@pytest.mark.parametrize("n", [-5, 1.5, "3", None, 10**16])
+def test_a_count_that_is_not_a_count_stops_the_load_naming_the_field(tmp_path, n):
+    """Issue 31 (also seen): ``n_observed: -5`` used to load, and then every /v1/health failed."""
+    good = tmp_path / "good.json"
+    Tuner(VARIANTS, seed=0).save(good)
+    d = json.loads(good.read_text())
+    d["n_observed"] = n
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(DataError, match="n_observed"):
+        Tuner.load(bad)
