@@ -62,7 +62,7 @@ def test_the_listing_has_no_secrets_and_ids_only_for_the_admin(owned):
 
 
 def test_a_queued_job_is_withdrawn_or_re_asked_only_with_its_secret(tmp_path):
-    book = LeaseBook([POOLS[1]], lambda j, c: Tuner(make_variants(), seed=0).recommend(j, c))  # one slot
+    book = LeaseBook([POOLS[1]], lambda j, c: Tuner(make_variants(), seed=0).decide(j, c))  # one slot
     book.acquire(LeaseRequest(job=job("running"), ttl_s=600))
     queued = book.acquire(LeaseRequest(job=job("q"), ttl_s=600))
     assert queued.status == "waiting" and queued.position == 0

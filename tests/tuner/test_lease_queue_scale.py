@@ -39,7 +39,7 @@ def tuner():
 
 def test_a_full_cluster_never_orders_its_queue_on_acquire_and_writes_one_line_per_change(tmp_path, tuner):
     path = tmp_path / "book"
-    book = LeaseBook([POOL], lambda j, c: tuner.recommend(j, c), path=path, queue_policy="fcfs")
+    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), path=path, queue_policy="fcfs")
     held = [book.acquire(req(f"run-{i}")) for i in range(2)]
     assert all(a.status == "granted" for a in held)
     secrets = {f"w-{i}": book.acquire(req(f"w-{i}")).secret for i in range(1500)}
@@ -50,7 +50,7 @@ def test_a_full_cluster_never_orders_its_queue_on_acquire_and_writes_one_line_pe
     grown = log.stat().st_size - size
     assert 0 < grown < 4_000  # one waiting record, not 1,500 of them
     # A restart reads the snapshot plus the log: the same leases, the same queue in the same order.
-    again = LeaseBook([POOL], lambda j, c: tuner.recommend(j, c), path=path)
+    again = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), path=path)
     assert [w.job.job_id for w in again.view().waiting] == [f"w-{i}" for i in range(1500)]
     assert {l.job.job_id for l in again.view().leases} == {"run-0", "run-1"}
     # Releasing a slot admits the head of the queue, exactly as before.
@@ -60,7 +60,7 @@ def test_a_full_cluster_never_orders_its_queue_on_acquire_and_writes_one_line_pe
 
 def test_an_ordering_policy_is_called_only_when_something_can_be_admitted(tuner):
     policy = CountingSjf()
-    book = LeaseBook([POOL], lambda j, c: tuner.recommend(j, c), queue_policy=policy)
+    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), queue_policy=policy)
     held = [book.acquire(req(f"run-{i}")) for i in range(2)]
     secrets = {f"w-{i}": book.acquire(req(f"w-{i}")).secret for i in range(300)}
     before = CountingSjf.calls
@@ -75,9 +75,9 @@ def test_an_ordering_policy_is_called_only_when_something_can_be_admitted(tuner)
 
 def test_a_torn_last_log_line_is_skipped(tmp_path, tuner):
     path = tmp_path / "book"
-    book = LeaseBook([POOL], lambda j, c: tuner.recommend(j, c), path=path)
+    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), path=path)
     book.acquire(req("a"))
     with open(path.with_name("book.log"), "ab") as f:
         f.write(b'{"waiting": {"job": ')  # a crash mid-append: never acknowledged
-    again = LeaseBook([POOL], lambda j, c: tuner.recommend(j, c), path=path)
+    again = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), path=path)
     assert [l.job.job_id for l in again.view().leases] == ["a"]
