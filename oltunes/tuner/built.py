@@ -1,5 +1,6 @@
-"""A decision's models (`Decision` and its parts) built without pydantic's validation when plain checks here show
-the tuner's values already meet every constraint the model declares: validation would give the very same object
+"""(Kept only for ``estimate_grid`` and ``explain``, other parts' modules, until they build these three with the plain
+constructors; the decision side no longer uses it.) Models built without pydantic's validation when plain checks
+here show the tuner's values already meet every constraint the model declares: validation would give the very same object
 (its ``__dict__`` in field order, the names given as its set fields), at a tenth of the cost (the ~10 models of a
 decision were ~8 % of its time, issue 14). Any value the checks do not vouch for goes to the validating
 constructor, which returns or raises exactly as before. Models from outside (HTTP bodies) are always validated.
@@ -8,12 +9,11 @@ constructor, which returns or raises exactly as before. Models from outside (HTT
 from __future__ import annotations
 
 import re
-from typing import Any, get_args
+from typing import Any
 
 from oltunes.trusted import trusted_model
 from oltunes.types import (
     ID_PATTERN,
-    MAX_COUNT,
     MAX_ID_CHARS,
     MAX_LIST,
     MAX_QUANTITY,
@@ -21,22 +21,14 @@ from oltunes.types import (
     MAX_TEXT_CHARS,
     Alternative,
     Candidate,
-    ColocationGroup,
     CoRunner,
-    Decision,
-    DecisionSource,
-    Explanation,
-    Precision,
     Prediction,
     Variant,
-    new_id,
 )
 
-__all__ = ["alternative", "candidate", "co_runner", "decision", "explanation", "group", "prediction"]
+__all__ = ["alternative", "candidate", "prediction"]
 
 _ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))  # fullmatch: "$" would pass a final newline
-_SOURCES = frozenset(get_args(DecisionSource))
-_PRECISIONS = frozenset(get_args(Precision))
 
 
 def _quantity(x: Any) -> bool:
@@ -47,30 +39,12 @@ def _setting(x: Any) -> bool:
     return type(x) is int and 1 <= x <= MAX_SETTING
 
 
-def _count(x: Any) -> bool:
-    return type(x) is int and 0 <= x <= MAX_COUNT
-
-
 def _text(x: Any) -> bool:
     return type(x) is str and len(x) <= MAX_TEXT_CHARS
 
 
 def _id(x: Any) -> bool:
     return type(x) is str and len(x) <= MAX_ID_CHARS and _ID.fullmatch(x) is not None
-
-
-def _label(x: Any) -> bool:
-    return type(x) is str and 1 <= len(x) <= MAX_ID_CHARS
-
-
-def co_runner(job_id: Any, family: Any, variant: Any, size: Any, precision: Any, batch_size: Any,
-              load: Any) -> CoRunner:
-    values = {"job_id": job_id, "family": family, "variant": variant, "size": size, "precision": precision,
-              "batch_size": batch_size, "load": load}
-    if (_id(job_id) and _id(family) and _id(variant) and _label(size) and type(precision) is str
-            and precision in _PRECISIONS and _setting(batch_size) and _quantity(load)):
-        return trusted_model(CoRunner, values)
-    return CoRunner(**values)
 
 
 def prediction(latency_p99_ms: Any, energy_j_per_item: Any, throughput_items_per_s: Any, margin_ms: Any) -> Prediction:
@@ -97,35 +71,3 @@ def alternative(candidate_key: Any, prediction: Any, reason: Any) -> Alternative
     if _text(candidate_key) and type(prediction) is Prediction and _text(reason):
         return trusted_model(Alternative, values)
     return Alternative(**values)
-
-
-def explanation(predicted: Any, n_candidates: Any, n_feasible: Any, note: Any, runner_ups: Any) -> Explanation:
-    values = {"predicted": predicted, "n_candidates": n_candidates, "n_feasible": n_feasible,
-              "runner_ups": runner_ups, "note": note}
-    if (type(predicted) is Prediction and _count(n_candidates) and _count(n_feasible) and _text(note)
-            and type(runner_ups) is tuple and len(runner_ups) <= MAX_LIST
-            and all(type(a) is Alternative for a in runner_ups)):
-        return trusted_model(Explanation, values)
-    return Explanation(**values)
-
-
-def group(pool: Any, device: Any, members: Any, predicted_slowdown: Any) -> ColocationGroup:
-    """A co-location group (a fresh ``group_id``, as its default factory gives); ``predicted_slowdown`` is kept as
-    given (validation would copy it: the caller's dict must be its own)."""
-    values = {"pool": pool, "device": device, "members": members, "predicted_slowdown": predicted_slowdown}
-    if (_id(pool) and type(device) is int and 0 <= device <= MAX_SETTING and type(members) is tuple
-            and 1 <= len(members) <= MAX_LIST and all(_id(m) for m in members)
-            and type(predicted_slowdown) is dict and len(predicted_slowdown) <= MAX_LIST
-            and all(_id(k) and _quantity(v) for k, v in predicted_slowdown.items())):
-        return trusted_model(ColocationGroup, {"group_id": new_id(), **values}, given=values)
-    return ColocationGroup(**values)
-
-
-def decision(job_id: Any, candidate: Any, group: Any, source: Any, feasible: Any, explanation: Any) -> Decision:
-    values = {"job_id": job_id, "candidate": candidate, "group": group, "source": source, "feasible": feasible,
-              "explanation": explanation}
-    if (_id(job_id) and type(candidate) is Candidate and (group is None or type(group) is ColocationGroup)
-            and source in _SOURCES and type(feasible) is bool
-            and type(explanation) is Explanation):
-        return trusted_model(Decision, {"decision_id": new_id(), **values}, given=values)
-    return Decision(**values)

@@ -1,9 +1,8 @@
 """A job's candidates on a cluster scored, ready for the selection: steps 1-4 of a decision (`oltunes.tuner.core`).
 
-The placement options (`cluster_options`), every candidate's estimate (`estimate.Estimator`), the constraints'
-verdict (`constraints.Verdict`) and the objective's values (`objectives`). ``version()`` says what such a scored
-grid depends on besides the job's question, so that what is built from one (a recalled decision, a configuration's
-latency alone) is kept exactly as long as it holds.
+The placement options (`candidates.placement_options` over the cluster's `oltunes.occupancy.Occupancy`), every
+candidate's estimate (`estimate.Estimator`), the constraints' verdict (`constraints.Verdict`) and the objective's
+values (`objectives`).
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.errors import ConfigError
-from oltunes.tuner.candidates import PlacementOption
+from oltunes.occupancy import Occupancy
+from oltunes.tuner.candidates import PlacementOption, placement_options
 from oltunes.tuner.catalogue import Catalogue
-from oltunes.tuner.cluster_options import ClusterOptions
 from oltunes.tuner.constraints import Constraint, Verdict
 from oltunes.tuner.estimate import Estimate, Estimator
 from oltunes.tuner.objectives import Objective, objective_for
@@ -29,12 +28,6 @@ class Evaluator:
 
     def __init__(self, catalogue: Catalogue, estimator: Estimator, constraints: dict[str, Constraint]) -> None:
         self.catalogue, self.estimator, self.constraints = catalogue, estimator, constraints
-        self.options = ClusterOptions(estimator, catalogue)
-
-    def version(self) -> tuple:
-        """What a scored grid (and so a decision on unchanged options) depends on besides the question."""
-        est = self.estimator
-        return est.model.parameters_version, est.n_learned, self.catalogue.version
 
     def evaluate(self, job: JobSpec, cluster: ClusterState, current: Placement | None) -> Evaluation:
         return self.score(job, *self.options_for(job, cluster, current))
@@ -48,7 +41,13 @@ class Evaluator:
         if not cluster.pools:
             raise ConfigError("recommend: the cluster has no pools")
         # a re-tuned job's own entry, if the cluster still lists it, is ignored (its slot is the job's own)
-        return self.options.of(cluster, current, exclude=job.job_id if current is not None else None)
+        occupancy = Occupancy(cluster, exclude=job.job_id if current is not None else None)
+        include = (current.pool, current.device) if current is not None else None
+        options = placement_options(occupancy, include=include, load_of=self.estimator.load_of)
+        if options:
+            return options, False
+        # no free slot anywhere: every pool's least-loaded device, to name the best available
+        return placement_options(occupancy, ignore_capacity=True, load_of=self.estimator.load_of), True
 
     def score(self, job: JobSpec, options: list[PlacementOption], no_capacity: bool) -> Evaluation:
         est = self.estimator.estimate(job, options, self.catalogue.family(job.family), no_capacity)

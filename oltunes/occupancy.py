@@ -1,0 +1,105 @@
+"""Who runs where, read from a ``ClusterState``: per-device job counts and members, the queries placement asks.
+
+Built once per decision from the shared ``ClusterState`` (pools + placements), so the tuner and the baseline
+policies read the same index against the simulator, a real cluster's state or a test's hand-made one. A placement
+naming a pool or a device the cluster lacks is ignored. Members of a device come in the order of the cluster's list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from oltunes.types import ClusterState, CoRunner, Placement, Pool
+
+__all__ = ["Occupancy"]
+
+
+class Occupancy:
+    """Per-device job counts and members of every pool of a ``ClusterState``.
+
+    ``exclude``: a job id whose placements are left out (a running job being re-tuned: its slot is its own).
+
+    Examples
+    --------
+    >>> from oltunes.inventory import CATALOG
+    >>> occ = Occupancy(ClusterState(pools=[Pool(name="t4", accelerator=CATALOG["t4"], count=3)]))
+    >>> occ.empty_device("t4"), occ.free_slots("t4")
+    (0, 3)
+    """
+
+    def __init__(self, state: ClusterState, load_of: Callable[[Placement], float] | None = None,
+                 exclude: str | None = None) -> None:
+        self.pools: list[Pool] = list(state.pools)
+        self._pool = {p.name: p for p in self.pools}
+        self._load_of = load_of or (lambda pl: 1.0)
+        self.placements = {pl.job_id: pl for pl in state.placements if pl.job_id != exclude}
+        by_pool: dict[str, list[Placement]] = {}
+        for pl in state.placements:
+            if pl.job_id != exclude:
+                by_pool.setdefault(pl.pool, []).append(pl)
+        self._occ = {p.name: np.zeros(p.count, dtype=np.int64) for p in self.pools}
+        # per pool: its placements on a device it has, and their devices (members are looked up per device)
+        self._listed: dict[str, tuple[list[Placement], np.ndarray]] = {}
+        for name, pls in by_pool.items():
+            pool = self._pool.get(name)
+            if pool is None:
+                continue
+            devices = np.fromiter((pl.device for pl in pls), dtype=np.int64, count=len(pls))
+            inside = devices < pool.count  # (devices are >= 0 by the type)
+            if not inside.all():
+                pls = [pl for pl, ok in zip(pls, inside.tolist()) if ok]
+                devices = devices[inside]
+            self._occ[name] = np.bincount(devices, minlength=pool.count)
+            self._listed[name] = (pls, devices)
+
+    def pool(self, name: str) -> Pool:
+        return self._pool[name]
+
+    def occupancy(self, pool: str) -> np.ndarray:
+        """Jobs on each device of the pool."""
+        return self._occ[pool]
+
+    def free_slots(self, pool: str) -> int:
+        p = self._pool[pool]
+        return int(p.count * p.slots_per_device - self._occ[pool].sum())
+
+    def free_slots_total(self) -> int:
+        return sum(self.free_slots(p.name) for p in self.pools)
+
+    def empty_device(self, pool: str) -> int | None:
+        """The lowest-numbered device with no job on it."""
+        idx = np.flatnonzero(self._occ[pool] == 0)
+        return int(idx[0]) if len(idx) else None
+
+    def least_loaded_device(self, pool: str, *, with_free_slot: bool = True) -> int | None:
+        """The device with the fewest jobs (lowest index on ties); with ``with_free_slot``, None if it is full."""
+        occ = self._occ[pool]
+        if not len(occ):
+            return None
+        d = int(np.argmin(occ))
+        return d if not with_free_slot or occ[d] < self._pool[pool].slots_per_device else None
+
+    def most_loaded_device(self, pool: str) -> int | None:
+        """The fullest device that still has a free slot and is not empty (for packing; lowest index on ties)."""
+        occ = self._occ[pool]
+        ok = np.flatnonzero((occ > 0) & (occ < self._pool[pool].slots_per_device))
+        return int(ok[np.argmax(occ[ok])]) if len(ok) else None
+
+    def members(self, pool: str, device: int) -> list[Placement]:
+        """The jobs on one device, in the order of the cluster's list."""
+        listed = self._listed.get(pool)
+        if listed is None:
+            return []
+        pls, devices = listed
+        return [pls[i] for i in np.flatnonzero(devices == device).tolist()]
+
+    def co_runners(self, pool: str, device: int, exclude: str | None = None) -> tuple[CoRunner, ...]:
+        """The jobs on a device as ``CoRunner`` (load: the monitor's reading, else 1 = assume it keeps it busy)."""
+        return tuple(
+            CoRunner(job_id=pl.job_id, family=pl.candidate.variant.family, variant=pl.candidate.variant.name,
+                     size=pl.candidate.variant.size, precision=pl.candidate.variant.precision,
+                     batch_size=pl.candidate.batch_size, load=min(1.0, max(0.0, self._load_of(pl))))
+            for pl in self.members(pool, device) if pl.job_id != exclude
+        )
