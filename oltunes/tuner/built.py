@@ -1,10 +1,6 @@
-"""(Kept only for ``estimate_grid`` and ``explain``, other parts' modules, until they build these three with the plain
-constructors; the decision side no longer uses it.) Models built without pydantic's validation when plain checks
-here show the tuner's values already meet every constraint the model declares: validation would give the very same object
-(its ``__dict__`` in field order, the names given as its set fields), at a tenth of the cost (the ~10 models of a
-decision were ~8 % of its time, issue 14). Any value the checks do not vouch for goes to the validating
-constructor, which returns or raises exactly as before. Models from outside (HTTP bodies) are always validated.
-"""
+"""Kept only for ``estimate_grid`` and ``explain`` (other parts' modules) until they build these three models with
+the plain constructors; the decision side no longer uses it. A model is built without pydantic's validation when
+plain checks here show the values meet every constraint it declares (else the validating constructor is used)."""
 
 from __future__ import annotations
 
