@@ -35,24 +35,15 @@ class Occupancy:
         self._pool = {p.name: p for p in self.pools}
         self._load_of = load_of or (lambda pl: 1.0)
         self.placements = {pl.job_id: pl for pl in state.placements if pl.job_id != exclude}
-        by_pool: dict[str, list[Placement]] = {}
+        self._members: dict[tuple[str, int], list[Placement]] = {}
         for pl in state.placements:
             if pl.job_id != exclude:
-                by_pool.setdefault(pl.pool, []).append(pl)
+                self._members.setdefault((pl.pool, pl.device), []).append(pl)
         self._occ = {p.name: np.zeros(p.count, dtype=np.int64) for p in self.pools}
-        # per pool: its placements on a device it has, and their devices (members are looked up per device)
-        self._listed: dict[str, tuple[list[Placement], np.ndarray]] = {}
-        for name, pls in by_pool.items():
-            pool = self._pool.get(name)
-            if pool is None:
-                continue
-            devices = np.fromiter((pl.device for pl in pls), dtype=np.int64, count=len(pls))
-            inside = devices < pool.count  # (devices are >= 0 by the type)
-            if not inside.all():
-                pls = [pl for pl, ok in zip(pls, inside.tolist()) if ok]
-                devices = devices[inside]
-            self._occ[name] = np.bincount(devices, minlength=pool.count)
-            self._listed[name] = (pls, devices)
+        for (pool, device), members in self._members.items():
+            occ = self._occ.get(pool)
+            if occ is not None and device < len(occ):  # (a pool or device the cluster lacks: ignored)
+                occ[device] = len(members)
 
     def pool(self, name: str) -> Pool:
         return self._pool[name]
@@ -89,11 +80,10 @@ class Occupancy:
 
     def members(self, pool: str, device: int) -> list[Placement]:
         """The jobs on one device, in the order of the cluster's list."""
-        listed = self._listed.get(pool)
-        if listed is None:
+        occ = self._occ.get(pool)
+        if occ is None or not 0 <= device < len(occ):
             return []
-        pls, devices = listed
-        return [pls[i] for i in np.flatnonzero(devices == device).tolist()]
+        return list(self._members.get((pool, device), ()))
 
     def co_runners(self, pool: str, device: int, exclude: str | None = None) -> tuple[CoRunner, ...]:
         """The jobs on a device as ``CoRunner`` (load: the monitor's reading, else 1 = assume it keeps it busy)."""

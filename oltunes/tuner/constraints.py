@@ -23,7 +23,7 @@ import numpy as np
 
 from oltunes.registry import Registered
 from oltunes.tuner.candidates import memory_need_gb
-from oltunes.tuner.corunners import load_level, member_checks
+from oltunes.tuner.corunners import DeviceChecks, load_level, member_checks
 from oltunes.tuner.estimate import Estimate, Estimator
 
 __all__ = ["Constraint", "Verdict", "at", "build_constraints"]
@@ -139,8 +139,12 @@ class CoRunners(Constraint, name="co-runners"):
     label = "co-runners' SLOs"
     why_rank = 4
 
+    def __init__(self, estimator: Estimator, throughput_headroom: float = 1.2) -> None:
+        super().__init__(estimator, throughput_headroom)
+        self.kept = DeviceChecks()
+
     def mask(self, est: Estimate) -> np.ndarray:
-        checks = est.extra["members"] = member_checks(self.estimator, est.options, est.variants, est.job)
+        checks = est.extra["members"] = member_checks(self.estimator, est.options, est.variants, est.job, self.kept)
         co = checks.ok  # P, V, L
         rate = est.job.arrival_rate_rps
         if est.job.kind != "streaming" or rate <= 0:  # batch jobs run flat out: the top level
