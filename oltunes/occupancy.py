@@ -34,16 +34,21 @@ class Occupancy:
         self.pools: list[Pool] = list(state.pools)
         self._pool = {p.name: p for p in self.pools}
         self._load_of = load_of or (lambda pl: 1.0)
-        self.placements = {pl.job_id: pl for pl in state.placements if pl.job_id != exclude}
-        self._members: dict[tuple[str, int], list[Placement]] = {}
-        for pl in state.placements:
-            if pl.job_id != exclude:
-                self._members.setdefault((pl.pool, pl.device), []).append(pl)
-        self._occ = {p.name: np.zeros(p.count, dtype=np.int64) for p in self.pools}
-        for (pool, device), members in self._members.items():
-            occ = self._occ.get(pool)
-            if occ is not None and device < len(occ):  # (a pool or device the cluster lacks: ignored)
-                occ[device] = len(members)
+        placed = state.placements
+        if exclude is not None:
+            placed = [pl for pl in placed if pl.job_id != exclude]
+        self._placed = placed
+        # every device of every pool numbered in one range: pool i's devices are start[i] .. start[i] + count - 1
+        counts = np.array([p.count for p in self.pools], dtype=np.int64)
+        self._start = dict(zip(self._pool, np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()))
+        index = {name: i for i, name in enumerate(self._pool)}
+        pool_of = np.fromiter((index.get(pl.pool, -1) for pl in placed), dtype=np.int64, count=len(placed))
+        device = np.fromiter((pl.device for pl in placed), dtype=np.int64, count=len(placed))
+        known = (pool_of >= 0) & (device < counts[pool_of] if len(counts) else False)  # (else: ignored)
+        starts = np.array(list(self._start.values()), dtype=np.int64)
+        self._slot = np.where(known, starts[pool_of] + device if len(counts) else -1, -1)  # each placement's device
+        jobs = np.bincount(self._slot[known], minlength=int(counts.sum()))
+        self._occ = {name: jobs[start:start + p.count] for (name, start), p in zip(self._start.items(), self.pools)}
 
     def pool(self, name: str) -> Pool:
         return self._pool[name]
@@ -81,9 +86,9 @@ class Occupancy:
     def members(self, pool: str, device: int) -> list[Placement]:
         """The jobs on one device, in the order of the cluster's list."""
         occ = self._occ.get(pool)
-        if occ is None or not 0 <= device < len(occ):
+        if occ is None or not 0 <= device < len(occ) or not occ[device]:
             return []
-        return list(self._members.get((pool, device), ()))
+        return [self._placed[i] for i in np.flatnonzero(self._slot == self._start[pool] + device).tolist()]
 
     def co_runners(self, pool: str, device: int, exclude: str | None = None) -> tuple[CoRunner, ...]:
         """The jobs on a device as ``CoRunner`` (load: the monitor's reading, else 1 = assume it keeps it busy)."""
