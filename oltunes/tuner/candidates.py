@@ -31,7 +31,7 @@ from oltunes.types import CoRunner, Placement, Variant
 
 __all__ = [
     "BATCH_DELAY_MS",
-    "CoLite",
+    "CoRunnerKey",
     "PlacementOption",
     "co_runner_of",
     "fill_wait_ms",
@@ -96,7 +96,7 @@ def co_runner_of(p: Placement, load: float = 1.0) -> CoRunner:
                     batch_size=p.candidate.batch_size, load=load)
 
 
-class CoLite(NamedTuple):
+class CoRunnerKey(NamedTuple):
     """The three co-runner fields the feature encoding reads (family, size, load)."""
 
     family: str
@@ -122,9 +122,9 @@ class PlacementOption:
         return (*self.loads, *(1.0,) * (len(self.members) - len(self.loads)))
 
     @cached_property
-    def co_features(self) -> tuple[CoLite, ...]:
+    def co_features(self) -> tuple[CoRunnerKey, ...]:
         """The members as the encoding sees them (family, size, load)."""
-        return tuple(CoLite(m.candidate.variant.family, m.candidate.variant.size, load)
+        return tuple(CoRunnerKey(m.candidate.variant.family, m.candidate.variant.size, load)
                      for m, load in zip(self.members, self.member_loads))
 
     @cached_property
