@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,32 +117,37 @@ def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) 
     i, shed, busy = i0, 0, 0.0
     batches: list[tuple[float, float, int]] = []  # (start, end, size)
     while i < n:
-        a = float(arr[i])
+        a = arr[i]
         t = max(free[0], a)
         if t >= t1:
             break
         if a < t - drop_s:  # waited too long: shed everything that arrived before the drop window
-            j = int(np.searchsorted(arr, t - drop_s, side="left"))
+            j = bisect_left(arr, t - drop_s, i, n)
             r.dropped[i:j] = True
             shed += j - i
             i = j
             continue
-        m = i + int(np.searchsorted(arr[i:min(i + r.batch, n)], t, side="right"))  # everything arrived by t
+        m = bisect_right(arr, t, i, min(i + r.batch, n))  # everything arrived by t, up to the batch size
         if len(batches) == len(z):
             z = np.concatenate((z, r.rng.standard_normal(_CHUNK)))
-        base = float(r.lat[m - i])
+        base = r.lat[m - i]
         end = t + base * factor * math.exp(sigma * z[len(batches)])
         heapq.heapreplace(free, end)
         batches.append((t, end, m - i))
-        r.start[i:m], r.done[i:m], r.acc_per_req[i:m] = t, end, r.accuracy
         busy += base
         i = m
     r.free = np.array(free)
     r.i = i
     r.interval_dropped += shed
     r.interval_batches = len(batches)
-    r.busy_iso += busy
+    r.busy_iso += float(busy)
     if batches:
+        # each served request's batch start and end (the requests taken and not shed, in order)
+        starts, ends, sizes = zip(*batches)
+        served = i0 + np.flatnonzero(~r.dropped[i0:i])
+        r.start[served] = np.repeat(starts, sizes)
+        r.done[served] = np.repeat(ends, sizes)
+        r.acc_per_req[served] = r.accuracy
         r.interval_items += i - i0 - shed
         r.figures[:] = _figures(r, batches, i0, i, shed_ms)
 
