@@ -26,7 +26,7 @@ class Occupancy:
     >>> from oltunes.inventory import CATALOG
     >>> occ = Occupancy(ClusterState(pools=[Pool(name="t4", accelerator=CATALOG["t4"], count=3)]))
     >>> occ.empty_device("t4"), occ.free_slots("t4")
-    (0, 3)
+    (0, 12)
     """
 
     def __init__(self, state: ClusterState, load_of: Callable[[Placement], float] | None = None,
