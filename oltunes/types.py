@@ -211,6 +211,16 @@ class Prediction(_Frozen):
     throughput_items_per_s: Quantity
     margin_ms: Quantity = Field(default=0.0, description="uncertainty added to latency before the SLO check")
 
+    @classmethod
+    def clamped(cls, latency_p99_ms: float, energy_j_per_item: float, throughput_items_per_s: float,
+                margin_ms: float) -> Prediction:
+        """A model's prediction forced into range, so that an extrapolation from extreme but valid measurements
+        never makes a decision invalid: NaN latency, energy or margin become the top (never preferred), NaN
+        throughput 0."""
+        return cls(latency_p99_ms=clamp_quantity(latency_p99_ms), energy_j_per_item=clamp_quantity(energy_j_per_item),
+                   throughput_items_per_s=clamp_quantity(throughput_items_per_s, nan=0.0),
+                   margin_ms=clamp_quantity(margin_ms))
+
 
 class Alternative(_Frozen):
     """A runner-up candidate and why it lost."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from oltunes.errors import ConfigError
-from oltunes.policies.occupancy import Occupancy
+from oltunes.occupancy import Occupancy
 from oltunes.profiles import Profile
 from oltunes.registry import Registered
 from oltunes.types import (

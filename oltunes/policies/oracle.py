@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import Policy, PolicyContext
-from oltunes.policies.occupancy import Occupancy
+from oltunes.occupancy import Occupancy
 from oltunes.profiles import Profile
 from oltunes.types import ClusterState, CoRunner, Decision, JobSpec, Placement
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from oltunes.policies.base import FixedConfigPolicy
-from oltunes.policies.occupancy import Occupancy
+from oltunes.occupancy import Occupancy
 from oltunes.types import JobSpec
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oltunes.policies.base import FixedConfigPolicy, PolicyContext
-from oltunes.policies.occupancy import Occupancy
+from oltunes.occupancy import Occupancy
 from oltunes.types import JobSpec
 
 

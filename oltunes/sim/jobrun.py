@@ -2,8 +2,7 @@
 
 * :func:`serve` — a streaming instance processes its own arrival array in one tight loop over *batches*: the
   earliest-free executor takes every request that has arrived (up to the batch size) as one batch; requests
-  waiting longer than ``drop_after x SLO`` are shed (the loop and the per-request results are compiled:
-  :mod:`oltunes.sim.serve_kernels`).
+  waiting longer than ``drop_after x SLO`` are shed.
 * :func:`advance_batch` — a batch job runs flat out; its batches' SLO misses are drawn from the lognormal.
 * :func:`shed_unplaced` — a streaming job without a placement sheds what waited too long.
 
@@ -12,18 +11,20 @@
 
 from __future__ import annotations
 
+import heapq
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from oltunes.sim.serve_kernels import serve_interval
+from oltunes.percentile import mean, percentiles, total
 from oltunes.sim.workload import SimJob
 from oltunes.types import Candidate, Decision, Placement
 
 _NONE = np.empty(0)  # (shared: never written to)
 _NONE.flags.writeable = False
-_CHUNK = 256  # noise draws per call of a job's generator while serving (the draw sequence runs are seeded with)
+_CHUNK = 256  # noise draws per call of a job's generator while serving
 
 
 @dataclass
@@ -53,8 +54,6 @@ class JobRun:
     start: np.ndarray | None = None
     acc_per_req: np.ndarray | None = None
     dropped: np.ndarray | None = None
-    # scratch while serving: each batch's start, end and size (reused interval to interval; grows when needed)
-    batch_log: tuple[np.ndarray, np.ndarray, np.ndarray] = field(init=False, default=())
     # batch
     remaining: int = 0
     started_s: float | None = None
@@ -75,7 +74,7 @@ class JobRun:
     interval_items: int = 0
     interval_lat_ms: list[float] = field(default_factory=list)  # batch jobs: the batch latencies to report
     interval_dropped: int = 0
-    interval_batches: int = 0  # streaming: batches served (recorded in ``batch_log``)
+    interval_batches: int = 0  # streaming: batches served
     # streaming: what a measurement reports of the last interval that served requests (set as it is served):
     # batch latency p50, p95, p99 and sum, request latency p99 (shed requests at the threshold), mean wait (ms)
     figures: np.ndarray = field(default_factory=lambda: _NONE)
@@ -86,7 +85,6 @@ class JobRun:
         if self.job.arrivals is not None:
             n = len(self.job.arrivals)
             self.arr = np.ascontiguousarray(self.job.arrivals, dtype=float)
-            self.batch_log = (np.empty(_CHUNK), np.empty(_CHUNK), np.empty(_CHUNK, dtype=np.int64))
             self.figures = np.full(6, np.nan)
             self.done = np.full(n, np.nan)
             self.start = np.full(n, np.nan)
@@ -104,33 +102,68 @@ class JobRun:
 
 
 def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) -> None:
-    """Process one streaming instance's queue until no batch can start before ``t1`` (compiled:
-    :func:`~oltunes.sim.serve_kernels.serve_interval`); sets this interval's counts and, when it served any, its
-    ``figures`` (its batches are the first ``interval_batches`` of ``batch_log``)."""
-    i0 = r.i
-    if i0 >= len(r.arr):
+    """Process one streaming instance's queue until no batch can start before ``t1``: the earliest-free executor
+    takes every request that has arrived (up to the batch size) as one batch lasting ``lat[size] x factor x
+    lognormal noise``; requests that waited ``drop_after x SLO`` by then are shed. Sets this interval's counts and,
+    when it served any batch, its ``figures``."""
+    i0, arr = r.i, r.arr
+    n = len(arr)
+    if i0 >= n:
         return
-    slo_ms = r.job.spec.slo_ms
-    drop_s = drop_after * slo_ms / 1000.0
-    # the standard normals of the batches' lognormal noise (the kernel takes the exponential of those it uses)
-    z = r.rng.standard_normal(_CHUNK)
-    b_start, b_end, b_size = r.batch_log
-    i, q, busy, shed, finished = i0, 0, 0.0, 0, False
-    while not finished:
-        if q == len(z):  # the loop wants another batch: the next chunk of draws, as the loop always drew them
+    shed_ms = drop_after * r.job.spec.slo_ms
+    drop_s = shed_ms / 1000.0
+    free = r.free.tolist()  # when each executor is free next (a heap: ``r.free`` is kept as one)
+    z = r.rng.standard_normal(_CHUNK)  # the batches' noise, drawn a chunk at a time
+    i, shed, busy = i0, 0, 0.0
+    batches: list[tuple[float, float, int]] = []  # (start, end, size)
+    while i < n:
+        a = arr[i]
+        t = max(free[0], a)
+        if t >= t1:
+            break
+        if a < t - drop_s:  # waited too long: shed everything that arrived before the drop window
+            j = bisect_left(arr, t - drop_s, i, n)
+            r.dropped[i:j] = True
+            shed += j - i
+            i = j
+            continue
+        m = bisect_right(arr, t, i, min(i + r.batch, n))  # everything arrived by t, up to the batch size
+        if len(batches) == len(z):
             z = np.concatenate((z, r.rng.standard_normal(_CHUNK)))
-            if len(b_start) < len(z):
-                r.batch_log = b_start, b_end, b_size = tuple(np.resize(b, len(z)) for b in r.batch_log)
-        i, q, busy, shed, finished = serve_interval(
-            r.arr, i, t1, r.free, r.lat, r.batch, drop_s, factor, sigma, z, q, b_start, b_end, b_size,
-            r.start, r.done, r.acc_per_req, r.accuracy, r.dropped, busy, shed, i0, drop_after * slo_ms,
-            r.interval_dropped, r.figures)  # fmt: skip
+        base = r.lat[m - i]
+        end = t + base * factor * math.exp(sigma * z[len(batches)])
+        heapq.heapreplace(free, end)
+        batches.append((t, end, m - i))
+        busy += base
+        i = m
+    r.free = np.array(free)
     r.i = i
     r.interval_dropped += shed
-    r.interval_batches = q
-    if q:
+    r.interval_batches = len(batches)
+    r.busy_iso += float(busy)
+    if batches:
+        # each served request's batch start and end (the requests taken and not shed, in order)
+        starts, ends, sizes = zip(*batches)
+        served = i0 + np.flatnonzero(~r.dropped[i0:i])
+        r.start[served] = np.repeat(starts, sizes)
+        r.done[served] = np.repeat(ends, sizes)
+        r.acc_per_req[served] = r.accuracy
         r.interval_items += i - i0 - shed
-    r.busy_iso += busy
+        r.figures[:] = _figures(r, batches, i0, i, shed_ms)
+
+
+def _figures(r: JobRun, batches: list[tuple[float, float, int]], i0: int, i1: int, shed_ms: float) -> list[float]:
+    """What a measurement says of the interval's serving of requests ``i0:i1``: the p50, p95, p99 and sum of the
+    batches' latencies (ms; of the full ones when there are at least 3: partial batches run faster and would flatter
+    a large batch size), the p99 of the requests' end-to-end latencies with each shed request counted at
+    ``shed_ms`` (a p99 that hid them would flatter overload), and the served requests' mean wait (ms)."""
+    full = [(end - start) * 1000.0 for start, end, size in batches if size == r.batch]
+    lat_ms = full if len(full) >= 3 else [(end - start) * 1000.0 for start, end, _ in batches]
+    served = ~r.dropped[i0:i1]
+    arrived = r.arr[i0:i1][served]
+    every = ((r.done[i0:i1][served] - arrived) * 1000.0).tolist() + [shed_ms] * r.interval_dropped
+    wait_ms = (r.start[i0:i1][served] - arrived) * 1000.0
+    return [*percentiles(lat_ms, (50, 95, 99)), total(lat_ms), percentiles(every, (99,))[0], mean(wait_ms)]
 
 
 def shed_unplaced(r: JobRun, t1: float, drop_after: float) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from oltunes.registry import Registered
 from oltunes.tuner.candidates import memory_need_gb
-from oltunes.tuner.corunners import load_level, member_checks
+from oltunes.tuner.corunners import DeviceChecks, load_level, member_checks
 from oltunes.tuner.estimate import Estimate, Estimator
 
 __all__ = ["Constraint", "Verdict", "at", "build_constraints"]
@@ -143,25 +143,20 @@ class CoRunners(Constraint, name="co-runners"):
     label = "co-runners' SLOs"
     why_rank = 4
 
+    def __init__(self, estimator: Estimator, throughput_headroom: float = 1.2) -> None:
+        super().__init__(estimator, throughput_headroom)
+        self.kept = DeviceChecks()
+
     def mask(self, est: Estimate) -> np.ndarray:
-        checks = est.extra["members"] = member_checks(self.estimator, est.options, est.variants, est.job)
+        checks = est.extra["members"] = member_checks(self.estimator, est.options, est.variants, est.job, self.kept)
         co = checks.ok  # P, V, L
-        if co.all():
-            return np.ones((1, 1, 1, 1), dtype=bool)
-        if (co == co[:, :, :1]).all():  # the newcomer's load level cannot change the outcome: skip finding it
-            return co[:, :, None, None, 0]
         rate = est.job.arrival_rate_rps
-        if est.job.kind == "streaming" and rate > 0:  # the newcomer's busy share decides how much it slows them
-            at_level = est.shared.get("at_level")  # the grid's throughput and the rate fix each cell's level
-            if at_level is None:
-                level = load_level(rate / est.thr)  # P, V, B, C
-                at_level = est.shared["at_level"] = [level == i for i in range(co.shape[-1])]
-            # co at each cell's level (exactly one level holds per cell)
-            out = at_level[0] & co[:, :, None, None, 0]
-            for i in range(1, co.shape[-1]):
-                out |= at_level[i] & co[:, :, None, None, i]
-            return out
-        return co[:, :, None, None, -1]
+        if est.job.kind != "streaming" or rate <= 0:  # batch jobs run flat out: the top level
+            return co[:, :, None, None, -1]
+        # the newcomer's busy share (the rate over each cell's throughput) decides how much it slows them
+        level = load_level(rate / est.thr)  # P, V, B, C
+        P, V, _ = co.shape
+        return co[np.arange(P)[:, None, None, None], np.arange(V)[None, :, None, None], level]
 
     def why(self, est: Estimate, idx: tuple[int, ...]) -> str:
         return "a co-runner on that device would miss its SLO"
@@ -172,8 +167,7 @@ class Memory(Constraint, name="memory"):
     why_rank = 0
 
     def mask(self, est: Estimate) -> np.ndarray:
-        need = self.estimator.memo.get(("need", est.job.family), lambda: np.array(
-            [[memory_need_gb(v, c) for c in est.concurrencies] for v in est.variants]))  # V, C
+        need = np.array([[memory_need_gb(v, c) for c in est.concurrencies] for v in est.variants])  # V, C
         free_mem = np.array([o.free_memory_gb for o in est.options])
         fits = np.greater_equal.outer(free_mem, need)[:, :, None, :]  # P, V, 1, C: need <= free memory
         return np.zeros_like(fits) if est.no_capacity else fits  # no capacity: nothing fits

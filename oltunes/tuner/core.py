@@ -4,7 +4,7 @@ A decision runs five small parts, one module each, over every candidate at once 
 ``evaluation.Evaluator``; step 5 chooses from it):
 
 1. **candidates** (``candidates.placement_options``): per pool, the first empty device and the fullest device with
-   a free slot (and a re-tuned job's current device), kept between decisions by ``cluster_options``. Grid =
+   a free slot (and a re-tuned job's current device), read from the cluster's ``oltunes.occupancy.Occupancy``. Grid =
    options x variants of the job's family x batch sizes x concurrencies.
 2. **estimate** (``estimate.Estimator``): prior x learned FM correction for latency, energy and throughput, with
    margins from recent errors and from how often each (accelerator, variant) was measured.
@@ -44,7 +44,6 @@ from oltunes.errors import ConfigError, DataError
 from oltunes.jsonstate import rng_state, set_rng_state
 from oltunes.learner.features import JobContext, job_context
 from oltunes.learner.fm_state import DEFAULT_LR
-from oltunes.tuner import built
 from oltunes.tuner.catalogue import Catalogue
 from oltunes.tuner.constraints import build_constraints
 from oltunes.tuner.decision import DecisionBuilder
@@ -52,7 +51,6 @@ from oltunes.tuner.estimate import EN, LAT, TARGETS, THR, Estimator
 from oltunes.tuner.evaluation import Evaluator
 from oltunes.tuner.grouping import plan_groups
 from oltunes.tuner.prior import Prior
-from oltunes.tuner.recall import DecisionMemo, question
 from oltunes.tuner.seen import SeenIds
 from oltunes.tuner.selection import Selector
 from oltunes.tuner.state import STATE_FORMAT, STATE_VERSION, check_envelope, read_state, write_state
@@ -182,8 +180,7 @@ class Tuner:
         self._seen = SeenIds()  # bounded: see oltunes.tuner.seen
         self._rng = np.random.default_rng(seed)
         self._evaluator = Evaluator(self.catalogue, self.estimator, self.constraints)
-        self._decisions = DecisionBuilder(self.estimator, self._evaluator.version, selector=self.selector)
-        self._recalled = DecisionMemo()  # decisions per question on the last options list (``recall``)
+        self._decisions = DecisionBuilder(self.estimator, selector=self.selector)
 
     # ------------------------------------------------------------------------------------------------ catalogue
     @staticmethod
@@ -216,8 +213,8 @@ class Tuner:
             out = []
             for c, row in zip(candidates, lp):
                 lat = math.exp(row[LAT])
-                out.append(built.prediction(lat, math.exp(row[EN]), math.exp(row[THR]),
-                                            lat * (math.exp(self.estimator.latency_margin(c)) - 1.0)))
+                out.append(Prediction.clamped(lat, math.exp(row[EN]), math.exp(row[THR]),
+                                              lat * (math.exp(self.estimator.latency_margin(c)) - 1.0)))
             return out
 
     # ------------------------------------------------------------------------------------------------ observe
@@ -267,42 +264,9 @@ class Tuner:
         is ignored (its slot is the job's own).
         """
         with self._lock:
-            if current is None:
-                return self._decide_new(job, cluster)
-            # a re-tune weighs staying: decided in full every time
             est, verdict, objective, obj = self._evaluator.evaluate(job, cluster, current)
             choice = self.selector.select(est, verdict, objective, obj, current, self.n_observed, self._rng)
             return self._decisions.build(est, verdict, objective, obj, choice)
-
-    def _decide_new(self, job: JobSpec, cluster: ClusterState) -> Decision:
-        """A job not running yet. The same question on the same options and model state is answered from the
-        decision kept for it (``recall``); the exploration draw is taken as always, and an exploring decision is
-        made in full."""
-        evaluator = self._evaluator
-        options, no_capacity = evaluator.options_for(job, cluster, None)
-        table = self._recalled.table(options, (*evaluator.version(), no_capacity))
-        key = question(job, self.estimator.burst(job.job_id))
-        kept = table.get(key)
-        evaluated: list = []
-
-        def evaluation() -> tuple:  # evaluated once, only when needed
-            if not evaluated:
-                evaluated.append(evaluator.score(job, options, no_capacity))
-            return evaluated[0]
-
-        if kept is None:
-            settled, feasible = self.selector.settle(*evaluation(), None), bool(evaluation()[1].n_feasible)
-        else:
-            settled, feasible = kept[2], kept[0].feasible
-        choice = self.selector.maybe_explore(settled, feasible, self.n_observed, self._rng,
-                                             lambda: self.selector.explore_in(*evaluation()))
-        if kept is not None and choice is settled:
-            return self._recalled.recall(kept[:2], job)
-        slowdowns: list = []
-        decision = self._decisions.build(*evaluation(), choice, slowdowns)
-        if choice is settled:
-            self._recalled.keep(table, key, decision, slowdowns[0] if slowdowns else None, settled)
-        return decision
 
     def expect(self, job: JobSpec, cluster: ClusterState) -> Prediction:
         """What the job is predicted to do where :meth:`decide` would put it, without deciding: the choice with

@@ -11,19 +11,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
-
 import numpy as np
 
 from oltunes.learner.features import job_context
-from oltunes.tuner import built, explain
+from oltunes.tuner import explain
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.estimate import LAT, Estimate, Estimator
-from oltunes.tuner.memo import Memo
 from oltunes.tuner.objectives import Objective
 from oltunes.tuner.selection import Choice, Selector
-from oltunes.types import Candidate, Decision, JobSpec
+from oltunes.types import ColocationGroup, Decision
 
 __all__ = ["MIN_MODEL_OBS", "DecisionBuilder"]
 
@@ -31,22 +28,16 @@ MIN_MODEL_OBS = 5  # a region with fewer measurements is still "prior" territory
 
 
 class DecisionBuilder:
-    """``build(est, verdict, objective, obj, choice)``: the decision for ``choice`` on a scored grid.
+    """``build(est, verdict, objective, obj, choice)``: the decision for ``choice`` on a scored grid."""
 
-    ``grid_version`` says what a scored grid depends on besides the question (the tuner's): the latency of a
-    configuration alone, a shared device's slowdown denominator, is kept while it does not move.
-    """
-
-    def __init__(self, estimator: Estimator, grid_version: Callable[[], Hashable], *, selector: Selector) -> None:
+    def __init__(self, estimator: Estimator, *, selector: Selector) -> None:
         self.estimator = estimator
         self.selector = selector  # its near-equal band and tie-breaks are what the explanation states
         self.stay_tolerance = selector.stay_tolerance
-        self._alone = Memo(grid_version)
 
-    def build(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray, choice: Choice,
-              slowdowns: list | None = None) -> Decision:
-        """The decision for ``choice``; a shared device's predicted slowdowns (the members', the job's own) are
-        appended to ``slowdowns`` when given (what a recalled decision is rebuilt from)."""
+    def build(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
+              choice: Choice) -> Decision:
+        """The decision for ``choice``."""
         job, idx = est.job, choice.idx
         p, v, _, _ = idx
         opt, variant = est.options[p], est.variants[v]
@@ -58,33 +49,24 @@ class DecisionBuilder:
         cand = est.candidate(idx)
         group = None
         if opt.shared:
-            alone = self._alone_log_latency(job, cand)
+            alone = self.estimator.predict_log([job_context(job)],
+                                               [cand.model_copy(update={"co_runners": ()})])[0, LAT]
             rate = job.arrival_rate_rps
             lv = (int(load_level(rate / est.thr[idx])) if job.kind == "streaming" and rate > 0
                   else len(LOAD_LEVELS) - 1)
             sd = est.extra["members"].slowdowns(p, variant.size, lv)
             own = float(math.exp(est.logp[LAT][idx] - alone))
-            if slowdowns is not None:
-                slowdowns.append((dict(sd), own))
             sd[job.job_id] = own
-            group = built.group(opt.pool.name, opt.device, tuple(m.job_id for m in opt.members) + (job.job_id,), sd)
+            group = ColocationGroup(pool=opt.pool.name, device=opt.device,
+                                    members=(*(m.job_id for m in opt.members), job.job_id), predicted_slowdown=sd)
         elif choice.stayed:  # alone on its current device: a one-member group keeps the launcher on that device
-            group = built.group(opt.pool.name, opt.device, (job.job_id,), {job.job_id: 1.0})
+            group = ColocationGroup(pool=opt.pool.name, device=opt.device, members=(job.job_id,),
+                                    predicted_slowdown={job.job_id: 1.0})
         text = explain.note(est, verdict, idx, source)
         if choice.stayed and verdict.n_feasible:
             text += f"; kept the current placement (within {self.stay_tolerance:.0%} of the best)"
         elif choice.stayed:
             text += "; kept the current placement (moving would not make it clearly less infeasible)"
         expl = explain.explanation(est, verdict, objective, obj, choice, self.selector, est.prediction(idx), text)
-        return built.decision(job.job_id, cand, group, source, bool(verdict.n_feasible), expl)
-
-    def _alone_log_latency(self, job: JobSpec, cand: Candidate) -> float:
-        """Log latency of the chosen configuration alone on its device (its slowdown's denominator): the same
-        until the next observation, so decisions in between that pick it again reuse it."""
-        est = self.estimator
-        ctx = job_context(job)
-        # every input predict_log reads: the job's context, the candidate less its co-runners, the prior's figures
-        key = (ctx, cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency,
-               est.priors.accelerator(cand.accelerator))
-        return self._alone.get(key, lambda: est.predict_log([ctx], [built.candidate(
-            cand.pool, cand.accelerator, cand.variant, cand.batch_size, cand.concurrency, ())])[0, LAT])
+        return Decision(job_id=job.job_id, candidate=cand, group=group, source=source,
+                        feasible=bool(verdict.n_feasible), explanation=expl)

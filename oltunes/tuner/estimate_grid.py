@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from oltunes.tuner import built
 from oltunes.tuner.candidates import PlacementOption
 from oltunes.types import Candidate, JobSpec, Prediction, Variant
 
@@ -48,7 +47,7 @@ class Estimate:
 
     def prediction(self, idx: tuple[int, ...]) -> Prediction:
         lat = self.lat.item(idx)  # (Python floats: the same doubles, and their difference the same subtraction)
-        return built.prediction(lat, self.energy.item(idx), self.thr.item(idx), self.pess_lat.item(idx) - lat)
+        return Prediction.clamped(lat, self.energy.item(idx), self.thr.item(idx), self.pess_lat.item(idx) - lat)
 
     def key(self, idx: tuple[int, ...]) -> str:
         """``pool/variant/b<batch>/c<concurrency>/dev<device>[+shared]`` of one cell."""
@@ -60,5 +59,5 @@ class Estimate:
     def candidate(self, idx: tuple[int, ...]) -> Candidate:
         p, v, b, c = idx
         o = self.options[p]
-        return built.candidate(o.pool.name, o.pool.accelerator.name, self.variants[v], self.batch_sizes[b],
-                               self.concurrencies[c], o.co_runners)
+        return Candidate(pool=o.pool.name, accelerator=o.pool.accelerator.name, variant=self.variants[v],
+                         batch_size=self.batch_sizes[b], concurrency=self.concurrencies[c], co_runners=o.co_runners)

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from oltunes.tuner.candidates import co_runner_of, fill_wait_ms
+from oltunes.tuner.candidates import co_runner_of
+from oltunes.tuner.corunners import keeps_slo
 from oltunes.types import ColocationGroup, CoRunner, Placement, Pool
 
 __all__ = ["plan_groups", "LatencyFn"]
 
 # (pool name, placed job, its co-runners) -> (mean p99 ms, pessimistic p99 ms)
 LatencyFn = Callable[[str, Placement, Sequence[CoRunner]], tuple[float, float]]
-
-
-def _wait_ms(p: Placement) -> float:
-    return float(fill_wait_ms(float(p.candidate.batch_size), p.arrival_rate_rps))
 
 
 def group_check(pool: str, members: Sequence[Placement], latency: LatencyFn,
@@ -39,7 +36,7 @@ def group_check(pool: str, members: Sequence[Placement], latency: LatencyFn,
     for m in members:
         co = [co_runner_of(o, load_of(o) if load_of else 1.0) for o in members if o.job_id != m.job_id]
         mean, pess = latency(pool, m, co)
-        ok = ok and pess + _wait_ms(m) <= m.slo_ms
+        ok = ok and bool(keeps_slo(m, pess))
         slowdown[m.job_id] = mean / alone[m.job_id] if alone[m.job_id] > 0 else 1.0
     return ok, slowdown
 

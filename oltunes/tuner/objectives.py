@@ -15,7 +15,6 @@ import numpy as np
 
 from oltunes.registry import Registered
 from oltunes.tuner.estimate import EN, THR, Estimate
-from oltunes.tuner.objective_kernels import effective_batch_cells
 from oltunes.types import JobSpec
 
 __all__ = ["Objective", "objective_for"]
@@ -79,20 +78,12 @@ def effective_batch_energy(est: Estimate) -> np.ndarray:
     rate = job.arrival_rate_rps
     if job.kind != "streaming" or rate <= 0 or len(est.batch_sizes) == 1:
         return est.energy
-    shared = getattr(est, "shared", None)  # an Estimate's values kept with its grid (whose key holds the rate)
-    if shared is None:
-        return _effective_batch_energy(est, rate)
-    kept = shared.get("effective_batch_energy")
-    if kept is None:
-        kept = shared["effective_batch_energy"] = _effective_batch_energy(est, rate)
-        kept.flags.writeable = False
-    return kept
-
-
-def _effective_batch_energy(est: Estimate, rate: float) -> np.ndarray:
-    # one search per (option, variant, concurrency), its index capped by each cell's own batch (compiled)
-    return effective_batch_cells(est.energy, est.lat, np.array(est.batch_sizes, dtype=float),
-                                 np.array(est.concurrencies, dtype=float), float(rate))
+    batches = np.array(est.batch_sizes, dtype=float)
+    concurrencies = np.array(est.concurrencies, dtype=float)
+    formed = 1.0 + rate * est.lat[:, :, :1, :] / 1000.0 / concurrencies  # P, V, 1, C: from the batch-1 latency
+    top = np.searchsorted(batches, formed, side="right") - 1  # the largest configured batch <= it
+    read_at = np.clip(np.minimum(top, np.arange(len(batches))[:, None]), 0, None)  # P, V, B, C
+    return np.take_along_axis(est.energy, read_at, axis=2)
 
 
 def objective_for(job: JobSpec) -> Objective:

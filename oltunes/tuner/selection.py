@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from oltunes.tuner.constraints import Verdict
 from oltunes.tuner.estimate import Estimate
 from oltunes.tuner.objectives import Objective
-from oltunes.tuner.selection_kernels import graded_violation, lexsort_first5
 from oltunes.types import Placement
 
-__all__ = ["INFEASIBLE_STAY", "NEAR_EQUAL_CAP", "Choice", "Selector", "lexsort_first", "near_equal_band", "unravel"]
+__all__ = ["INFEASIBLE_STAY", "NEAR_EQUAL_CAP", "Choice", "Selector", "near_equal_band", "unravel"]
 
 EXPLORE_N0 = 20.0  # exploration probability halves after this many observations
 INFEASIBLE_STAY = 0.1  # an infeasible running job moves only if that cuts its graded violation by more
@@ -61,7 +60,6 @@ class Selector:
     explore_slack: float = 0.5
     crowding: float = 0.25
     throughput_headroom: float = 1.2
-    _frag: tuple | None = field(default=None, init=False, repr=False, compare=False)  # (options, fragmentation)
 
     def select(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
                current: Placement | None, n_observed: int, rng: np.random.Generator) -> Choice:
@@ -110,8 +108,7 @@ class Selector:
         band = near_equal_band(self.near_equal, est, objective, p_best)
         flat = np.flatnonzero(o <= best * (1.0 + band))
         keys = self.tie_break_keys(est, objective, o, flat)
-        first = (lexsort_first5(*keys) if all(k.dtype == np.float64 and k.ndim == 1 for k in keys)
-                 else lexsort_first(keys))
+        first = int(np.lexsort(keys)[0])  # the last key is the primary
         return unravel(int(flat[first]), feasible.shape)  # type: ignore[return-value]
 
     def tie_break_keys(self, est: Estimate, objective: Objective, o: np.ndarray, flat: np.ndarray) -> tuple:
@@ -120,10 +117,7 @@ class Selector:
         variant first), fragility (minus the tolerated slowdown), fragmentation (free slots left)."""
         _, V, B, C = est.shape
         p_idx = flat // (V * B * C)
-        last = self._frag  # consecutive decisions share one options list while the cluster is unchanged
-        if last is None or last[0] is not est.options:
-            last = self._frag = (est.options, fragmentation(est.options))
-        frag = last[1][p_idx]
+        frag = fragmentation(est.options)[p_idx]
         secondary = objective.secondary(est, flat, p_idx)
         fragile = -tolerated_slowdown(est, self.throughput_headroom, flat)
         accuracy = np.array([v.accuracy for v in est.variants])[flat // (B * C) % V]
@@ -148,16 +142,18 @@ class Selector:
         the device (spread rather than pack), then the objective."""
         job = est.job
         shape = obj.shape
-        shortfall = np.array([max(0.0, job.accuracy_floor - v.accuracy) for v in est.variants])
-        crowd = np.array([len(o.members) for o in est.options], dtype=float)
-        # over = max(0, latency / SLO - 1), streaming also max(that, rate x headroom / capacity - 1): the worse
-        # of the two (trading latency for throughput is no gain); one compiled pass (selection_kernels)
-        first, graded = graded_violation(
-            np.broadcast_to(est.req_lat, shape), np.broadcast_to(est.pess_thr, shape), obj,
-            _grid(~verdict.masks["memory"], shape), _grid(~verdict.masks["co-runners"], shape),
-            shortfall, crowd, float(job.slo_ms), job.kind == "streaming",
-            float(job.arrival_rate_rps * self.throughput_headroom), float(self.crowding))
-        return tuple(int(i) for i in np.unravel_index(first, shape)), graded  # type: ignore[return-value]
+        over = np.maximum(0.0, est.req_lat / job.slo_ms - 1.0)
+        if job.kind == "streaming":  # the worse of latency and throughput (trading one for the other is no gain)
+            over = np.maximum(over, job.arrival_rate_rps * self.throughput_headroom / est.pess_thr - 1.0)
+        crowd = np.array([len(o.members) for o in est.options], dtype=float)[:, None, None, None]
+        co_fail = ~verdict.masks["co-runners"]
+        graded = np.broadcast_to(over + self.crowding * crowd + co_fail, shape)
+        misfit = np.broadcast_to(~verdict.masks["memory"], shape)
+        shortfall = np.broadcast_to(np.array([max(0.0, job.accuracy_floor - v.accuracy)
+                                              for v in est.variants])[None, :, None, None], shape)
+        first = int(np.lexsort((obj.ravel(), graded.ravel(), shortfall.ravel(), misfit.ravel()))[0])
+        graded = np.where(misfit | (shortfall > 0), np.inf, graded)
+        return unravel(first, shape), graded  # type: ignore[return-value]
 
 
 def near_equal_band(near_equal: float, est: Estimate, objective: Objective, p_best: int) -> float:
@@ -175,37 +171,6 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         flat, i = divmod(flat, n)
         out.append(i)
     return tuple(reversed(out))
-
-
-def _grid(mask: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A mask over the whole grid as a new C-ordered array: a constraint's mask may be full or broadcastable, and the
-    kernel, compiled per array layout, then has one signature to compile (``warmup`` covers it)."""
-    return np.array(np.broadcast_to(mask, shape), order="C")
-
-
-def lexsort_first(keys: tuple[np.ndarray, ...]) -> int:
-    """``np.lexsort(keys)[0]`` (the last key is the primary) without sorting: the positions holding each key's
-    minimum among those still tied, key by key, then the first of them (the sort is stable). Only comparisons,
-    as the sort's: NaN is above every number and equal to NaN, -0.0 equals 0.0.
-
-    >>> a, b = np.array([2.0, 1.0, 1.0, np.nan]), np.array([0, 1, 0, 0])
-    >>> int(lexsort_first((a, b))), int(np.lexsort((a, b))[0])
-    (2, 2)
-    """
-    tied = None  # positions still tied (None: all)
-    for key in reversed(keys):
-        v = key if tied is None else key[tied]
-        if v.dtype.kind == "f" and np.isnan(v).any():
-            numbers = v[~np.isnan(v)]
-            if not numbers.size:  # all NaN: all tied on this key
-                continue
-            at = np.flatnonzero(v == numbers.min())
-        else:
-            at = np.flatnonzero(v == v.min())
-        tied = at if tied is None else tied[at]
-        if len(tied) == 1:
-            break
-    return 0 if tied is None else int(tied[0])
 
 
 def tolerated_slowdown(est: Estimate, throughput_headroom: float, flat: np.ndarray | None = None) -> np.ndarray:

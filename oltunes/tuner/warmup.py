@@ -4,9 +4,9 @@ The first fit and the first decisions of a process compile the kernels (~15 s of
 first start after an install or an upgrade, every start of a read-only install without a writable home) or load them
 (~0.3 s). The tuning service runs this before it serves (``service.create_app``), so no client's first ``observe`` or
 ``recommend`` waits for a compiler past its timeout. A throwaway tuner takes every kernel's path with the types a
-tuner passes: learning from batch and streaming measurements, deciding a feasible job (the grid, the waits, the
-objective, the runner-ups), a running one beside a co-runner, and one nothing can serve (the least-violating fallback);
-``tests/tuner/test_warmup.py`` checks that a simulated run compiles nothing after it.
+tuner passes: learning from batch and streaming measurements, deciding a feasible job (the grid, the runner-ups), a
+running one beside a co-runner, and one nothing can serve; ``tests/tuner/test_warmup.py`` checks that a simulated run
+compiles nothing after it. (The decision side itself is plain numpy: nothing of it is compiled.)
 """
 
 from __future__ import annotations

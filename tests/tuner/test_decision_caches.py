@@ -1,7 +1,7 @@
-"""The tuner's decision caches (scored grids, options, co-runner checks and recalled decisions kept while nothing
-changed) never change a decision: a recorded sequence — repeated jobs, jobs leaving and moving, re-tunes with
-``current=``, fresh placement objects, observations in between — gives exactly the decisions, explanations
-included, of a tuner that rebuilds everything on every call."""
+"""The estimator's caches (scored grids, priors, loads kept while nothing changed) never change a decision: a
+recorded sequence — repeated jobs, jobs leaving and moving, re-tunes with ``current=``, fresh placement objects,
+observations in between — gives exactly the decisions, explanations included, of a tuner that scores every grid
+afresh."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from oltunes.learner.features import job_context
-from oltunes.tuner import Tuner, corunners, estimate
-from oltunes.tuner.cluster_options import ClusterOptions
-from oltunes.tuner.decision import DecisionBuilder
-from oltunes.tuner.recall import DecisionMemo
+from oltunes.occupancy import Occupancy
+from oltunes.tuner import Tuner, estimate
+from oltunes.tuner.candidates import placement_options
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
 from tests.tuner.test_placement_scale import _strip, random_cluster
 from tests.tuner.variants import make_variants
@@ -68,14 +67,8 @@ def _sequence(seed: int) -> list[dict]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cached_decisions_equal_rebuilt_ones(monkeypatch, seed):
     cached = _sequence(seed)
-    # the reference: every cache bypassed, each call scores the grid, the options and the checks afresh
+    # the reference: each call scores the grid afresh
     monkeypatch.setattr(estimate.Estimator, "_grid", lambda self, ctx, o, v: self._score_grid(ctx, o, v))
-    monkeypatch.setattr(ClusterOptions, "kept", lambda self, pools, current: self.build(pools, current))
-    monkeypatch.setattr(corunners, "member_checks", corunners._member_checks)
-    monkeypatch.setattr("oltunes.tuner.constraints.member_checks", corunners._member_checks)
-    monkeypatch.setattr(DecisionMemo, "table", lambda self, options, version: {})  # nothing recalled
-    monkeypatch.setattr(DecisionBuilder, "_alone_log_latency", lambda self, job, cand: self.estimator.predict_log(
-        [job_context(job)], [cand.model_copy(update={"co_runners": ()})])[0, estimate.LAT])
     rebuilt = _sequence(seed)
     assert len(cached) == len(rebuilt) == 120
     assert cached == rebuilt
@@ -205,7 +198,7 @@ def test_prior_grid_and_placement_rows_kept_per_option_equal_the_whole_grid_at_o
         tuner.observe(_measurement(rng, cluster, variants, i))
     est, pr = tuner.estimator, tuner.estimator.priors
     fam = [v for v in variants if v.family == "cnn"]
-    options, _ = ClusterOptions(est, tuner.catalogue).of(cluster, None, None)
+    options = placement_options(Occupancy(cluster), load_of=est.load_of)
     assert len({o.prior_key for o in options}) >= 2  # accelerators or co-loads: blocks that differ
     b = np.array(pr.batch_sizes, dtype=float)[None, None, :, None]
     c = np.array(pr.concurrencies, dtype=float)[None, None, None, :]

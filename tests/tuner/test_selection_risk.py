@@ -75,25 +75,6 @@ def test_a_cold_start_takes_the_smallest_good_enough_variant_and_a_batch_its_rat
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_effective_batch_energy_equals_its_definition_cell_for_cell(seed):
-    """The per-(option, variant, concurrency) search gives the very cells of the definition: the energy of the
-    largest configured batch <= min(configured batch, 1 + rate x batch-1 latency / concurrency)."""
-    from oltunes.tuner.objectives import _effective_batch_energy
-
-    rng = np.random.default_rng(seed)
-    batches = tuple(sorted({int(x) for x in rng.choice([1, 2, 3, 4, 8, 16, 32], size=int(rng.integers(2, 6)))}))
-    concs = tuple(range(1, int(rng.integers(2, 5))))
-    shape = (int(rng.integers(1, 5)), int(rng.integers(1, 4)), len(batches), len(concs))
-    est = SimpleNamespace(batch_sizes=batches, concurrencies=concs, lat=rng.uniform(0.5, 80.0, shape),
-                          energy=rng.uniform(0.1, 5.0, shape))
-    rate = float(rng.choice([0.5, 20.0, 300.0, 5000.0]))
-    b, c = np.array(batches, dtype=float), np.array(concs, dtype=float)
-    b_eff = np.minimum(b[:, None], 1.0 + rate * est.lat[:, :, :1, :] / 1000.0 / c)
-    at = np.clip(np.searchsorted(b, b_eff, side="right") - 1, 0, len(b) - 1)
-    np.testing.assert_array_equal(_effective_batch_energy(est, rate), np.take_along_axis(est.energy, at, axis=2))
-
-
-@pytest.mark.parametrize("seed", range(6))
 def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_whole_grid_ones(seed):
     from oltunes.tuner.constraints import at, count_broadcast, count_false_broadcast
 
