@@ -1,5 +1,5 @@
 """Where a simulated run's time goes: one ``sim_speed`` workload under cProfile, its own time summed by layer
-(compiled kernels, numpy, the tuner's / learner's / simulator's Python, builtins) and the costliest functions.
+(numpy, the tuner's / learner's / simulator's Python, builtins) and the costliest functions.
 
 Issue 14 asks for this profile where a speed goal is not met. Run from the repo root:
 
@@ -7,9 +7,7 @@ Issue 14 asks for this profile where a speed goal is not met. Run from the repo 
 
 cProfile costs every Python call ~1 us more, so a layer made of many small Python calls looks bigger than it is:
 read the shares as where the work is, and ``sim_speed``'s unprofiled CPU split (decide / observe / engine, printed
-first) as what it costs. A compiled (numba) kernel's time is reported under its Python name, in its ``*_kernel(s).py``
-module: the repository keeps every kernel in such a module.
-"""
+first) as what it costs. """
 
 from __future__ import annotations
 
@@ -22,10 +20,7 @@ from benchmarks.sim_speed import measure, timed_simulation, warm_up, workload
 
 # (layer, test on a pstats key (file, line, name)): the first that matches names the layer
 LAYERS = (
-    ("compiled kernels", lambda f, n: "/oltunes/" in f and f.rsplit("/", 1)[-1].split(".")[0].endswith(
-        ("_kernel", "_kernels"))),
     ("numpy (C)", lambda f, n: "numpy" in n or "/numpy/" in f),
-    ("kernel dispatch (numba)", lambda f, n: "/numba/" in f or "/llvmlite/" in f),
     ("tuner Python", lambda f, n: "/oltunes/tuner/" in f),
     ("learner Python", lambda f, n: "/oltunes/learner/" in f),
     ("simulator Python", lambda f, n: "/oltunes/sim/" in f or f.endswith("/oltunes/simulation.py")),

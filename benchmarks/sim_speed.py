@@ -14,9 +14,8 @@ reported. Run from the repo root:
 Times are the simulation's CPU time (``time.process_time``: it moves less with the machine's load than wall time),
 split into the policy's ``decide`` and ``observe`` calls and the rest (the engine); wall time is reported beside it.
 The first measurement of a policy in a process first simulates a small cluster (``WARMUP``) under that policy, off
-the clock and reported apart (``warmup_cpu_s``, the same in every row): the process's one-off start-up, loading the
-compiled kernels from their disk cache (~0.5 s; ~15 s compiling them where the cache is cold), as the tuning service
-does before it serves.
+the clock and reported apart (``warmup_cpu_s``, the same in every row): the process's one-off start-up (imports,
+first allocations).
 """
 
 from __future__ import annotations
@@ -89,9 +88,9 @@ class TimedPolicy:
 WARMUP = (20, 5_000)  # devices, requests: every compiled path of the policy and the engine (~0.5 s once loaded)
 
 
-@functools.cache  # once per policy and process: the kernels stay loaded
+@functools.cache  # once per policy and process
 def warm_up(policy: str) -> float:
-    """CPU seconds of a small simulation under ``policy``: loads (or compiles) the kernels the timed run will use."""
+    """CPU seconds of a small simulation under ``policy``: the process's one-off start-up, off the clock."""
     prep = prepare(scenario(*WARMUP))
     sim = simulator(prep)
     cpu0 = time.process_time()

@@ -48,7 +48,7 @@ from oltunes.tuner.jobs import JobMemory
 from oltunes.tuner.memo import Memo, put_bounded
 from oltunes.tuner.prior import Prior
 from oltunes.tuner.prior_table import PriorTable
-from oltunes.tuner.wait_kernels import request_waits
+from oltunes.tuner.candidates import request_waits
 from oltunes.types import Accelerator, Candidate, JobSpec, Placement, Variant
 
 __all__ = ["EN", "LAT", "LEARN_CHUNK", "TARGETS", "THR", "Estimate", "Estimator"]

@@ -61,7 +61,6 @@ from oltunes.tuner.lease_types import LeaseForbidden
 from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner.metrics import TunerMetrics
 from oltunes.tuner.served import Persister, ServedTuner, TunerService
-from oltunes.tuner.warmup import warm_up
 from oltunes.types import Pool
 
 log = logging.getLogger(__name__)
@@ -153,7 +152,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        warm_up()  # the kernels compiled (or loaded) before the first request: no client times out on a compiler
         try:
             service.persist()  # compact what the journal restored
         except Exception:

@@ -10,6 +10,7 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.rltune.policies import QueuePolicy
+from oltunes.rltune.service_queue import queue_order
 from oltunes.tuner.lease_types import LeaseRequest
 from oltunes.tuner.leases import LeaseBook
 from oltunes.tuner import Tuner
@@ -39,7 +40,7 @@ def tuner():
 
 def test_a_full_cluster_never_orders_its_queue_on_acquire_and_writes_one_line_per_change(tmp_path, tuner):
     path = tmp_path / "book"
-    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), path=path, queue_policy="fcfs")
+    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), path=path)
     held = [book.acquire(req(f"run-{i}")) for i in range(2)]
     assert all(a.status == "granted" for a in held)
     secrets = {f"w-{i}": book.acquire(req(f"w-{i}")).secret for i in range(1500)}
@@ -60,7 +61,7 @@ def test_a_full_cluster_never_orders_its_queue_on_acquire_and_writes_one_line_pe
 
 def test_an_ordering_policy_is_called_only_when_something_can_be_admitted(tuner):
     policy = CountingSjf()
-    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), queue_policy=policy)
+    book = LeaseBook([POOL], lambda j, c: tuner.decide(j, c), queue_policy=queue_order(policy))
     held = [book.acquire(req(f"run-{i}")) for i in range(2)]
     secrets = {f"w-{i}": book.acquire(req(f"w-{i}")).secret for i in range(300)}
     before = CountingSjf.calls
