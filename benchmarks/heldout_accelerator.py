@@ -15,7 +15,7 @@ variants on CPU / Pascal (``p100``) / Ampere (``a100``)). Per seed: train on eve
   variants run ~1.5x slower on this Ampere GPU than on the Pascal one, the compute-bound ALBERT-xxlarge and YOLOv5
   faster), so a mean — what the tuner's accelerator effect is, a shrunk mean of its measurements — lies between the
   modes and misses both (the tuner's correction now has a per-accelerator slope on each variant's published arithmetic
-  intensity, ``oltunes.tuner.intensity``, which moves the majority-mode transformers and the weight-reusing ALBERT /
+  intensity, ``oltunes.tuner.model.intensity``, which moves the majority-mode transformers and the weight-reusing ALBERT /
   YOLOv5 apart; the ablation "no intensity slope" leaves it out);
 * ``ratio rule, robust, with batch elasticity`` (reference) — the ratio rule with a Huber-fitted offset and a
   per-accelerator scaling of the variant's Pascal batch growth (``elastic_ratio_predictions``): the structure the
@@ -37,8 +37,8 @@ import numpy as np
 
 from oltunes.inventory import CATALOG
 from oltunes.learner import JobContext, encode
-from oltunes.tuner.correction import PooledCorrection
-from oltunes.tuner.prior import ACHIEVED_TFLOPS, Prior
+from oltunes.tuner.model.correction import PooledCorrection
+from oltunes.tuner.model.prior import ACHIEVED_TFLOPS, Prior
 from oltunes.types import Accelerator, Candidate, Measurement, Variant
 
 ANCHOR, TARGET = "p100", "a100"

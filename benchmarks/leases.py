@@ -41,8 +41,8 @@ def main() -> None:
 
     from oltunes.inventory import CATALOG
     from oltunes.tuner import Tuner
-    from oltunes.tuner.lease_types import LeaseRequest
-    from oltunes.tuner.service import create_app, serve_in_thread
+    from oltunes.allocator.types import LeaseRequest
+    from oltunes.service.app import create_app, serve_in_thread
     from oltunes.types import JobSpec, Pool
     from tests.tuner.variants import make_variants
 
@@ -101,8 +101,8 @@ def queue_costs(waiting: int, calls: int, tmp: Path) -> dict:
 
     from oltunes.inventory import CATALOG
     from oltunes.tuner import Tuner
-    from oltunes.tuner.lease_types import MAX_WAITING, LeaseRequest
-    from oltunes.tuner.service import create_app, serve_in_thread
+    from oltunes.allocator.types import MAX_WAITING, LeaseRequest
+    from oltunes.service.app import create_app, serve_in_thread
     from oltunes.types import JobSpec, Pool
     from tests.tuner.variants import make_variants
 

@@ -53,9 +53,9 @@ from benchmarks.tuner_workload import (
     synthetic_tuner,
 )
 from oltunes.tuner import Tuner
-from oltunes.tuner.api import RecommendRequest, RecommendResponse
-from oltunes.tuner.client import TunerClient
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.service.api import RecommendRequest, RecommendResponse
+from oltunes.client.tuner_client import TunerClient
+from oltunes.service.app import create_app, serve_in_thread
 from oltunes.types import ClusterState, JobSpec, Measurement
 
 GOALS = {"recommend_p99_ms_inprocess": 1.0, "recommend_p99_ms_http": 5.0, "observe_per_s": 2000.0,

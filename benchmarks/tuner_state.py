@@ -38,8 +38,8 @@ from benchmarks.tuner_workload import (
 from oltunes.atomic import atomic_write, atomic_write_text
 from oltunes.jsonstate import find_nonfinite, set_rng_state, unpack_floats
 from oltunes.tuner import Tuner
-from oltunes.tuner.client import TunerClient
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.client.tuner_client import TunerClient
+from oltunes.service.app import create_app, serve_in_thread
 from oltunes.tuner.state import encode_state
 
 GOALS = {"save_ms_100k": 50.0, "state_bytes_100k": 5_000_000}

@@ -3,7 +3,7 @@
 Run it from Python (``asyncio.run(batch_inference(family="cnn", dataset="in.parquet"))``), through ``oltunes
 demo``, or as the scheduled deployment in ``prefect.yaml``.
 
-The job runs under a lease on the device its decision names (`oltunes.tuner.leases`: with a tuning service, the
+The job runs under a lease on the device its decision names (`oltunes.allocator.book`: with a tuning service, the
 cluster's allocator). A job larger than `items_per_worker` is split into parts run one after another on that
 device; every output shard is atomic, so re-running a failed flow with the same `output` resumes it without
 losing or duplicating rows.
@@ -28,8 +28,8 @@ from oltunes.errors import ConfigError, DataError
 from oltunes.launchers import WorkerSpec
 from oltunes.launchers.batch_job import measurement_from_results
 from oltunes.launchers.environment import Environment
-from oltunes.tuner.lease_holder import hold_lease, leases_for
-from oltunes.tuner.lease_types import MAX_TTL_S
+from oltunes.allocator.holder import hold_lease, leases_for
+from oltunes.allocator.types import MAX_TTL_S
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Pool, Variant
 from tasks import tracking as track
 from tasks import tuning

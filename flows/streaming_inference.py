@@ -40,7 +40,7 @@ from oltunes.launchers.service_records import remove_record
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.traffic import BUNDLED_TRACE, load_arrivals
 from oltunes.tracking import conventions as cv
-from oltunes.tuner.lease_holder import DecisionLeases, lease_decisions, leases_for
+from oltunes.allocator.holder import DecisionLeases, lease_decisions, leases_for
 from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement
 from tasks import serving as serving_tasks
 from tasks import tracking as track

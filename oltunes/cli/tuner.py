@@ -63,7 +63,7 @@ def load_variants(path: Path) -> list[Variant]:
 
 
 def _build_tuner(state: Path, variants_path: Path | None):
-    from oltunes.tuner.core import Tuner
+    from oltunes.tuner.tuner import Tuner
 
     if state.exists():
         try:
@@ -111,7 +111,7 @@ def serve_cmd(
     from oltunes.config import get_settings
     from oltunes.inventory import load_inventory
     from oltunes.netaddr import check_bind
-    from oltunes.tuner.service import serve
+    from oltunes.service.app import serve
 
     settings = get_settings()
     token = settings.tuner_token.get_secret_value() if settings.tuner_token else None
@@ -224,7 +224,7 @@ def job_template_cmd() -> None:
 def flush_cmd() -> None:
     """Send the measurements the HTTP client queued while the service was unreachable."""
     from oltunes.config import get_settings
-    from oltunes.tuner.client import TunerClient
+    from oltunes.client.tuner_client import TunerClient
 
     settings = get_settings()
     if not settings.tuner_url:

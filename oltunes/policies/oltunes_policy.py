@@ -51,7 +51,7 @@ class OLTunesPolicy(Policy, name="oltunes"):
         super().__init__(ctx)
         try:  # the learner's package; imported lazily so the baselines never need it
             from oltunes.tuner import Tuner
-            from oltunes.tuner.prior import Prior
+            from oltunes.tuner.model.prior import Prior
         except ImportError as e:
             raise MissingDependency(f"policy 'oltunes' needs the tuner package: {e}") from e
 

@@ -92,7 +92,7 @@ def release_order(policy: QueuePolicy, waiting: list[dict | WaitingJob], pools: 
 
 
 class PolicyQueue:
-    """A `QueuePolicy` as the lease book's queue order (`oltunes.tuner.lease_queue.QueueOrder`)."""
+    """A `QueuePolicy` as the lease book's queue order (`oltunes.allocator.queue.QueueOrder`)."""
 
     def __init__(self, policy: QueuePolicy) -> None:
         self.policy, self.name, self.uses_runtime = policy, policy.name, policy.uses_runtime

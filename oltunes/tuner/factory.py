@@ -38,7 +38,7 @@ def get_tuner(
     """
     settings = settings or get_settings()
     if settings.tuner_url:
-        from oltunes.tuner.client import TunerClient
+        from oltunes.client.tuner_client import TunerClient
 
         token = settings.tuner_token.get_secret_value() if settings.tuner_token else None
         return TunerClient(
@@ -49,7 +49,7 @@ def get_tuner(
             variants=variants or (),
         )
 
-    from oltunes.tuner.core import Tuner
+    from oltunes.tuner.tuner import Tuner
     from oltunes.tuner.local import StateFileTuner
 
     path = settings.tuner_state_path

@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any
 
 from oltunes.percentile import quantiles
-from oltunes.tuner.candidates import fill_wait_ms
+from oltunes.tuner.decide.candidates import fill_wait_ms
 from oltunes.types import Measurement
 
 __all__ = ["JobMemory"]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import compress
 from pathlib import Path
 
-from oltunes.tuner.core import Tuner
+from oltunes.tuner.tuner import Tuner
 from oltunes.tuner.state import state_lock
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement, Prediction, Variant
 

@@ -2,10 +2,10 @@
 
 Three objects implement it, and callers never ask which one they hold:
 
-* `oltunes.tuner.core.Tuner` — the tuner itself, in this process (its ``save`` takes the file to write);
+* `oltunes.tuner.tuner.Tuner` — the tuner itself, in this process (its ``save`` takes the file to write);
 * `oltunes.tuner.local.StateFileTuner` — a `Tuner` bound to its state file, which ``save()`` merges with what
   other processes (concurrent flows) saved there, so none of their observations is lost;
-* `oltunes.tuner.client.TunerClient` — the tuning service over HTTP, with a fallback decision and an outbox that
+* `oltunes.client.tuner_client.TunerClient` — the tuning service over HTTP, with a fallback decision and an outbox that
   delivers every observation exactly once.
 
 `oltunes.tuner.factory.get_tuner` picks the second or the third from the settings (``OLTUNES_TUNER_URL``).

@@ -36,9 +36,9 @@ class LeasingService(ServeProcess):
 
 HOLDER = textwrap.dedent("""
     import asyncio, sys
-    from oltunes.tuner.client import TunerClient
-    from oltunes.tuner.lease_api import RemoteLeases
-    from oltunes.tuner.lease_holder import hold_lease
+    from oltunes.client.tuner_client import TunerClient
+    from oltunes.allocator.api import RemoteLeases
+    from oltunes.allocator.holder import hold_lease
     from oltunes.types import JobSpec
 
     async def main(url, token):

@@ -16,7 +16,7 @@ from oltunes.inventory import load_inventory
 from oltunes.launchers.batch_job import job_outputs
 from oltunes.launchers.environment import Environment
 from oltunes.tuner import Tuner
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.service.app import create_app, serve_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # a real Prefect server, tuner processes
 
@@ -82,7 +82,7 @@ def test_a_streaming_service_holds_a_lease_moves_it_on_each_switch_and_shares_th
 
     from flows.streaming_inference import streaming_inference
     from oltunes.launchers.traffic import BUNDLED_TRACE
-    from oltunes.tuner.lease_types import LeaseRequest
+    from oltunes.allocator.types import LeaseRequest
     from oltunes.types import JobSpec
     from oltunes.zoo import list_variants
     from tests.tuner.serve_process import AUTH, TOKEN, ServeProcess

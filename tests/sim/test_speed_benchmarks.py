@@ -8,7 +8,7 @@ from benchmarks.sim_speed import median_run
 
 
 def test_layers_of_known_functions():
-    assert layer_of(("/r/oltunes/tuner/estimate.py", 264, "_score_grid")) == "tuner Python"
+    assert layer_of(("/r/oltunes/tuner/model/estimate.py", 264, "_score_grid")) == "tuner Python"
     assert layer_of(("/r/oltunes/learner/fm_state.py", 113, "index")) == "learner Python"
     assert layer_of(("/r/oltunes/sim/jobrun.py", 106, "serve")) == "simulator Python"
     assert layer_of(("/r/oltunes/simulation.py", 1, "prepare")) == "simulator Python"

@@ -13,7 +13,7 @@ from oltunes.inventory import pools_from_data
 from oltunes.tracking import Tracker
 from oltunes.tracking import conventions as cv
 from oltunes.tracking.decisions import DECISIONS_DIR, TAG_CHOSEN, TAG_WOULD_HAVE_CHOSEN, explanation_text
-from oltunes.tuner.core import Tuner
+from oltunes.tuner.tuner import Tuner
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement
 from tests.tracking.test_tracking import closed_port_uri, tiny_onnx
 from tests.tuner.variants import make_variants

@@ -12,7 +12,7 @@ from oltunes.tracking import conventions as cv
 from oltunes.tracking import history as hist
 from oltunes.tracking import store as store_module
 from oltunes.tracking.history import cursor_path
-from oltunes.tuner.core import Tuner
+from oltunes.tuner.tuner import Tuner
 from oltunes.tuner.local import StateFileTuner
 from tests.tracking.test_tracking import CAND, VARIANT, closed_port_uri, make_measurement
 

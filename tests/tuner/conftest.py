@@ -6,7 +6,7 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.service.app import create_app, serve_in_thread
 from oltunes.types import JobSpec, Pool
 from tests.tuner.serve_process import TOKEN
 from tests.tuner.variants import make_variants

@@ -19,7 +19,7 @@ from oltunes.policies import Policy
 from oltunes.simulation import context, prepare, simulator
 from oltunes.sim.scenario import load_scenario
 from oltunes.tuner import Tuner, TunerLike
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.service.app import create_app, serve_in_thread
 from oltunes.types import JobSpec, Measurement
 from tasks import tuning
 from tests.tuner.test_client import JOB, TOKEN, client, make_cluster, make_measurement

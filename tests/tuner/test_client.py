@@ -13,12 +13,12 @@ from oltunes.config import Settings
 from oltunes.errors import ConfigError, DataError, TunerUnavailable
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.client import TunerClient
+from oltunes.client.tuner_client import TunerClient
 from oltunes.tuner.factory import TunerLike, get_tuner
-from oltunes.tuner.fallback import safe_default
+from oltunes.client.fallback import safe_default
 from oltunes.tuner.local import StateFileTuner
-from oltunes.tuner.outbox import Outbox
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.client.outbox import Outbox
+from oltunes.service.app import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
     ClusterState,
@@ -232,7 +232,7 @@ def test_history_observed_through_the_client_once_each(tmp_path, oltunes_home):
 
 
 def test_replay_and_flush_split_bodies_under_the_service_size_limit(tmp_path, oltunes_home, monkeypatch):
-    import oltunes.tuner.transport as transport_module
+    import oltunes.client.transport as transport_module
 
     limit = 10_000  # ~15 measurements a body
     monkeypatch.setattr(transport_module, "MAX_BODY_BYTES", limit)

@@ -10,9 +10,9 @@ import pytest
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Prior, Tuner
-from oltunes.tuner.candidates import fill_wait_ms, memory_need_gb, queue_wait_ms
-from oltunes.tuner.objectives import Objective
-from oltunes.tuner.selection import TYPICAL_ERROR_OF_MARGIN
+from oltunes.tuner.decide.candidates import fill_wait_ms, memory_need_gb, queue_wait_ms
+from oltunes.tuner.decide.objectives import Objective
+from oltunes.tuner.decide.selection import TYPICAL_ERROR_OF_MARGIN
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool, Variant
 
 SIZES = {"s": (0.70, 5_000_000), "m": (0.76, 25_000_000), "l": (0.80, 60_000_000)}
@@ -452,7 +452,7 @@ def test_observe_many_of_one_is_observe_and_a_batch_validates_its_first_measurem
 
 
 def test_observe_many_learns_a_long_batch_in_chunks_of_learn_chunk():
-    from oltunes.tuner.estimate import LEARN_CHUNK
+    from oltunes.tuner.model.estimate import LEARN_CHUNK
     job = JobSpec(family="cnn", slo_ms=50)
     rng = np.random.default_rng(2)
     whole, chunked = (Tuner(make_variants(), seed=0, explore_rate=0.0) for _ in range(2))

@@ -10,7 +10,7 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.model.correction import PooledCorrection
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Pool, Variant
 from tests.quality import over_seeds
 
@@ -302,7 +302,7 @@ def test_partial_batches_do_not_teach_the_batch_elasticity():
 def test_the_batch_elasticity_is_bounded():
     """Residuals that a tilt of 5 would explain (a cold start, before the other effects took their share) give at
     most the bound (an elasticity of 0.1-2): no prediction explodes."""
-    from oltunes.tuner.elasticity import BOUNDS, BatchElasticity
+    from oltunes.tuner.model.elasticity import BOUNDS, BatchElasticity
 
     el = BatchElasticity(n_targets=1)
     x = np.array([[-1.0, 1.0, -1.0, 1.0]])

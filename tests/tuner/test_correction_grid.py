@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from oltunes.profiles import accelerator_kind
-from oltunes.tuner.correction import PooledCorrection
+from oltunes.tuner.model.correction import PooledCorrection
 from oltunes.types import Variant
 
 FAMILIES = {"cnn": ("s", "m", "l"), "bert": ("s", "l")}

@@ -10,8 +10,9 @@ import pytest
 
 from oltunes.learner.features import job_context
 from oltunes.occupancy import Occupancy
-from oltunes.tuner import Tuner, estimate
-from oltunes.tuner.candidates import placement_options
+from oltunes.tuner import Tuner
+from oltunes.tuner.model import estimate
+from oltunes.tuner.decide.candidates import placement_options
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement
 from tests.tuner.test_placement_scale import _strip, random_cluster
 from tests.tuner.variants import make_variants
@@ -152,8 +153,8 @@ def test_a_kept_prior_log_and_growth_equal_fresh_ones_and_are_read_only():
     """``PriorTable.log`` and ``growth`` kept per what they read (configuration, co-runners' total load, stream rate)
     equal, to the bit, the same table's figures with nothing kept (a memo whose version moves on every call),
     whatever the order."""
-    from oltunes.tuner.memo import Memo
-    from oltunes.tuner.prior_table import PriorTable
+    from oltunes.tuner.model.memo import Memo
+    from oltunes.tuner.model.prior_table import PriorTable
     from oltunes.types import CoRunner
 
     variants = make_variants()
@@ -187,8 +188,8 @@ def test_prior_grid_and_placement_rows_kept_per_option_equal_the_whole_grid_at_o
     """The prior's grid and the placements' index arrays are kept per option and stacked: the same numbers as
     ``Prior.adjust`` broadcast over every option at once and one ``index`` call over every option."""
     from oltunes.learner.features import placement_features
-    from oltunes.tuner.prior import Prior
-    from oltunes.tuner.prior_table import stream_rate
+    from oltunes.tuner.model.prior import Prior
+    from oltunes.tuner.model.prior_table import stream_rate
 
     variants = make_variants()
     rng = np.random.default_rng(seed)

@@ -11,8 +11,8 @@ import pytest
 from oltunes.inventory import CATALOG
 from oltunes.occupancy import Occupancy
 from oltunes.tuner import Tuner
-from oltunes.tuner.candidates import co_runner_of, memory_need_gb
-from oltunes.tuner.corunners import LOAD_LEVELS, keeps_slo, load_level
+from oltunes.tuner.decide.candidates import co_runner_of, memory_need_gb
+from oltunes.tuner.decide.corunners import LOAD_LEVELS, keeps_slo, load_level
 from oltunes.types import Candidate, ClusterState, JobSpec, Placement, Pool, Variant
 from tests.tuner.test_decision_caches import _measurement
 from tests.tuner.test_placement_scale import random_cluster

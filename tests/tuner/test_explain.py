@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oltunes.inventory import load_inventory, pools_from_data
-from oltunes.tuner.core import Tuner
-from oltunes.tuner.selection import NEAR_EQUAL_CAP
+from oltunes.tuner.tuner import Tuner
+from oltunes.tuner.decide.selection import NEAR_EQUAL_CAP
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool
 from tests.tuner.variants import make_variants
 

@@ -9,7 +9,7 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.candidates import co_runner_of
+from oltunes.tuner.decide.candidates import co_runner_of
 from oltunes.types import Candidate, ClusterState, JobSpec, Measurement, Placement, Pool, Variant
 
 VARIANTS = [
@@ -103,7 +103,7 @@ def test_recommend_sets_group_and_protects_co_runners(tuner):
 def test_lightly_loaded_co_runners_may_share_where_flat_out_ones_may_not():
     """Interference scales with how busy a co-runner keeps the device: two streams at a fraction of the
     device share it; the same pair assumed flat out (load 1, the default) does not fit the SLO."""
-    from oltunes.tuner.grouping import plan_groups
+    from oltunes.tuner.decide.grouping import plan_groups
 
     def latency(pool, member, co):  # 10 ms alone, +100% per fully busy co-runner
         lat = 10.0 * (1.0 + sum(c.load for c in co))

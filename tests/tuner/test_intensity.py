@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from oltunes.sim.variant_params import GFLOPS, PARAMS_M, published_gflops, published_params
-from oltunes.tuner.correction import PooledCorrection
-from oltunes.tuner.intensity import log_intensity
+from oltunes.tuner.model.correction import PooledCorrection
+from oltunes.tuner.model.intensity import log_intensity
 from oltunes.types import Variant
 
 

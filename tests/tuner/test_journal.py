@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import oltunes.tuner.served as served
+import oltunes.service.served as served
 from oltunes.errors import DataError
 from oltunes.tuner import Tuner
-from oltunes.tuner.served import TunerService
+from oltunes.service.served import TunerService
 from tests.tuner.test_service import make_cluster_candidate, make_measurement
 from tests.tuner.variants import make_variants
 
@@ -65,8 +65,8 @@ def test_a_request_of_several_measurements_is_learnt_as_one_batch_like_in_proces
 
 
 # -- issue 31 case 1: an append writes everything or raises; a refused append leaves nothing behind ----------
-from oltunes.tuner import journal as journal_mod  # noqa: E402
-from oltunes.tuner.journal import JournalWriteError, ObserveJournal  # noqa: E402
+from oltunes.service import journal as journal_mod  # noqa: E402
+from oltunes.service.journal import JournalWriteError, ObserveJournal  # noqa: E402
 
 
 def _ms(n: int, start: int = 0):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oltunes.tuner.journal import ObserveJournal
+from oltunes.service.journal import ObserveJournal
 from tests.tuner.test_service import make_cluster_candidate, make_measurement
 
 

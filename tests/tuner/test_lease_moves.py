@@ -12,11 +12,11 @@ import httpx
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.client import TunerClient
-from oltunes.tuner.lease_api import RemoteLeases
-from oltunes.tuner.lease_holder import lease_decisions
-from oltunes.tuner.lease_types import LeaseRequest, MoveRequest
-from oltunes.tuner.leases import LeaseBook
+from oltunes.client.tuner_client import TunerClient
+from oltunes.allocator.api import RemoteLeases
+from oltunes.allocator.holder import lease_decisions
+from oltunes.allocator.types import LeaseRequest, MoveRequest
+from oltunes.allocator.book import LeaseBook
 from oltunes.types import ColocationGroup, Decision, Pool
 from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN

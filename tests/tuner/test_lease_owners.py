@@ -7,9 +7,9 @@ import httpx
 import pytest
 
 from oltunes.tuner import Tuner
-from oltunes.tuner.lease_types import LeaseForbidden, LeaseRequest
-from oltunes.tuner.leases import LeaseBook
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.allocator.types import LeaseForbidden, LeaseRequest
+from oltunes.allocator.book import LeaseBook
+from oltunes.service.app import create_app, serve_in_thread
 from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN
 from tests.tuner.variants import make_variants

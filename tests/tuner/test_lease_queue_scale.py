@@ -11,8 +11,8 @@ import pytest
 from oltunes.inventory import CATALOG
 from oltunes.rltune.policies import QueuePolicy
 from oltunes.rltune.service_queue import queue_order
-from oltunes.tuner.lease_types import LeaseRequest
-from oltunes.tuner.leases import LeaseBook
+from oltunes.allocator.types import LeaseRequest
+from oltunes.allocator.book import LeaseBook
 from oltunes.tuner import Tuner
 from oltunes.types import JobSpec, Pool
 from tests.tuner.variants import make_variants

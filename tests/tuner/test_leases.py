@@ -20,11 +20,11 @@ from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.rltune.service_queue import queue_order
 from oltunes.tuner import Tuner
-from oltunes.tuner.client import TunerClient
-from oltunes.tuner.lease_api import RemoteLeases
-from oltunes.tuner.lease_holder import LeaseTimeout, hold_lease, leases_for
-from oltunes.tuner.lease_types import LeaseRequest
-from oltunes.tuner.leases import LeaseBook
+from oltunes.client.tuner_client import TunerClient
+from oltunes.allocator.api import RemoteLeases
+from oltunes.allocator.holder import LeaseTimeout, hold_lease, leases_for
+from oltunes.allocator.types import LeaseRequest
+from oltunes.allocator.book import LeaseBook
 from oltunes.types import ClusterState, JobSpec, Pool
 from tests.tuner.conftest import POOLS, job
 from tests.tuner.serve_process import AUTH, TOKEN
@@ -140,9 +140,9 @@ def test_a_lease_expires_when_its_holder_is_killed(tmp_path, service):
     ttl = 3.0
     script = textwrap.dedent(f"""
         import asyncio, sys
-        from oltunes.tuner.client import TunerClient
-        from oltunes.tuner.lease_api import RemoteLeases
-        from oltunes.tuner.lease_holder import hold_lease
+        from oltunes.client.tuner_client import TunerClient
+        from oltunes.allocator.api import RemoteLeases
+        from oltunes.allocator.holder import hold_lease
         from oltunes.types import JobSpec
 
         async def main():

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from oltunes.config import Settings
 from oltunes.errors import DataError, field_errors
 from oltunes.tuner import Tuner
-from oltunes.tuner.seen import SeenIds
+from oltunes.service.seen import SeenIds
 from oltunes.types import Candidate, JobSpec, Measurement, Placement, Prediction, Variant
 from tests.tuner.test_service import make_cluster_candidate, make_measurement
 from tests.tuner.variants import make_variants

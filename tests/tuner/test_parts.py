@@ -8,9 +8,9 @@ import pytest
 from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.constraints import Constraint
-from oltunes.tuner.memo import Memo
-from oltunes.tuner.objectives import Objective, objective_for
+from oltunes.tuner.decide.constraints import Constraint
+from oltunes.tuner.model.memo import Memo
+from oltunes.tuner.decide.objectives import Objective, objective_for
 from oltunes.types import ClusterState, JobSpec, Pool, Variant
 
 V = [Variant(family="cnn", name=f"cnn-{s}", size=s, accuracy=a, params=p)

@@ -8,7 +8,7 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.occupancy import Occupancy
-from oltunes.tuner.candidates import PlacementOption, memory_need_gb, placement_options
+from oltunes.tuner.decide.candidates import PlacementOption, memory_need_gb, placement_options
 from oltunes.types import Candidate, ClusterState, Placement, Pool
 from tests.tuner.variants import make_variants
 

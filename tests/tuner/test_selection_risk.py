@@ -11,8 +11,8 @@ import pytest
 
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
-from oltunes.tuner.objectives import effective_batch_energy
-from oltunes.tuner.selection import tolerated_slowdown
+from oltunes.tuner.decide.objectives import effective_batch_energy
+from oltunes.tuner.decide.selection import tolerated_slowdown
 from oltunes.types import ClusterState, JobSpec, Pool, Variant
 
 # No parameter count: the heuristic prior gives every variant the same figures (as in the simulator's zoo).
@@ -76,7 +76,7 @@ def test_a_cold_start_takes_the_smallest_good_enough_variant_and_a_batch_its_rat
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_whole_grid_ones(seed):
-    from oltunes.tuner.constraints import at, count_broadcast, count_false_broadcast
+    from oltunes.tuner.decide.constraints import at, count_broadcast, count_false_broadcast
 
     rng = np.random.default_rng(seed)
     streaming = bool(seed % 2)
@@ -98,7 +98,7 @@ def test_the_tolerated_slowdown_of_some_cells_and_broadcast_counts_equal_the_who
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_masks_conjunction_equals_and_ing_every_mask_over_the_grid(seed):
-    from oltunes.tuner.constraints import conjunction
+    from oltunes.tuner.decide.constraints import conjunction
 
     rng = np.random.default_rng(seed)
     shape = (4, 3, 5, 2)
@@ -113,7 +113,7 @@ def test_the_masks_conjunction_equals_and_ing_every_mask_over_the_grid(seed):
 
 
 def test_unravel_is_numpys_unravel_index_as_ints():
-    from oltunes.tuner.selection import unravel
+    from oltunes.tuner.decide.selection import unravel
     rng = np.random.default_rng(3)
     for _ in range(200):
         shape = tuple(int(n) for n in rng.integers(1, 7, size=4))

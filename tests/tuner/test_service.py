@@ -13,7 +13,7 @@ from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.tuner import Tuner
 from oltunes.netaddr import check_bind, is_loopback
-from oltunes.tuner.service import create_app, serve_in_thread
+from oltunes.service.app import create_app, serve_in_thread
 from oltunes.types import (
     Candidate,
     ClusterState,
@@ -272,7 +272,7 @@ def test_cli_recommend_prints_a_decision(oltunes_home, tmp_path, repo_root):
 @pytest.mark.slow
 def test_cli_serve_subprocess_persists_on_sigint_and_restores(tmp_path):
     """`oltunes tuner serve` as a real process: auth on, state saved on Ctrl-C, restored on restart."""
-    from oltunes.tuner.client import TunerClient
+    from oltunes.client.tuner_client import TunerClient
     from tests.tuner.serve_process import ServeProcess
 
     svc = ServeProcess(tmp_path, persist_every_s=30)
@@ -294,7 +294,7 @@ def test_cli_serve_subprocess_persists_on_sigint_and_restores(tmp_path):
 def test_remote_decide_carries_current_and_stays_put_like_in_process(served, tmp_path):
     """``current`` travels in the HTTP body: the service keeps a running job where it is, as the in-process
     tuner does (without it, the job would be sent to the pool's first empty device with no group)."""
-    from oltunes.tuner.client import TunerClient
+    from oltunes.client.tuner_client import TunerClient
     from oltunes.types import Placement
 
     url, _ = served
@@ -315,7 +315,7 @@ def test_remote_decide_carries_current_and_stays_put_like_in_process(served, tmp
 
 
 def test_prometheus_metrics_count_decisions_and_observations_with_the_token(served, tmp_path):
-    from oltunes.tuner.client import TunerClient
+    from oltunes.client.tuner_client import TunerClient
 
     url, _ = served
     assert httpx.get(f"{url}/metrics", timeout=5).status_code == 401  # issue 31 case 9: the token, as elsewhere

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from oltunes.tuner import Tuner
-from oltunes.tuner.api import MAX_BODY_BYTES
-from oltunes.tuner.client import TunerClient
+from oltunes.service.api import MAX_BODY_BYTES
+from oltunes.client.tuner_client import TunerClient
 from tests.tuner.serve_process import AUTH, TOKEN, ServeProcess
 from tests.tuner.test_service import JOB, make_cluster, make_cluster_candidate, make_measurement
 

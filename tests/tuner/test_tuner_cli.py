@@ -74,7 +74,7 @@ def test_recommend_against_a_running_service_uses_its_inventory(tmp_path):
 def test_a_request_for_the_service_inventory_has_no_fallback_when_the_service_is_down(tmp_path):
     """The client's safe default needs a cluster: asked for the service's own, it says so instead of guessing."""
     from oltunes.errors import TunerUnavailable
-    from oltunes.tuner.client import TunerClient
+    from oltunes.client.tuner_client import TunerClient
     from tests.tuner.serve_process import free_port
 
     with TunerClient(f"http://127.0.0.1:{free_port()}", timeout_s=2, outbox_dir=tmp_path / "outbox",
