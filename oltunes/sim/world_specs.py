@@ -3,7 +3,8 @@ weight size of the models the profile store measured. Metadata, not measurements
 
 Datasheets (dense, no sparsity; TFLOP/s or TOP/s, GB/s, W board power): NVIDIA's product datasheets for each GPU
 (P100 PCIe 16 GB, T4, V100 SXM2, A100 SXM 80 GB, A100 PCIe 80 GB, A30, A40, A10, A2, L4, L40S, H100 SXM, H100 PCIe,
-H100 NVL, H200 SXM, Jetson AGX Orin 64 GB). ``fp32`` is the non-tensor-core rate; ``tf32`` / ``fp16`` / ``int8`` the
+H100 NVL, H200 SXM, Jetson AGX Orin 64 GB, Quadro RTX 8000, GeForce RTX 3090 / 4090 (FP16 tensor with FP32
+accumulate), RTX A6000, RTX 6000 Ada). ``fp32`` is the non-tensor-core rate; ``tf32`` / ``fp16`` / ``int8`` the
 tensor-core rates (V100 and P100 have no TF32/INT8 tensor cores: their FP32 / FP16 rate stands in). An accelerator
 whose figures are unknown (Proteus's two unidentified GPUs) has no entry: the fit gives it its own speed.
 
@@ -55,6 +56,11 @@ DATASHEETS: dict[str, Datasheet] = {
     "h100-nvl": Datasheet(60, 418, 835, 1670, 3900, 400),
     "h200": Datasheet(67, 495, 989, 1979, 4800, 700),
     "orin": Datasheet(5.3, 10.6, 42.5, 85, 204.8, 60),
+    "quadro-rtx8000": Datasheet(16.3, 16.3, 130.5, 261, 672, 260),
+    "rtx3090": Datasheet(35.6, 35.6, 71, 284, 936, 350),
+    "rtx4090": Datasheet(82.6, 82.6, 165, 660, 1008, 450),
+    "rtx-a6000": Datasheet(38.7, 77.4, 154.8, 309.7, 768, 300),
+    "rtx6000-ada": Datasheet(91.1, 182, 364, 728, 960, 300),
 }
 
 BYTES_PER_WEIGHT = {"fp32": 4, "tf32": 4, "fp16": 2, "int8": 1}
