@@ -8,7 +8,8 @@ class ``r``, a batch of ``b`` items takes
 
 * ``P_ap``, ``BW_a``: the datasheet's peak rate at ``p`` (TFLOP/s) and memory bandwidth (GB/s)
   (:mod:`oltunes.sim.world_specs`); ``W_p``: the weights at ``p``'s width (read once per batch);
-* ``o_a``: fixed per-batch overhead (launch, transfer, framework) in ms;
+* ``o_a``: fixed per-batch overhead (launch, transfer) in ms, times a factor per overhead class (a Triton server's
+  network and queue, TensorRT, XLA, a training step; a framework or ONNX Runtime in-process = 1);
 * ``h_a``: the batch-efficiency curve: a batch of ``b`` keeps the device ``b / (b + h_a)`` busy, so per-item time
   falls towards its floor as the batch grows;
 * ``u_a``: the share of the peak this accelerator reaches on dense models;
@@ -35,10 +36,13 @@ from scipy.optimize import least_squares
 
 from oltunes.atomic import atomic_write_text
 from oltunes.errors import DataError
-from oltunes.sim.world_specs import BYTES_PER_WEIGHT, DATASHEETS, family_of, model_size
+from oltunes.sim.world_specs import BYTES_PER_WEIGHT, DATASHEETS, STORE_MODELS, family_of, model_size
 
 PRECISIONS = ("tf32", "fp16", "int8")  # fp32 is the reference
 RUNTIMES = ("tensorrt", "onnxruntime", "xla")  # plain framework execution is the reference
+# fixed-cost classes; the reference is a framework or ONNX Runtime in-process (Proteus's ONNX Runtime overhead is its
+# unidentified GPUs' own o_a: its set-up, not the runtime's)
+OVERHEADS = ("triton", "tensorrt", "xla", "training")
 TRAINING_COST = 3.0  # forward + backward ~ 3 forward passes
 UNKNOWN_SHEET = (10.0, 500.0)  # nominal peak TFLOP/s and GB/s for an unidentified GPU: its u_a absorbs the truth
 _PRIOR = {"o": (math.log(1.0), 2.0), "h": (math.log(4.0), 1.0), "u": (math.log(0.3), 1.0), "k": (0.0, 1.5),
@@ -59,6 +63,14 @@ def runtime_class(runtime: str) -> str:
     return "framework"
 
 
+def overhead_class(runtime: str) -> str:
+    """Whose fixed per-batch cost a row pays: a Triton server's (network, queue) or its runtime's."""
+    if str(runtime).lower().startswith("triton"):
+        return "triton"
+    rc = runtime_class(runtime)
+    return rc if rc in OVERHEADS else "framework"
+
+
 def _sheet(acc: str, precision: str) -> tuple[float, float]:
     s = DATASHEETS.get(acc)
     return (s.peak(precision), s.bandwidth_gbs) if s else UNKNOWN_SHEET
@@ -75,6 +87,7 @@ def observations(store: pd.DataFrame) -> pd.DataFrame:
     df["gflops"] = [s[0] for s in sizes[sizes.notna()]]
     df["weight_mb"] = [s[1] for s in sizes[sizes.notna()]] * df["precision"].map(BYTES_PER_WEIGHT) / 4
     df["rclass"] = df["runtime"].map(runtime_class)
+    df["oclass"] = df["runtime"].map(overhead_class)
     df["family"] = df["model"].map(family_of)
     lat = df["latency_p50_ms"].fillna(df["latency_avg_ms"]).fillna(df["latency_p90_ms"])
     df["kind"] = np.where(df["scenario"] == "training", "throughput_at_batch",
@@ -93,6 +106,7 @@ class WorldFit:
     precision: dict[str, float]  # log g_p
     runtime: dict[str, float]  # log g_r
     model: dict[str, float]  # log k_m
+    overhead: dict[str, float] = field(default_factory=dict)  # log multiplier of o_a per overhead class
     residuals: pd.DataFrame = field(default_factory=pd.DataFrame)  # observations + log(pred / obs)
 
     def accel_params(self, acc: str) -> tuple[tuple[float, float, float], bool]:
@@ -104,10 +118,11 @@ class WorldFit:
         return med, False  # type: ignore[return-value]
 
     def model_factor(self, model: str) -> tuple[float, bool]:
-        """log k of a model and whether it was fitted (False: its family's median, or 0)."""
+        """log k of a model and whether it was fitted (False: the median of its family's store models, or 0;
+        Proteus's variants are not used: their inputs, e.g. sequence lengths, are not stated)."""
         if model in self.model:
             return self.model[model], True
-        fam = [v for k, v in self.model.items() if family_of(k) == family_of(model)]
+        fam = [v for k, v in self.model.items() if k in STORE_MODELS and family_of(k) == family_of(model)]
         return (float(np.median(fam)) if fam else 0.0), False
 
     def batch_ms(self, model: str, acc: str, precision: str, rclass: str, batch: np.ndarray) -> np.ndarray:
@@ -134,7 +149,7 @@ class WorldFit:
         eff = math.exp(lu + self.precision.get(precision, 0.0) + self.runtime.get(rclass, 0.0)) * peak
         per_item = size[0] * math.exp(lk) / eff
         mem = size[1] * BYTES_PER_WEIGHT.get(precision, 4) / 4 / bw
-        return (per_item, math.exp(lh)), mem, math.exp(lo)
+        return (per_item, math.exp(lh)), mem, math.exp(lo + self.overhead.get(overhead_class(rclass), 0.0))
 
 
 def _design(obs: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -158,6 +173,7 @@ def _predict(obs: pd.DataFrame, fit: WorldFit) -> np.ndarray:
     """Each observation's predicted target (same unit as ``obs.target``)."""
     params = {a: fit.accel_params(a)[0] for a in obs["accelerator"].unique()}
     o, h, u = (np.array([params[a][i] for a in obs["accelerator"]]) for i in range(3))
+    o = o + obs["oclass"].map(lambda c: fit.overhead.get(c, 0.0)).to_numpy(float)
     kf = {m: fit.model_factor(m)[0] for m in obs["model"].unique()}
     k = obs["model"].map(kf).to_numpy(float)
     g = (obs["precision"].map(lambda p: fit.precision.get(p, 0.0)).to_numpy(float)
@@ -172,13 +188,15 @@ def fit_world(store: pd.DataFrame) -> WorldFit:
     models = sorted(m for m in obs["model"].unique() if m != "resnet50")
     precs = [p for p in PRECISIONS if (obs["precision"] == p).any()]
     rts = [r for r in RUNTIMES if (obs["rclass"] == r).any()]
-    n_acc, n_p, n_r = 3 * len(accs), len(precs), len(rts)
+    ocs = [c for c in OVERHEADS if (obs["oclass"] == c).any()]
+    n_acc, n_p, n_r = 3 * len(accs), len(precs), len(rts) + len(ocs)
     target = np.log(obs["target"].to_numpy())
     d = _design(obs)
     ai = obs["accelerator"].map({a: i for i, a in enumerate(accs)}).to_numpy()
     mi = obs["model"].map({m: i + 1 for i, m in enumerate(models)}).fillna(0).to_numpy(int)  # 0 = resnet50
     pi = obs["precision"].map({p: i + 1 for i, p in enumerate(precs)}).fillna(0).to_numpy(int)  # 0 = fp32
     ri = obs["rclass"].map({r: i + 1 for i, r in enumerate(rts)}).fillna(0).to_numpy(int)  # 0 = framework
+    oi = obs["oclass"].map({c: i + 1 for i, c in enumerate(ocs)}).fillna(0).to_numpy(int)
     prior_mean = np.concatenate([np.tile([_PRIOR["o"][0], _PRIOR["h"][0], _PRIOR["u"][0]], len(accs)),
                                  np.zeros(n_p + n_r + len(models))])
     prior_sd = np.concatenate([np.tile([_PRIOR["o"][1], _PRIOR["h"][1], _PRIOR["u"][1]], len(accs)),
@@ -187,20 +205,22 @@ def fit_world(store: pd.DataFrame) -> WorldFit:
     def split(x: np.ndarray):
         a = x[:n_acc].reshape(-1, 3)
         p = np.concatenate([[0.0], x[n_acc:n_acc + n_p]])
-        r = np.concatenate([[0.0], x[n_acc + n_p:n_acc + n_p + n_r]])
+        r = np.concatenate([[0.0], x[n_acc + n_p:n_acc + n_p + len(rts)]])
+        oc = np.concatenate([[0.0], x[n_acc + n_p + len(rts):n_acc + n_p + n_r]])
         m = np.concatenate([[0.0], x[n_acc + n_p + n_r:]])
-        return a, p, r, m
+        return a, p, r, oc, m
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        a, p, r, m = split(x)
-        pred = _evaluate(d, a[ai, 0], a[ai, 1], a[ai, 2], m[mi], p[pi] + r[ri])
+        a, p, r, oc, m = split(x)
+        pred = _evaluate(d, a[ai, 0] + oc[oi], a[ai, 1], a[ai, 2], m[mi], p[pi] + r[ri])
         return np.concatenate([np.log(pred) - target, PRIOR_WEIGHT * (x - prior_mean) / prior_sd])
 
     sol = least_squares(residuals, prior_mean.copy(), method="trf", max_nfev=300)
-    a, p, r, m = split(sol.x)
+    a, p, r, oc, m = split(sol.x)
     fit = WorldFit({acc: tuple(float(v) for v in a[i]) for i, acc in enumerate(accs)},
                    {q: float(p[i + 1]) for i, q in enumerate(precs)}, {q: float(r[i + 1]) for i, q in enumerate(rts)},
-                   {"resnet50": 0.0, **{q: float(m[i + 1]) for i, q in enumerate(models)}})
+                   {"resnet50": 0.0, **{q: float(m[i + 1]) for i, q in enumerate(models)}},
+                   {q: float(oc[i + 1]) for i, q in enumerate(ocs)})
     fit.residuals = obs.assign(log_err=np.log(_predict(obs, fit)) - target)
     return fit
 
@@ -219,7 +239,7 @@ def save_fit(fit: WorldFit, sigma: dict[str, float], store_summary: dict[str, in
     doc = {"derived_from": "oltunes.sim.world.fit_world over the profile store (python -m benchmarks.world_fidelity "
                            "--refit)", "store": store_summary, "sigma": sigma,
            "accelerators": {k: list(v) for k, v in sorted(fit.acc.items())}, "precision": fit.precision,
-           "runtime": fit.runtime, "models": dict(sorted(fit.model.items()))}
+           "runtime": fit.runtime, "overhead": fit.overhead, "models": dict(sorted(fit.model.items()))}
     atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
 
 
@@ -228,7 +248,7 @@ def load_fit(path: Path = FIT_FILE) -> tuple[WorldFit, dict[str, float]]:
     try:
         doc = json.loads(path.read_text())
         fit = WorldFit({k: tuple(v) for k, v in doc["accelerators"].items()}, doc["precision"], doc["runtime"],
-                       doc["models"])
+                       doc["models"], doc.get("overhead", {}))
         return fit, {k: float(v) for k, v in doc["sigma"].items()}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"grounded world: cannot read {path.name}: {type(e).__name__}; rerun "
