@@ -80,6 +80,8 @@ def observations(store: pd.DataFrame) -> pd.DataFrame:
     """The store rows the model can explain: GPU rows of models with known compute, with a batch latency, a
     throughput at a batch (training), or an offline throughput (MLPerf); one target per row."""
     df = store[~store["accelerator"].astype(str).str.startswith("cpu")].copy()
+    for c in ("batch", "concurrency", "latency_p50_ms", "latency_avg_ms", "latency_p90_ms", "throughput_items_s"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
     df = df[df["precision"].isin(("fp32",) + PRECISIONS) & df["scenario"].isin(
         ("offline-batch", "offline", "singlestream", "training"))]
     sizes = df["model"].map(model_size)
