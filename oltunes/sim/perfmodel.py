@@ -1,12 +1,14 @@
 """The simulator's performance model: a Decision's candidate -> latency, throughput, energy, with noise and drift.
 
-Calibrated at load time on real measurements read from ``shared_data`` (never copied into the repository):
-``proteus/aggregate_profiled.csv`` (ONNX Runtime latency per batch on CPU / Pascal / Ampere, 46 variants with
-accuracy), ``proteus/variants/<family>.csv`` (family membership) and ``lucid/colocate_info.csv`` +
-``lucid/single_data.csv`` (co-location slowdown per pair class). Every other factor is in
-:mod:`oltunes.sim.calibration` with its source; the variants' published parameter counts (metadata, not
-measurements) are in :mod:`oltunes.sim.variant_params`. Reading and fitting the tables is
-:mod:`oltunes.sim.perftables`; this module answers queries from them.
+GPU latency comes from the **grounded world** (:mod:`oltunes.sim.world`): a few-parameter model (datasheet compute
+and bandwidth against each variant's FLOPs and bytes, a batch-efficiency curve, a fixed overhead) fitted to the
+profile store (:mod:`oltunes.sim.profile_store`: NVIDIA DeepLearningExamples, MLPerf Inference, Lambda, Proteus),
+its parameters shipped in ``oltunes/data/world_fit.json``. CPU latency is Proteus's measured ONNX Runtime CPU profile,
+read at run time from ``shared_data`` (``proteus/aggregate_profiled.csv``, never copied into the repository), which
+also gives each variant its accuracy, family and per-batch noise sigma. Co-location slowdown per pair class comes
+from ``lucid/colocate_info.csv`` + ``lucid/single_data.csv``. Every other factor is in
+:mod:`oltunes.sim.calibration` with its source; :meth:`PerformanceModel.basis` says how each (variant, accelerator)
+is known (measured, grounded model, derived from FLOPs / a datasheet).
 
 Two faces:
 
@@ -14,15 +16,12 @@ Two faces:
 * :meth:`PerformanceModel.measure` — what a run would report: per-batch lognormal noise and slow device drift,
   ``simulated=True``, ``energy_source="simulated"``. The learner only ever sees these.
 
-Data caveats (kept, not smoothed away): the file merges two profiling campaigns; the one with trial counts is
-preferred, the other fills the pairs it lacks — notably every CNN family on the two GPUs, measured only up to
-batch 8 and nearly linear in batch size (about 30 ms per image for ResNet-50 on the Ampere GPU, slower than small
-CNNs on the CPU). Batch 16 for those is therefore extrapolated and flagged like every batch above 16.
-
 The model loaded from the data is the *public profile table* (what a user can know). The simulator's physics is
-:meth:`PerformanceModel.perturbed`: the same table with a seeded per-(variant, accelerator) log-normal latency factor
-(the scenario's ``truth_sigma``), slowed further by drift events (:meth:`slow_down`) — one physics, the perturbation
-is data. Baselines and ``oltunes-profiled`` read the table; only the oracle reads the truth.
+:meth:`PerformanceModel.perturbed`: the same table with seeded hierarchical log-normal factors (accelerator, family,
+variant, pair; the **grounded** world's sigma per level is estimated from real disagreement between sources,
+:mod:`oltunes.sim.world_noise`; the **stress** world is one independent factor per pair with sigma 0.5), slowed further
+by drift events (:meth:`slow_down`) — one physics, the perturbation is data. Baselines and ``oltunes-profiled`` read
+the table; only the oracle reads the truth.
 
 The engine reads the same arrays in bulk (:meth:`latency_row`, :meth:`sigma`, :meth:`busy_power_w`, ...), so the
 physics it simulates and the numbers ``truth`` reports cannot drift apart.
