@@ -132,7 +132,7 @@ def load_profiles(data_dir: Path) -> tuple[list[Variant], Tables]:
         p, a = points.get((i, "pascal")), points.get((i, "ampere"))
         if p and a and 1 in p and 1 in a:
             gpu_ratio.append(p[1] / a[1])
-    med_ratio = float(np.median(gpu_ratio)) if gpu_ratio else cal.DEFAULT_PASCAL_OVER_AMPERE
+    med_ratio = float(np.median(gpu_ratio)) if gpu_ratio else 1.0  # no variant on both GPUs: take them alike
     for i in range(n):
         for anc, other, ratio in (("pascal", "ampere", med_ratio), ("ampere", "pascal", 1 / med_ratio)):
             mine, theirs = points.get((i, anc)), points.get((i, other))
