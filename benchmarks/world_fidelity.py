@@ -93,7 +93,8 @@ def main() -> None:
     if args.refit:
         save_fit(full, sigma, summary(store))
     loso = leave_one_source_out(store)
-    head = [s for s in loso if s not in HEADLINE_EXCLUDED]
+    head = [s for s in loso if s not in HEADLINE_EXCLUDED  # a source with no GPU row (this machine's CPU) has none
+            and loso[s]["latency"]["n"] + loso[s]["throughput"]["n"] > 0]
     lat = np.concatenate([loso[s]["_raw"]["latency"] for s in head])
     thr = np.concatenate([loso[s]["_raw"]["throughput"] for s in head])
     ins = full.residuals.assign(ape=np.abs(np.exp(full.residuals["log_err"]) - 1))

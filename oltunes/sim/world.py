@@ -86,8 +86,9 @@ def observations(store: pd.DataFrame) -> pd.DataFrame:
         ("offline-batch", "offline", "singlestream", "training"))]
     sizes = df["model"].map(model_size)
     df = df[sizes.notna()].copy()
-    df["gflops"] = [s[0] for s in sizes[sizes.notna()]]
-    df["weight_mb"] = [s[1] for s in sizes[sizes.notna()]] * df["precision"].map(BYTES_PER_WEIGHT) / 4
+    sz = np.array(list(sizes[sizes.notna()]), dtype=float).reshape(-1, 2)
+    df["gflops"] = sz[:, 0]
+    df["weight_mb"] = sz[:, 1] * df["precision"].map(BYTES_PER_WEIGHT).to_numpy(float) / 4
     df["rclass"] = df["runtime"].map(runtime_class)
     df["oclass"] = df["runtime"].map(overhead_class)
     df["family"] = df["model"].map(family_of)
