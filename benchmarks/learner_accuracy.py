@@ -299,14 +299,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--curve", type=int, nargs="*", default=[100, 200, 300, 400],
                    help="also report held-out (and FM progressive) MAPE after these many observations")
-    p.add_argument("--split", choices=("random", "accelerator", "both"), default="both",
-                   help="random: the stream/held-out split above; accelerator: the held-out-accelerator split")
+    p.add_argument("--split", choices=("random", "accelerator", "both", "source-accelerator"), default="both",
+                   help="random: the stream/held-out split above; accelerator: the held-out-accelerator split; "
+                        "source-accelerator: a named GPU of NVIDIA's tables held out, the rest from other "
+                        "accelerators and sources (benchmarks/source_accelerator.py)")
     p.add_argument("--ampere-share", type=float, default=0.1, help="share of the Ampere rows trained on")
     args = p.parse_args(argv)
     path = get_settings().shared_data / "proteus" / "aggregate_profiled.csv"
     if not path.is_file():
         print(f"public data not found: {path} (it sits beside the repo as ../shared/data)", file=sys.stderr)
         return 2
+    if args.split == "source-accelerator":
+        from benchmarks import source_accelerator
+
+        res = source_accelerator.report(source_accelerator.load_rows(get_settings().shared_data), args.seeds)
+        write_json(args.json, {"split": "source-accelerator", **res})
+        return 0
     rows = load_rows(path)
     accel = held_out_accelerator(rows, args.seeds, args.ampere_share) if args.split != "random" else None
     if args.split == "accelerator":

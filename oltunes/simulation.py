@@ -18,6 +18,7 @@ from oltunes.sim.metrics import compute
 from oltunes.sim.perfmodel import PerformanceModel, load_performance_model
 from oltunes.sim.result import RunResult
 from oltunes.sim.scenario import Scenario
+from oltunes.sim.world_noise import STRESS_SIGMA, WorldSpec, stress_world
 from oltunes.sim.workload import SimJob, build_workload
 
 
@@ -29,7 +30,13 @@ class Prepared:
 
     def truth(self) -> PerformanceModel:
         """A fresh copy of the simulator's truth for one run (seeded by the scenario: every policy faces the same)."""
-        return self.model.perturbed(self.scenario.truth_sigma, self.scenario.seed)
+        return self.model.perturbed(self.world(), self.scenario.seed)
+
+    def world(self) -> WorldSpec:
+        """The scenario's world: grounded (sigma per level from the store) or stress (independent sigma)."""
+        if self.scenario.world == "stress":
+            return stress_world(STRESS_SIGMA if self.scenario.truth_sigma is None else self.scenario.truth_sigma)
+        return self.model.grounded_world()
 
     @property
     def n_requests(self) -> int:
@@ -66,7 +73,7 @@ def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], No
     """One policy on a fresh cluster (same jobs, same seed: policies see the same workload and device drift).
 
     The physics is ``p.truth()``: the public table perturbed per (variant, accelerator) with the scenario's
-    ``truth_sigma`` (fresh per run, since drift events change it); policies read the public table, the oracle the truth.
+    world (``Prepared.world``, fresh per run, since drift events change it); policies read the public table, the oracle the truth.
     """
     sim = simulator(p)
     if isinstance(policy, str):

@@ -23,6 +23,9 @@ def simulate(
     json_path: Path | None = typer.Option(None, "--json", help="write the report JSON here"),
     plots: Path | None = typer.Option(None, "--plots", help="write latency CDF / violations / energy plots here"),
     mlflow: bool = typer.Option(True, "--mlflow/--no-mlflow", help="log a parent run + one child run per policy"),
+    world: str | None = typer.Option(
+        None, "--world", help="grounded (sigma per level from real measurements) or stress (independent sigma 0.5); "
+                              "default: the scenario's"),
 ) -> None:
     """Run a scenario under several policies and compare them (table, JSON, plots, MLflow)."""
     from rich.console import Console
@@ -46,7 +49,12 @@ def simulate(
         for n in names:
             Policy.lookup(n)
         sc = load_scenario(scenario)
+        if world is not None:
+            if world not in ("grounded", "stress"):
+                raise typer.BadParameter("--world: grounded or stress")
+            sc = sc.model_copy(update={"world": world, "truth_sigma": None if world == "grounded" else sc.truth_sigma})
         prep = prepare(sc)
+        console.print(f"world: {prep.world().describe()}")
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=console) as bar:
             tasks = {n: bar.add_task(f"{sc.name}: {n}", total=1.0) for n in names}

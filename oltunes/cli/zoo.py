@@ -112,6 +112,32 @@ def dataset(
     typer.echo(str(path))
 
 
+@zoo_app.command("profile")
+def profile(
+    out: Annotated[Path, typer.Option("--out", help="CSV of profile-store rows to write")] = Path("zoo_profile.csv"),
+    batches: Annotated[str, typer.Option("--batches", help="comma-separated batch sizes")] = "1,2,4,8,16",
+    repeats: Annotated[int, typer.Option("--repeats", help="timed batches per (variant, batch)")] = 20,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="only these variants (repeatable)")] = None,
+    precision: Annotated[list[str] | None, typer.Option("--precision", help="only these precisions")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto (CUDA when it loads), cpu or cuda")] = "auto",
+    zoo_dir: DirOpt = None,
+) -> None:
+    """Measure every zoo variant x batch x precision here (ONNX Runtime's best provider; NVML power on a GPU, CPU
+    time on a CPU) and write them as profile-store rows with "measured by this machine" provenance."""
+    err = Console(stderr=True)
+    with clean_errors():
+        from oltunes.errors import ConfigError
+        from oltunes.zoo.profile import profile_zoo, write_rows
+
+        try:
+            sizes = [int(b) for b in batches.split(",") if b.strip()]
+        except ValueError:
+            raise ConfigError("--batches: comma-separated integers") from None
+        rows = profile_zoo(zoo_dir, batches=sizes, repeats=repeats, variants=variant, precisions=precision,
+                           device=device, progress=lambda m: err.print(m, highlight=False))
+        err.print(f"{len(rows)} rows: {write_rows(rows, out)}")
+
+
 def register(root: typer.Typer) -> None:
     """Attach this area's commands to the root CLI."""
     root.add_typer(zoo_app, name="zoo")

@@ -44,7 +44,7 @@ def evaluate(
     else:
         own = np.ones_like(s50)
     if co:
-        share = np.maximum(1.0, (own + sum(load for _, load in co)) / cal.FACTORS[accelerator].packing)
+        share = np.maximum(1.0, (own + sum(load for _, load in co)) / model.factor(accelerator).packing)
         s50, mean = s50 * share, mean * share
     p99b = s50 * np.exp(Z99 * sig)
     cap = c[None, None, :] * b[None, :, None] * 1000.0 / mean

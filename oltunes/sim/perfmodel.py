@@ -1,12 +1,14 @@
 """The simulator's performance model: a Decision's candidate -> latency, throughput, energy, with noise and drift.
 
-Calibrated at load time on real measurements read from ``shared_data`` (never copied into the repository):
-``proteus/aggregate_profiled.csv`` (ONNX Runtime latency per batch on CPU / Pascal / Ampere, 46 variants with
-accuracy), ``proteus/variants/<family>.csv`` (family membership) and ``lucid/colocate_info.csv`` +
-``lucid/single_data.csv`` (co-location slowdown per pair class). Every other factor is in
-:mod:`oltunes.sim.calibration` with its source; the variants' published parameter counts (metadata, not
-measurements) are in :mod:`oltunes.sim.variant_params`. Reading and fitting the tables is
-:mod:`oltunes.sim.perftables`; this module answers queries from them.
+GPU latency comes from the **grounded world** (:mod:`oltunes.sim.world`): a few-parameter model (datasheet compute
+and bandwidth against each variant's FLOPs and bytes, a batch-efficiency curve, a fixed overhead) fitted to the
+profile store (:mod:`oltunes.sim.profile_store`: NVIDIA DeepLearningExamples, MLPerf Inference, Lambda, Proteus),
+its parameters shipped in ``oltunes/data/world_fit.json``. CPU latency is Proteus's measured ONNX Runtime CPU profile,
+read at run time from ``shared_data`` (``proteus/aggregate_profiled.csv``, never copied into the repository), which
+also gives each variant its accuracy, family and per-batch noise sigma. Co-location slowdown per pair class comes
+from ``lucid/colocate_info.csv`` + ``lucid/single_data.csv``. Every other factor is in
+:mod:`oltunes.sim.calibration` with its source; :meth:`PerformanceModel.basis` says how each (variant, accelerator)
+is known (measured, grounded model, derived from FLOPs / a datasheet).
 
 Two faces:
 
@@ -14,15 +16,12 @@ Two faces:
 * :meth:`PerformanceModel.measure` — what a run would report: per-batch lognormal noise and slow device drift,
   ``simulated=True``, ``energy_source="simulated"``. The learner only ever sees these.
 
-Data caveats (kept, not smoothed away): the file merges two profiling campaigns; the one with trial counts is
-preferred, the other fills the pairs it lacks — notably every CNN family on the two GPUs, measured only up to
-batch 8 and nearly linear in batch size (about 30 ms per image for ResNet-50 on the Ampere GPU, slower than small
-CNNs on the CPU). Batch 16 for those is therefore extrapolated and flagged like every batch above 16.
-
 The model loaded from the data is the *public profile table* (what a user can know). The simulator's physics is
-:meth:`PerformanceModel.perturbed`: the same table with a seeded per-(variant, accelerator) log-normal latency factor
-(the scenario's ``truth_sigma``), slowed further by drift events (:meth:`slow_down`) — one physics, the perturbation
-is data. Baselines and ``oltunes-profiled`` read the table; only the oracle reads the truth.
+:meth:`PerformanceModel.perturbed`: the same table with seeded hierarchical log-normal factors (accelerator, family,
+variant, pair; the **grounded** world's sigma per level is estimated from real disagreement between sources,
+:mod:`oltunes.sim.world_noise`; the **stress** world is one independent factor per pair with sigma 0.5), slowed further
+by drift events (:meth:`slow_down`) — one physics, the perturbation is data. Baselines and ``oltunes-profiled`` read
+the table; only the oracle reads the truth.
 
 The engine reads the same arrays in bulk (:meth:`latency_row`, :meth:`sigma`, :meth:`busy_power_w`, ...), so the
 physics it simulates and the numbers ``truth`` reports cannot drift apart.
@@ -52,7 +51,10 @@ from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.profiles import Grid
 from oltunes.sim import calibration as cal
-from oltunes.sim.perftables import load_interference, load_profiles
+from oltunes.sim.perftables import AccelTable, cpu_table, grounded_table, load_interference, load_profiles
+from oltunes.sim.world import load_fit
+from oltunes.sim.world_noise import LEVELS, WorldSpec, stress_world
+from oltunes.sim.world_specs import DATASHEETS
 from oltunes.types import (
     Accelerator,
     Candidate,
@@ -74,9 +76,9 @@ class PerformanceModel:
         self._accels: dict[str, Accelerator] = dict(CATALOG)
         if accelerators:
             self._accels.update(accelerators)
-        # Truth perturbation (data, not a mode): per-(variant, accelerator) latency factors, log-normal with median
-        # 1 and log-sigma ``_perturb_sigma``, drawn from (seed, accelerator name) on first use; sigma 0 = the table.
-        self._perturb_sigma, self._perturb_seed = 0.0, 0
+        # Truth perturbation (data, not a mode): hierarchical log-normal latency factors per (accelerator, family,
+        # variant, pair) with the world's sigma per level, drawn from (seed, names) on first use; the table = sigma 0.
+        self._world, self._perturb_seed = WorldSpec("table", {}), 0
         self._scale: dict[str, np.ndarray] = {}
         # time-varying per-accelerator slowdowns (drift events: throttling, a driver change)
         self._slowdown: dict[str, float] = {}
@@ -86,8 +88,10 @@ class PerformanceModel:
     def _load(self) -> None:
         self._variants, self._t = load_profiles(self.data_dir)
         self._index = {v.name: i for i, v in enumerate(self._variants)}
-        # Pair classes: tercile of the per-item ampere latency at batch 8.
-        per_item = self._t.lat["ampere"][:, 8] / 8
+        self._fit, self.grounded_sigma = load_fit()
+        self._tables: dict[str, AccelTable] = {"cpu": cpu_table(self._t)}
+        # Pair classes: tercile of the per-item grounded A100 latency at batch 8.
+        per_item = self._tab("a100").lat[:, 8] / 8
         cuts = np.quantile(per_item, [1 / 3, 2 / 3])
         self._class = np.searchsorted(cuts, per_item).astype(int)
         self._best = {}
@@ -135,40 +139,77 @@ class PerformanceModel:
 
     @staticmethod
     def factor(accelerator: str) -> cal.Factor:
-        try:
-            return cal.FACTORS[accelerator]
-        except KeyError:
-            raise ConfigError(
-                f"accelerator {accelerator!r} has no speed factor; known: {', '.join(cal.FACTORS)} "
-                "(add a row to oltunes/sim/calibration.py FACTORS with its source)"
-            ) from None
+        """The accelerator's sharing factor; any GPU with a datasheet is known (its latency from the grounded model)."""
+        f = cal.FACTORS.get(accelerator)
+        if f is not None:
+            return f
+        if accelerator in DATASHEETS:
+            return cal.DEFAULT_GPU_FACTOR
+        raise ConfigError(
+            f"accelerator {accelerator!r} is unknown to the simulator; known: {', '.join(cal.FACTORS)}, "
+            f"{', '.join(sorted(set(DATASHEETS) - set(cal.FACTORS)))} (add a datasheet to oltunes/sim/world_specs.py "
+            "or a row to oltunes/sim/calibration.py FACTORS, with its source)")
+
+    def _tab(self, accelerator: str) -> AccelTable:
+        t = self._tables.get(accelerator)
+        if t is None:
+            self.factor(accelerator)
+            t = self._tables[accelerator] = grounded_table(self._variants, self._t, self._fit, accelerator)
+        return t
 
     # ------------------------------------------------------------------ the truth differs from the public table
-    def perturbed(self, sigma: float, seed: int) -> PerformanceModel:
-        """A copy whose latencies differ from this (public) table by a seeded log-normal factor per (variant,
-        accelerator): the simulator's truth, which only the oracle may read. Tables are shared, not copied."""
-        if not (math.isfinite(sigma) and sigma >= 0):
-            raise ConfigError(f"truth perturbation sigma must be finite and >= 0, got {sigma!r}")
+    def perturbed(self, world: WorldSpec | float, seed: int) -> PerformanceModel:
+        """A copy whose latencies differ from this (public) table by the world's seeded hierarchical log-normal
+        factors (a float = the stress world with that independent per-pair sigma): the simulator's truth, which only
+        the oracle may read. Tables are shared, not copied."""
+        if not isinstance(world, WorldSpec):
+            if not (isinstance(world, (int, float)) and math.isfinite(world) and world >= 0):
+                raise ConfigError(f"truth perturbation sigma must be finite and >= 0, got {world!r}")
+            world = stress_world(float(world))
+        for level, sd in world.sigma.items():
+            if level not in LEVELS or not (math.isfinite(sd) and sd >= 0):
+                raise ConfigError(f"world {world.name!r}: sigma.{level} must be a level of {LEVELS} and >= 0")
         twin = copy.copy(self)
         twin._accels = dict(self._accels)
-        twin._perturb_sigma, twin._perturb_seed = float(sigma), int(seed)
+        twin._world, twin._perturb_seed = world, int(seed)
         twin._scale, twin._slowdown = {}, dict(self._slowdown)
         return twin
+
+    def grounded_world(self) -> WorldSpec:
+        """The default world: sigma per level estimated from the store (:mod:`oltunes.sim.world_noise`)."""
+        return WorldSpec("grounded", dict(self.grounded_sigma))
+
+    @property
+    def world(self) -> WorldSpec:
+        return self._world
 
     def truth_factor(self, variant: int, accelerator: str) -> float:
         """How much slower than the public table this (variant, accelerator) really is (1.0 on the table)."""
         return float(self._scales(accelerator)[variant]) * self._slowdown.get(accelerator, 1.0)
 
+    def _draw(self, sd: float, *names: str) -> np.ndarray | float:
+        """One seeded N(0, sd) draw per variant (names end in an accelerator or not) or a scalar; seeded by names so
+        adding a pool never reshuffles the other factors."""
+        rng = np.random.default_rng([self._perturb_seed, *(zlib.crc32(n.encode()) for n in names)])
+        return rng.normal(0.0, sd, len(self._variants)) if sd > 0 else np.zeros(len(self._variants))
+
     def _scales(self, accelerator: str) -> np.ndarray:
         s = self._scale.get(accelerator)
         if s is None:
-            n = len(self._variants)
-            if self._perturb_sigma == 0:
-                s = np.ones(n)
-            else:  # seeded by the accelerator's name, so adding a pool never reshuffles the other factors
+            sd = self._world.sigma
+            z = np.zeros(len(self._variants))
+            if sd.get("accelerator", 0) > 0:
+                z += self._draw(sd["accelerator"], "accelerator", accelerator)[0]
+            if sd.get("family", 0) > 0:
+                fams = {v.family for v in self._variants}
+                per = {f: self._draw(sd["family"], "family", f, accelerator)[0] for f in fams}
+                z += np.array([per[v.family] for v in self._variants])
+            if sd.get("variant", 0) > 0:
+                z += self._draw(sd["variant"], "variant")
+            if sd.get("pair", 0) > 0:  # the stress world's draw, as before: (seed, accelerator name)
                 rng = np.random.default_rng([self._perturb_seed, zlib.crc32(accelerator.encode())])
-                s = rng.lognormal(0.0, self._perturb_sigma, n)
-            self._scale[accelerator] = s
+                z += np.log(rng.lognormal(0.0, sd["pair"], len(self._variants)))
+            s = self._scale[accelerator] = np.exp(z)
         return s
 
     def slow_down(self, accelerator: str, factor: float) -> None:
@@ -180,30 +221,34 @@ class PerformanceModel:
 
     def latency_row(self, variant: int, accelerator: str) -> np.ndarray:
         """Noiseless isolated p50 batch latency (ms) for batch 0..MAX_BATCH (index = batch size)."""
-        f = self.factor(accelerator)
-        return self._t.lat[f.anchor][variant] / f.speed * self.truth_factor(variant, accelerator)
+        return self._tab(accelerator).lat[variant] * self.truth_factor(variant, accelerator)
 
     def is_measured(self, variant: int, accelerator: str, batch: int) -> bool:
-        """True when the latency comes straight from a measured row (anchor accelerator, measured batch)."""
-        f = self.factor(accelerator)
-        return f.speed == 1.0 and bool(self._t.measured[f.anchor][variant, batch])
+        """True when the latency comes straight from a measured row (the CPU's measured batch sizes)."""
+        return bool(self._tab(accelerator).measured[variant, batch])
 
     def is_extrapolated(self, variant: int, accelerator: str, batch: int) -> bool:
-        """True for a batch size beyond the largest one measured for this variant on the anchor accelerator."""
-        measured = np.flatnonzero(self._t.measured[self.factor(accelerator).anchor][variant])
+        """True for a CPU batch size beyond the largest one measured (GPU rows come from the model at every batch)."""
+        if accelerator != "cpu":
+            return False
+        measured = np.flatnonzero(self._tab("cpu").measured[variant])
         return bool(len(measured) == 0 or batch > measured.max())
 
+    def basis(self, variant: int, accelerator: str) -> str:
+        """How this (variant, accelerator)'s latency is known (measured, grounded model, derived)."""
+        return self._tab(accelerator).basis[variant]
+
     def sigma(self, variant: int, accelerator: str) -> float:
-        return float(self._t.sigma[self.factor(accelerator).anchor][variant])
+        return float(self._tab(accelerator).sigma[variant])
 
     def busy_power_w(self, variant: int, accelerator: str, batch: int) -> float:
-        """Board power while a batch of this variant runs (utilisation-dependent draw)."""
+        """Board power while a batch of this variant runs (utilisation-dependent draw; an estimate, calibration)."""
         acc = self.accelerator(accelerator)
-        cf = self._t.compute_fraction[self.factor(accelerator).anchor][variant, batch]
+        cf = self._tab(accelerator).compute_fraction[variant, batch]
         return acc.idle_w + (acc.max_w - acc.idle_w) * (cal.POWER_FLOOR + (1 - cal.POWER_FLOOR) * cf)
 
     def compute_fraction(self, variant: int, accelerator: str, batch: int) -> float:
-        return float(self._t.compute_fraction[self.factor(accelerator).anchor][variant, batch])
+        return float(self._tab(accelerator).compute_fraction[variant, batch])
 
     @staticmethod
     def concurrency_factor(accelerator: str, concurrency: int) -> float:
@@ -228,7 +273,7 @@ class PerformanceModel:
         """Time-slicing slowdown when co-runners together ask more than the device has (gavel packing)."""
         if not shared:
             return 1.0
-        return max(1.0, total_load / cal.FACTORS[accelerator].packing)
+        return max(1.0, total_load / PerformanceModel.factor(accelerator).packing)
 
     # ------------------------------------------------------------------ candidate-level API
     def _service(self, job: JobSpec, cand: Candidate) -> tuple[float, float, int]:
@@ -246,7 +291,7 @@ class PerformanceModel:
 
     # ------------------------------------------------------------------ the oltunes.profiles.Profile interface
     def accelerators(self) -> list[str]:
-        """Every accelerator type with a speed factor (the rows of the profile table)."""
+        """Every accelerator type of the simulator (the rows of the profile table)."""
         return list(cal.FACTORS)
 
     def grid(self, job: JobSpec, accelerator: str, variants: Sequence[Variant], batches: Sequence[int],
@@ -332,7 +377,7 @@ class PerformanceModel:
                             "p50_ms": float(row[b]),
                             "measured": self.is_measured(vi, acc, b),
                             "extrapolated": self.is_extrapolated(vi, acc, b),
-                            "factor_source": cal.FACTORS[acc].source,
+                            "basis": self.basis(vi, acc),
                         }
                     )
         return pd.DataFrame(rows)

@@ -1,6 +1,8 @@
-"""The performance model's calibrated tables, read and fitted from the public profiling data: per-anchor latency
-curves for batch 1..MAX_BATCH (measured points, the other GPU's campaign filling gaps, linear extrapolation beyond),
-compute fractions, noise sigmas, which values were measured, and the co-location slowdown per pair class.
+"""The performance model's tables, read and fitted from the public profiling data: Proteus's per-anchor latency
+curves for batch 1..MAX_BATCH (measured points, the other GPU's campaign filling gaps, linear extrapolation beyond;
+the CPU's is the simulator's CPU, the GPUs' give each variant its noise sigma), the grounded GPU tables
+(:func:`grounded_table`, from :mod:`oltunes.sim.world`), compute fractions, which values were measured, and the
+co-location slowdown per pair class.
 
 :class:`~oltunes.sim.perfmodel.PerformanceModel` loads them once and answers every query from them.
 """
@@ -16,11 +18,14 @@ import pandas as pd
 from oltunes.errors import DataError
 from oltunes.sim import calibration as cal
 from oltunes.sim.variant_params import published_gflops, published_params
+from oltunes.sim.world import WorldFit, sim_precision
+from oltunes.sim.world_specs import STORE_MODELS, family_of
 from oltunes.types import Variant
 
 ANCHORS = ("cpu", "pascal", "ampere")
 _ACCEL_COLUMN = {"onnxruntime_cpu": "cpu", "onnxruntime_gpu_pascal": "pascal", "onnxruntime_gpu_ampere": "ampere"}
 _Z90 = 1.2816  # standard-normal p90 quantile (sigma from the p90 / p50 ratio)
+STORE_FAMILIES = {family_of(m) for m in STORE_MODELS}  # families with GPU rows from a named GPU in the store
 
 
 def _variant_name(model: str) -> str:
@@ -127,7 +132,7 @@ def load_profiles(data_dir: Path) -> tuple[list[Variant], Tables]:
         p, a = points.get((i, "pascal")), points.get((i, "ampere"))
         if p and a and 1 in p and 1 in a:
             gpu_ratio.append(p[1] / a[1])
-    med_ratio = float(np.median(gpu_ratio)) if gpu_ratio else cal.DEFAULT_PASCAL_OVER_AMPERE
+    med_ratio = float(np.median(gpu_ratio)) if gpu_ratio else 1.0  # no variant on both GPUs: take them alike
     for i in range(n):
         for anc, other, ratio in (("pascal", "ampere", med_ratio), ("ampere", "pascal", 1 / med_ratio)):
             mine, theirs = points.get((i, anc)), points.get((i, other))
@@ -174,3 +179,42 @@ def load_interference(data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         slow_median[int(l1), int(l2)] = max(1.0, float(slow.median()))
         slow_sigma[int(l1), int(l2)] = float(np.log(slow).std())
     return slow_median, slow_sigma
+
+
+@dataclass
+class AccelTable:
+    """One accelerator's dense arrays indexed [variant, batch] (batch 0 unused) and where they come from."""
+
+    lat: np.ndarray  # noiseless p50 ms per batch
+    compute_fraction: np.ndarray
+    sigma: np.ndarray  # per-batch log-normal noise sigma per variant
+    measured: np.ndarray  # bool: the value is a measured row
+    basis: list[str]  # per variant: how its latency on this accelerator is known
+
+
+def cpu_table(t: Tables) -> AccelTable:
+    """The CPU: Proteus's measured ONNX Runtime CPU profile."""
+    n = len(t.sigma["cpu"])
+    return AccelTable(t.lat["cpu"], t.compute_fraction["cpu"], t.sigma["cpu"], t.measured["cpu"],
+                      ["measured: proteus onnxruntime_cpu"] * n)
+
+
+def grounded_table(variants: list[Variant], t: Tables, fit: WorldFit, accelerator: str) -> AccelTable:
+    """A GPU from the grounded world's model (:mod:`oltunes.sim.world`); per-batch noise keeps Proteus's GPU
+    sigma (its p90/p50 spread) per variant."""
+    b = np.arange(cal.MAX_BATCH + 1, dtype=float)
+    prec = sim_precision(accelerator)
+    lat = np.zeros((len(variants), len(b)))
+    cf = np.zeros_like(lat)
+    basis = []
+    for i, v in enumerate(variants):
+        lat[i] = fit.batch_ms(v.size, accelerator, prec, cal.SIM_RUNTIME, b)
+        cf[i] = fit.compute_fraction(v.size, accelerator, prec, cal.SIM_RUNTIME, b)
+        _, acc_fitted = fit.accel_params(accelerator)
+        fam = family_of(v.size)
+        store_family = fam in STORE_FAMILIES
+        basis.append(("grounded model" if acc_fitted else "grounded model, accelerator derived from its datasheet")
+                     + (f": {fam} measured in the store" if store_family else
+                        ": derived from FLOPs/bytes and Proteus's relative shape (no GPU row of this family)"))
+    lat[:, 0], cf[:, 0] = 0.0, 0.0
+    return AccelTable(lat, cf, t.sigma["ampere"], np.zeros_like(lat, dtype=bool), basis)

@@ -81,6 +81,7 @@ def build(sc: Scenario, results: dict[str, tuple[RunResult, dict[str, float]]]) 
             "duration_s": sc.duration_s,
             "control_interval_s": sc.control_interval_s,
             "retune_interval_s": sc.retune_interval_s,
+            "world": sc.world,
             "truth_sigma": sc.truth_sigma,
             "devices": sum(p["count"] for p in sc.pools),
             "definitions": M.__doc__,

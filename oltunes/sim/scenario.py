@@ -14,8 +14,10 @@ A scenario is a YAML file; the shipped ones live in ``oltunes/scenarios/<name>.y
       batch:
         - {trace: philly, jobs: 10, families: [resnet], slo_ms: 2000}
 
-Optional ``truth_sigma`` (default 0.5: how far the simulator's truth is from the public profile table) and
-``events`` (drift events, :mod:`oltunes.sim.events`). Errors name the offending field (``scenario light.yaml: field 'workload.streaming.0.replicas': ...``).
+Optional ``world`` (``grounded``, the default: the truth differs from the public profile table by hierarchical factors
+with sigma per level estimated from real measurements, :mod:`oltunes.sim.world_noise`; ``stress``: one independent
+log-normal factor per (variant, accelerator) with sigma ``truth_sigma``, default 0.5; giving ``truth_sigma`` alone
+selects the stress world) and ``events`` (drift events, :mod:`oltunes.sim.events`). Errors name the offending field (``scenario light.yaml: field 'workload.streaming.0.replicas': ...``).
 """
 
 from __future__ import annotations
@@ -76,15 +78,25 @@ class Scenario(_Strict):
     control_interval_s: float = Field(default=5.0, gt=0, description="measurement / load-update period")
     retune_interval_s: float = Field(default=30.0, gt=0, description="adaptive policies re-decide this often")
     drop_after_slo: float = Field(default=5.0, gt=1, description="a request waiting longer than this x SLO is shed")
-    truth_sigma: float = Field(
-        default=0.5, ge=0, le=2, allow_inf_nan=False,
-        description="log-sigma of the seeded per-(variant, accelerator) factor between the public profile table and "
-                    "the simulator's truth (0 = the table is exact)")
+    world: Literal["grounded", "stress"] = Field(
+        default="grounded", description="grounded: sigma per level from real disagreement; stress: independent sigma")
+    truth_sigma: float | None = Field(
+        default=None, ge=0, le=2, allow_inf_nan=False,
+        description="stress world only: log-sigma of the seeded per-(variant, accelerator) factor between the public "
+                    "profile table and the simulator's truth (default 0.5; 0 = the table is exact)")
     pools: list[dict[str, Any]] = Field(min_length=1)
     batch_sizes: list[int] = Field(default=[1, 2, 4, 8, 16], min_length=1)
     concurrencies: list[int] = Field(default=[1, 2, 3, 4], min_length=1)
     workload: Workload
     events: list[Event] = Field(default=[], max_length=100, description="drift events (oltunes.sim.events)")
+
+    @model_validator(mode="after")
+    def _world_fits(self) -> Scenario:
+        if self.truth_sigma is not None and self.world == "grounded":
+            if "world" in self.model_fields_set:
+                raise ValueError("truth_sigma: only the stress world takes one (the grounded world's sigma is measured)")
+            self.world = "stress"
+        return self
 
     @model_validator(mode="after")
     def _events_fit(self) -> Scenario:

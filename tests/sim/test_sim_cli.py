@@ -28,6 +28,7 @@ def test_cli_writes_report_and_plots(shared_data, oltunes_home, tmp_path):
         assert (plots / name).stat().st_size > 1000
     assert set(rep["regret_per_quarter"]) == {"round-robin"} and len(rep["regret_per_quarter"]["round-robin"]) == 4
     assert "regret vs the oracle per quarter" in res.output and rep["events"] == []
+    assert "world: grounded world, sigma accelerator" in res.output and rep["meta"]["world"] == "grounded"
 
 
 def test_cli_reports_each_drift_event(shared_data, oltunes_home, tmp_path):

@@ -113,7 +113,7 @@ def test_a_learning_policy_measures_next_to_a_burst_tenant(shared_data):
 def test_lost_devices_evict_their_jobs_which_are_placed_again_elsewhere(shared_data):
     sc = _sc({"at_s": 30, "kind": "lose_devices", "pool": "a100", "count": 1},
              workload={"streaming": [{"trace": "proteus", "scenario": "equal_gamma_300",
-                                      "families": ["resnet", "bert", "mobilenet"], "rate_scale": 0.1}]})
+                                      "families": ["resnet", "bert", "mobilenet"], "rate_scale": 2.0}]})
     p = prepare(sc)
     res = run_policy(p, "oracle")
     for r in res.runs:  # nobody runs on the lost pool at the end, and no request is lost
