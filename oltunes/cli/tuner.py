@@ -19,12 +19,15 @@ err = Console(stderr=True)
 
 
 def _read_json(path: Path, what: str) -> Any:
+    """A JSON file, or YAML (a superset of JSON: the job template's comments included)."""
+    import yaml
+
     try:
-        return json.loads(path.read_text())
+        return yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{what}: file not found: {path}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{what}: {path} is not valid JSON: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what}: {path} is neither JSON nor YAML: {e}") from e
 
 
 def load_variants(path: Path) -> list[Variant]:
@@ -179,7 +182,7 @@ def recommend_cmd(
     from oltunes.tuner.factory import get_tuner
 
     try:
-        job_spec = JobSpec.model_validate(_read_job(job))
+        job_spec = JobSpec.model_validate(_read_json(job, "--job"))
         if cluster is not None:
             state: ClusterState | None = ClusterState.model_validate(_read_json(cluster, "--cluster"))
         elif inventory is not None:
@@ -199,17 +202,6 @@ def recommend_cmd(
         raise typer.Exit(2) from None
     typer.echo(decision.model_dump_json(indent=2))
 
-
-def _read_job(path: Path) -> Any:
-    """A JobSpec file: JSON, or YAML (the template's comments included)."""
-    import yaml
-
-    try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"--job: file not found: {path}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--job: {path} is neither JSON nor YAML: {e}") from e
 
 
 @tuner_app.command("job-template")
