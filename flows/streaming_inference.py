@@ -204,7 +204,8 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
         return
     measured, current = interval.measurement, m.decision
     extra = {**interval.metrics, "switches": float(len(m.decisions) - 1)}
-    await serving_tasks.log_step(m.run, m.steps, measured, m.params.slo_ms, ran_policy(svc.p.policy, svc.p.advisory), current, extra)
+    ran = ran_policy(svc.p.policy, svc.p.advisory)
+    await serving_tasks.log_step(m.run, m.steps, measured, m.params.slo_ms, ran, current, extra)
     await tuning.observe(svc.tuner, measured)
     m.measurements.append(measured)
     m.steps += 1

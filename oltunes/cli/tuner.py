@@ -109,7 +109,8 @@ def serve_cmd(
     class_limit: Annotated[list[str] | None, typer.Option(
         help="ACCELERATOR=N: at most N leased jobs of that class per host, e.g. t4=2 (repeatable)")] = None,
     advisory: Annotated[bool, typer.Option(
-        "--advisory", help="advisory mode: answer with the least-loaded baseline, the tuner's choice as advice")] = False,
+        "--advisory", help="advisory mode: answers place jobs as least-loaded would, the tuner's choice as advice")
+    ] = False,
 ) -> None:
     """Serve the tuner over HTTP (routes under /v1: recommend, expect, observe, health, state, variants; with
     --inventory also leases: the service allocates those pools)."""

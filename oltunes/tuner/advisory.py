@@ -17,7 +17,8 @@ from typing import Any
 
 from oltunes.errors import ConfigError
 from oltunes.tuner.protocol import TunerLike
-from oltunes.types import Advice, Candidate, ClusterState, Decision, JobSpec, Measurement, Placement, Prediction, Variant
+from oltunes.types import (Advice, Candidate, ClusterState, Decision, JobSpec, Measurement, Placement, Prediction,
+                           Variant)
 
 __all__ = ["ADVISORY_BASELINE", "AdvisoryTuner", "baseline_policy"]
 
@@ -65,7 +66,8 @@ class AdvisoryTuner:
         try:
             mine = self.tuner.decide(job, cluster, current)
         except Exception:  # the tuner's failure never stops the job: it runs its baseline either way
-            log.exception("advisory: the tuner could not decide job %s; running its baseline without advice", job.job_id)
+            log.exception("advisory: the tuner could not decide job %s; it runs its baseline without advice",
+                          job.job_id)
             return ran
         advice = self._advice(job, mine, ran.candidate)
         log.info("advisory: job %s runs %s; the tuner would have chosen %s (predicted saving %s %s)", job.job_id,
