@@ -101,3 +101,22 @@ def test_the_advisory_batch_flow_runs_the_baseline_end_to_end(own_home, dataset,
     assert run.data.tags[TAG_WOULD_HAVE_CHOSEN] == res.decision.advice.candidate_key
     assert run.data.tags[cv.TAG_POLICY] == ADVISORY_BASELINE
     assert Tuner.load(get_settings().tuner_state_path).has_seen(res.measurement.measurement_id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_advisory_streaming_service_serves_on_the_baseline_and_records_the_tuner(settings_env, shared_data):
+    from flows.streaming_inference import streaming_inference
+
+    settings_env()
+    out = asyncio.run(streaming_inference(family="resnet", launcher="simulated", slo_ms=100.0, speedup=4.0,
+                                          duration_s=30.0, control_interval_s=10.0, service_id="svc-adv",
+                                          advisory=True))
+    assert out.decisions and all(d.source == "policy" and d.advice is not None for d in out.decisions)
+    assert all(m.candidate in {d.candidate for d in out.decisions} for m in out.measurements)
+    c = MlflowClient(get_settings().mlflow_uri)
+    exp = c.get_experiment_by_name("oltunes-simulation")
+    (run,) = c.search_runs([exp.experiment_id], f"tags.`{cv.TAG_SERVICE}` = 'svc-adv'")
+    assert run.data.tags[TAG_ADVISORY] == "true" and run.data.tags[cv.TAG_POLICY] == ADVISORY_BASELINE
+    assert run.data.tags[TAG_WOULD_HAVE_CHOSEN] == out.decisions[-1].advice.candidate_key
+    assert "advisory_would_have_p99_ms" in run.data.metrics
