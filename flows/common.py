@@ -83,12 +83,15 @@ def make_tuner(env: Environment, variants: list[Variant], policy: str = "oltunes
     from oltunes.policies import Policy
     from oltunes.tuner.advisory import AdvisoryTuner, baseline_policy
     from oltunes.tuner.factory import get_tuner
+    from oltunes.tuner.local import StateFileTuner
 
     Policy.lookup(policy)  # an unknown name fails here, listing the known ones
     s = tuner_settings(env)
     if advisory:
         baseline = baseline_policy(ran_policy(policy, advisory), variants, env.profile(s))
-        return AdvisoryTuner(make_tuner(env, variants)[0], baseline), s
+        tuner = make_tuner(env, variants)[0]
+        predict = tuner.tuner.predict if isinstance(tuner, StateFileTuner) else None  # a client predicts nothing
+        return AdvisoryTuner(tuner, baseline, predict=predict), s
     if policy != "oltunes":
         return baseline_policy(policy, variants, env.profile(s)), s
     tuner = get_tuner(s, variants=variants)

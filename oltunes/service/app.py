@@ -147,7 +147,7 @@ def create_app(
     if advisory:
         from oltunes.tuner.advisory import ADVISORY_BASELINE, AdvisoryTuner, baseline_policy
 
-        tuner = AdvisoryTuner(tuner, baseline_policy(ADVISORY_BASELINE, tuner.variants))
+        tuner = AdvisoryTuner(tuner, baseline_policy(ADVISORY_BASELINE, tuner.variants), predict=tuner.predict)
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
         service.leases = LeaseBook(

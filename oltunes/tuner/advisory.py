@@ -50,12 +50,22 @@ def baseline_policy(name: str, variants: Sequence[Variant], profile: Any = None)
 class AdvisoryTuner:
     """`tuner` decides and learns, `baseline` places: see the module's text."""
 
-    def __init__(self, tuner: TunerLike, baseline: TunerLike) -> None:
+    def __init__(self, tuner: TunerLike, baseline: TunerLike,
+                 predict: Callable[[JobSpec, Sequence[Candidate]], list[Prediction]] | None = None) -> None:
         self.tuner = tuner
         self.baseline = baseline
+        self.predict = predict  # the tuner's prediction for given candidates (None: a client, which has none)
 
-    def __getattr__(self, name: str) -> Any:  # the service's own calls (has_seen, state_dict, replay, ...)
-        return getattr(self.__dict__["tuner"], name)
+    # what the tuning service asks of the tuner it serves besides `TunerLike`
+    @property
+    def variants(self) -> list[Variant]:
+        return self.tuner.variants
+
+    def has_seen(self, measurement_id: str) -> bool:
+        return self.tuner.has_seen(measurement_id)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.tuner.state_dict()
 
     @property
     def n_observed(self) -> int | None:
@@ -77,9 +87,8 @@ class AdvisoryTuner:
     def _advice(self, job: JobSpec, mine: Decision, ran: Candidate) -> Advice:
         predicted = mine.explanation.predicted
         ran_predicted, saving, ranked_on = None, None, ""
-        predict = _predictor(self.tuner)
-        if predict is not None:
-            ran_predicted, own = predict(job, [ran, mine.candidate])
+        if self.predict is not None:
+            ran_predicted, own = self.predict(job, [ran, mine.candidate])
             quantity, ranked_on = _QUANTITY.get(job.objective, (None, ""))
             if quantity is not None:
                 a, b = quantity(job, ran_predicted), quantity(job, own)
@@ -103,11 +112,3 @@ class AdvisoryTuner:
     def save(self, *args: Any) -> Path | None:
         return self.tuner.save(*args)
 
-
-def _predictor(tuner: Any) -> Callable[[JobSpec, Sequence[Candidate]], list[Prediction]] | None:
-    """The tuner's prediction for given candidates: an in-process `Tuner`, or the one a state-file tuner wraps
-    (a tuning service's client has none: it predicts only where it would decide)."""
-    for t in (tuner, getattr(tuner, "tuner", None)):
-        if t is not None and callable(getattr(t, "predict", None)):
-            return t.predict
-    return None
