@@ -22,7 +22,8 @@ from typing import Any
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flows.common import bind_ephemeral_api, check_family, make_tracker, make_tuner, run_id, run_name, validate
+from flows.common import (bind_ephemeral_api, check_family, make_tracker, make_tuner, ran_policy, run_id, run_name,
+                          validate)
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
 from oltunes.launchers import WorkerSpec
@@ -56,6 +57,7 @@ class BatchParams(BaseModel):
     part_timeout_s: float = Field(gt=0)
     deadline_s: float | None = Field(default=None, gt=0)
     policy: str
+    advisory: bool = False
     output_wait_s: float = Field(ge=0, le=86_400, description="wait this long for another run to release `output`")
     lease_ttl_s: float = Field(gt=0, le=MAX_TTL_S, description="the job's lease expires this long after its holder dies")
     lease_wait_s: float = Field(ge=0, le=7 * 86_400, description="wait this long in the queue for a lease")
@@ -103,6 +105,7 @@ async def batch_inference(
     part_timeout_s: float = 1_800.0,
     deadline_s: float | None = None,
     policy: str = "oltunes",
+    advisory: bool = False,
     output_wait_s: float = 0.0,
     lease_ttl_s: float = 60.0,
     lease_wait_s: float = 3_600.0,
@@ -133,6 +136,10 @@ async def batch_inference(
         A worker running longer is stopped and its part retried.
     policy
         The deciding placement policy by name (``Policy.known()``; default the tuner), also tagged in MLflow.
+    advisory
+        Advisory mode (``docs/decisions.md``): the job runs where `policy` puts it (``oltunes``, the default, runs
+        ``least-loaded``), the tuner's own decision is recorded beside it in MLflow, and the tuner learns the
+        measurement. The tuner never changes what runs.
     output_wait_s
         Another run holding `output` (its lock, ``<output>/.lock``): wait up to this long for it to finish,
         then resume whatever it left undone; ``0`` (default) fails at once, naming the directory and its holder.
@@ -146,7 +153,7 @@ async def batch_inference(
         BatchParams, family=family, dataset=dataset, output=output, slo_ms=slo_ms, accuracy_floor=accuracy_floor,
         objective=objective, items=items, job_id=job_id, launcher=launcher, inventory=inventory,
         items_per_worker=items_per_worker, shard_size=shard_size, part_timeout_s=part_timeout_s,
-        deadline_s=deadline_s, policy=policy, output_wait_s=output_wait_s, lease_ttl_s=lease_ttl_s,
+        deadline_s=deadline_s, policy=policy, advisory=advisory, output_wait_s=output_wait_s, lease_ttl_s=lease_ttl_s,
         lease_wait_s=lease_wait_s,
     )  # fmt: skip
     settings = get_settings()
@@ -183,7 +190,8 @@ async def _run_job(
     log = get_run_logger()
     jid = job.job_id
     tracker = make_tracker()
-    tuner, tsettings = make_tuner(env, variants, p.policy)
+    tuner, tsettings = make_tuner(env, variants, p.policy, p.advisory)
+    ran = ran_policy(p.policy, p.advisory)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
     recorded = env.recorded_decision(out)
     if recorded is not None:
@@ -205,7 +213,7 @@ async def _run_job(
             results, job_wall, n_parts = await _run_parts(p, job, out, cluster.pool(lease.pool), lease.device, decision)
         except Exception as e:  # the job's run still spans it, with the outcome as its status
             await track.log_failed_job(
-                tracker, decision, f"{type(e).__name__}: {e}", simulated=env.simulated, policy=p.policy,
+                tracker, decision, f"{type(e).__name__}: {e}", simulated=env.simulated, policy=ran,
                 run_name=f"batch-{p.family}-{jid[:8]}", dataset=p.dataset, rows=job.items, started_at=started_at,
                 extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
             )  # fmt: skip
@@ -218,7 +226,7 @@ async def _run_job(
     else:
         run_id = await track.log_measurement(
             tracker, m, slo_ms=p.slo_ms,
-            policy=p.policy, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
+            policy=ran, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
             extra_metrics={"job_wall_s": job_wall, "parts": float(n_parts)},
             extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
             dataset=p.dataset, started_at=started_at,

@@ -66,19 +66,34 @@ def tuner_settings(env: Environment, settings: Settings | None = None) -> Settin
     return env.tuner_settings(settings or get_settings())
 
 
-def make_tuner(env: Environment, variants: list[Variant], policy: str = "oltunes") -> tuple[TunerLike, Settings]:
+def ran_policy(policy: str, advisory: bool) -> str:
+    """The policy whose decisions really run: ``policy``, except that advisory mode never runs the tuner (its
+    ``oltunes`` runs `ADVISORY_BASELINE`); tagged ``policy`` in MLflow."""
+    from oltunes.tuner.advisory import ADVISORY_BASELINE
+
+    return ADVISORY_BASELINE if advisory and policy == "oltunes" else policy
+
+
+def make_tuner(env: Environment, variants: list[Variant], policy: str = "oltunes",
+               advisory: bool = False) -> tuple[TunerLike, Settings]:  # fmt: skip
     """The flow's tuner and the settings it learns under: for ``oltunes`` the configured tuner itself (its saved
     state, or the tuning service: `get_tuner`); for any other ``policy`` name that placement policy
-    (``Policy.make``, with the environment's public profile table if it has one) behind the same interface."""
-    from oltunes.policies import Policy, PolicyContext
-    from oltunes.policies.base import PolicyAsTuner
+    (``Policy.make``, with the environment's public profile table if it has one) behind the same interface.
+    ``advisory``: the configured tuner decides and learns, `ran_policy` places (`oltunes.tuner.advisory`)."""
+    from oltunes.policies import Policy
+    from oltunes.tuner.advisory import AdvisoryTuner, baseline_policy
     from oltunes.tuner.factory import get_tuner
+    from oltunes.tuner.local import StateFileTuner
 
     Policy.lookup(policy)  # an unknown name fails here, listing the known ones
     s = tuner_settings(env)
+    if advisory:
+        baseline = baseline_policy(ran_policy(policy, advisory), variants, env.profile(s))
+        tuner = make_tuner(env, variants)[0]
+        predict = tuner.tuner.predict if isinstance(tuner, StateFileTuner) else None  # a client predicts nothing
+        return AdvisoryTuner(tuner, baseline, predict=predict), s
     if policy != "oltunes":
-        ctx = PolicyContext(profile=env.profile(s), variants=tuple(variants))
-        return PolicyAsTuner(Policy.make(policy, ctx=ctx)), s
+        return baseline_policy(policy, variants, env.profile(s)), s
     tuner = get_tuner(s, variants=variants)
     try:  # a tuner restored from its saved state learns of variants built since
         tuner.add_variants(variants)

@@ -31,7 +31,8 @@ import numpy as np
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.common import bind_ephemeral_api, check_family, make_tracker, make_tuner, run_id, run_name, validate
+from flows.common import (bind_ephemeral_api, check_family, make_tracker, make_tuner, ran_policy, run_id, run_name,
+                          validate)
 from flows.streaming_service import ModelParams, ModelRun, announce, first_decisions, placement
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
@@ -64,6 +65,7 @@ class StreamParams(BaseModel):
     launcher: str
     inventory: str | None = None
     policy: str
+    advisory: bool = False
     gateway_host: str = Field(min_length=1, max_length=253)
     gateway_port: int = Field(ge=0, le=65535)
     replay: bool
@@ -202,7 +204,8 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
         return
     measured, current = interval.measurement, m.decision
     extra = {**interval.metrics, "switches": float(len(m.decisions) - 1)}
-    await serving_tasks.log_step(m.run, m.steps, measured, m.params.slo_ms, svc.p.policy, current, extra)
+    ran = ran_policy(svc.p.policy, svc.p.advisory)
+    await serving_tasks.log_step(m.run, m.steps, measured, m.params.slo_ms, ran, current, extra)
     await tuning.observe(svc.tuner, measured)
     m.measurements.append(measured)
     m.steps += 1
@@ -243,6 +246,7 @@ async def streaming_inference(
     launcher: str = "local",
     inventory: str | None = None,
     policy: str = "oltunes",
+    advisory: bool = False,
     models: list[dict[str, Any]] | None = None,
     gateway_host: str = "127.0.0.1",
     gateway_port: int = 0,
@@ -296,7 +300,7 @@ async def streaming_inference(
     p = validate(
         StreamParams, models=wanted, trace=trace, speedup=speedup, duration_s=duration_s,
         control_interval_s=control_interval_s, max_in_flight=max_in_flight, max_delay_ms=max_delay_ms,
-        service_id=service_id, launcher=launcher, inventory=inventory, policy=policy, gateway_host=gateway_host,
+        service_id=service_id, launcher=launcher, inventory=inventory, policy=policy, advisory=advisory, gateway_host=gateway_host,
         gateway_port=gateway_port, replay=replay, expected_rps=expected_rps,
     )  # fmt: skip
     env = Environment.make(p.launcher)
@@ -329,7 +333,7 @@ async def streaming_inference(
     workdir.mkdir(parents=True, exist_ok=True)
 
     tracker = make_tracker()
-    tuner, tsettings = make_tuner(env, variants, p.policy)
+    tuner, tsettings = make_tuner(env, variants, p.policy, p.advisory)
     await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
     decisions = await first_decisions(tuner, p.models, jobs, cluster)
     load = (f"replaying {len(arrivals)} arrivals over {p.duration_s:.0f} s ({rate:.1f} req/s) from {trace_path.name}"
@@ -342,7 +346,7 @@ async def streaming_inference(
             job.job_id, candidate=d.candidate, run_name=job.job_id, experiment=env.experiment("streaming"),
             params={"trace": trace_path.name if trace_path else "none (real clients)", "speedup": p.speedup, "slo_ms": mp.slo_ms, "launcher": p.launcher,
                     "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
-            tags={cv.TAG_JOB: job.job_id, cv.TAG_POLICY: p.policy, cv.TAG_KIND: "streaming"},
+            tags={cv.TAG_JOB: job.job_id, cv.TAG_POLICY: ran_policy(p.policy, p.advisory), cv.TAG_KIND: "streaming"},
             datasets=[cv.dataset_record(trace_path, len(arrivals))] if trace_path else [],
         )  # fmt: skip
 

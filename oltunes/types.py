@@ -255,6 +255,22 @@ class Explanation(_Frozen):
         default="", description="candidate key of the best feasible on the objective alone, when not the chosen")
 
 
+class Advice(_Frozen):
+    """Advisory mode (`oltunes.tuner.advisory`): what the tuner would have chosen for a job that ran on its baseline
+    instead, and the tuner's predictions for both (the baseline's is None where the tuner cannot predict a given
+    candidate: a tuning service behind its client)."""
+
+    decision_id: Id = Field(description="the tuner's own decision (not run)")
+    candidate_key: Text = Field(description="what the tuner would have chosen")
+    source: DecisionSource = "model"
+    predicted: Prediction = Field(description="the tuner's prediction for its own choice")
+    ran_predicted: Prediction | None = Field(default=None, description="the tuner's prediction for what ran")
+    ranked_on: Text = Field(default="", description="the quantity of predicted_saving, with its unit")
+    predicted_saving: float | None = Field(
+        default=None, allow_inf_nan=False, description="objective of what ran minus the tuner's choice's, both "
+        "predicted by the tuner (> 0: the tuner's choice is predicted better)")
+
+
 class Decision(_Frozen):
     """The tuner's answer for one job."""
 
@@ -265,6 +281,7 @@ class Decision(_Frozen):
     source: DecisionSource = "model"
     feasible: bool = True
     explanation: Explanation
+    advice: Advice | None = Field(default=None, description="advisory mode: the tuner's choice, not run")
 
     @property
     def pool(self) -> str:

@@ -108,6 +108,9 @@ def serve_cmd(
         help="weights file of --queue-policy rltune (from `oltunes rltune train`)")] = None,
     class_limit: Annotated[list[str] | None, typer.Option(
         help="ACCELERATOR=N: at most N leased jobs of that class per host, e.g. t4=2 (repeatable)")] = None,
+    advisory: Annotated[bool, typer.Option(
+        "--advisory", help="advisory mode: answers place jobs as least-loaded would, the tuner's choice as advice")
+    ] = False,
 ) -> None:
     """Serve the tuner over HTTP (routes under /v1: recommend, expect, observe, health, state, variants; with
     --inventory also leases: the service allocates those pools)."""
@@ -129,10 +132,12 @@ def serve_cmd(
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(2) from None
-    err.print(f"tuner: serving on http://{host}:{port}/v1 (auth {'on' if token else 'off'}), state {state_path}")
+    err.print(f"tuner: serving on http://{host}:{port}/v1 (auth {'on' if token else 'off'}), state {state_path}"
+              + (", ADVISORY (clients run the least-loaded baseline)" if advisory else ""))
     try:  # replaying the observe journal can still refuse a corrupt file
         serve(tuner, host=host, port=port, token=token, state_path=state_path, pools=pools,
-              persist_every_s=persist_every, log_level=log_level, queue_policy=policy, class_limits=limits)
+              persist_every_s=persist_every, log_level=log_level, queue_policy=policy, class_limits=limits,
+              advisory=advisory)
     except OLTunesError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from None

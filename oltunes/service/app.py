@@ -114,6 +114,7 @@ def create_app(
     queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
     admin_token: str | None = None,
+    advisory: bool = False,
 ) -> FastAPI:
     """Build the ASGI app serving `tuner`.
 
@@ -139,7 +140,14 @@ def create_app(
     admin_token
         The operator's token (needs `token` too): it also passes wherever `token` does, and only it sees real lease
         ids in ``GET /v1/leases`` and may release any lease without its secret.
+    advisory
+        Advisory mode (``docs/decisions.md``): every answer places the job where `ADVISORY_BASELINE` would, with
+        the tuner's own decision as its ``advice``; the tuner still learns every observation.
     """
+    if advisory:
+        from oltunes.tuner.advisory import ADVISORY_BASELINE, AdvisoryTuner, baseline_policy
+
+        tuner = AdvisoryTuner(tuner, baseline_policy(ADVISORY_BASELINE, tuner.variants), predict=tuner.predict)
     service = TunerService(tuner, state_path=state_path, pools=pools, model_store=model_store)
     if pools:
         service.leases = LeaseBook(
@@ -287,6 +295,7 @@ def serve(
     queue_policy: str | QueuePolicy = "fcfs",
     class_limits: Mapping[str, int] | None = None,
     admin_token: str | None = None,
+    advisory: bool = False,
 ) -> None:
     """Serve `tuner` with uvicorn until interrupted (state persisted on the way out). `admin_token` defaults to
     ``OLTUNES_TUNER_ADMIN_TOKEN``."""
@@ -299,7 +308,7 @@ def serve(
         secret = get_settings().tuner_admin_token
         admin_token = secret.get_secret_value() if secret else None
     app = create_app(tuner, token=token, state_path=state_path, pools=pools, persist_every_s=persist_every_s,
-                     queue_policy=queue_policy, class_limits=class_limits, admin_token=admin_token)
+                     queue_policy=queue_policy, class_limits=class_limits, admin_token=admin_token, advisory=advisory)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 

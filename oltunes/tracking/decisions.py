@@ -7,6 +7,10 @@ run's model output (see ``mlflow/README.md``).
 * tags ``oltunes.chosen`` (the chosen candidate's key), ``oltunes.would_have_chosen`` (the best feasible candidate on
   the objective alone, or ``the chosen``), ``oltunes.ranked_on``, ``oltunes.objective`` (the chosen's value);
 * ``mlflow.note.content``: the readable text (the run page's *Description*).
+
+Advisory mode (`Decision.advice`: the job ran its baseline): ``oltunes.chosen`` is what ran and
+``oltunes.would_have_chosen`` the tuner's choice, with the tag ``oltunes.advisory`` and, as metrics
+(`advice_metrics`), the predicted saving and the tuner's predictions for both beside the measured ones.
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ from oltunes.tracking import conventions as cv
 from oltunes.tracking.filters import literal
 from oltunes.types import Decision
 
-__all__ = ["DECISIONS_DIR", "TAG_CHOSEN", "TAG_WOULD_HAVE_CHOSEN", "decision_artifacts", "decision_tags",
-           "explanation_text", "link_served_model"]
+__all__ = ["DECISIONS_DIR", "TAG_ADVISORY", "TAG_CHOSEN", "TAG_WOULD_HAVE_CHOSEN", "advice_metrics",
+           "decision_artifacts", "decision_tags", "explanation_text", "link_served_model"]
 
 DECISIONS_DIR = "oltunes/decisions"
 TAG_CHOSEN = "oltunes.chosen"
 TAG_WOULD_HAVE_CHOSEN = "oltunes.would_have_chosen"
 TAG_RANKED_ON = "oltunes.ranked_on"
 TAG_OBJECTIVE = "oltunes.objective"
+TAG_ADVISORY = "oltunes.advisory"  # "true": the job ran its baseline; the tuner's choice is would_have_chosen
+TAG_ADVISORY_RANKED_ON = "oltunes.advisory.ranked_on"  # the unit of the metric advisory_predicted_saving
 TAG_NOTE = "mlflow.note.content"  # MLflow's run description
 MAX_NOTE_CHARS = 5000  # under MLflow's tag value limit
 
@@ -47,6 +53,14 @@ def explanation_text(d: Decision) -> str:
         lines.append(f"  ranked on: {e.ranked_on} = {_num(e.objective)}; near-equal band {e.near_equal_band:.1%}")
     lines.append(f"would have chosen on the objective alone: {e.would_have_chosen or 'the chosen'}")
     lines.append(f"note: {e.note}")
+    if d.advice is not None:
+        a = d.advice
+        lines.append(f"ADVISORY: this ran the baseline; the tuner would have chosen {a.candidate_key} ({a.source}), "
+                     f"predicted saving {_num(a.predicted_saving)} {a.ranked_on}".rstrip())
+        if a.ran_predicted is not None:
+            q = a.ran_predicted
+            lines.append(f"  the tuner's prediction for what ran: p99 {q.latency_p99_ms:.4g} ms, "
+                         f"{q.energy_j_per_item:.4g} J/item, {q.throughput_items_per_s:.4g} items/s")
     if e.runner_ups:
         lines.append("runner-ups (objective | p99 ms | J/item | items/s | why it lost):")
         for a in e.runner_ups:
@@ -70,7 +84,27 @@ def decision_tags(d: Decision) -> dict[str, str]:
         tags[TAG_RANKED_ON] = e.ranked_on
     if e.objective is not None:
         tags[TAG_OBJECTIVE] = f"{e.objective:.6g}"
+    if d.advice is not None:
+        tags |= {TAG_ADVISORY: "true", TAG_WOULD_HAVE_CHOSEN: d.advice.candidate_key}
+        if d.advice.ranked_on:
+            tags[TAG_ADVISORY_RANKED_ON] = d.advice.ranked_on
     return tags
+
+
+def advice_metrics(d: Decision | None) -> dict[str, float]:
+    """Advisory mode's numbers as metrics, to chart beside the measured ``latency_p99_ms`` and
+    ``energy_j_per_item``: the predicted saving, and the tuner's predictions for what ran and for its own choice."""
+    a = None if d is None else d.advice
+    if a is None:
+        return {}
+    out = {"advisory_would_have_p99_ms": a.predicted.latency_p99_ms,
+           "advisory_would_have_energy_j_per_item": a.predicted.energy_j_per_item}
+    if a.ran_predicted is not None:
+        out |= {"advisory_ran_predicted_p99_ms": a.ran_predicted.latency_p99_ms,
+                "advisory_ran_predicted_energy_j_per_item": a.ran_predicted.energy_j_per_item}
+    if a.predicted_saving is not None:
+        out["advisory_predicted_saving"] = a.predicted_saving
+    return out
 
 
 def link_served_model(tracker: Any, run_id: str, variant: str) -> bool:

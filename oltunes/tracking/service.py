@@ -19,7 +19,7 @@ from typing import Any
 
 from oltunes.tracking import conventions as cv
 from oltunes.tracking.client import mlflow_errors
-from oltunes.tracking.decisions import decision_artifacts, decision_tags, link_served_model
+from oltunes.tracking.decisions import advice_metrics, decision_artifacts, decision_tags, link_served_model
 from oltunes.types import Candidate, Decision, Measurement
 
 _MAX_METRICS_PER_BATCH = 900  # MLflow's log_batch takes at most 1000 metrics
@@ -110,7 +110,8 @@ class ServiceRun:
         self._pending.append({
             "step": int(step),
             "ts": int(time.time() * 1000),
-            "metrics": {**cv.measurement_metrics(m, slo_ms), **{k: float(v) for k, v in extra_metrics.items()}},
+            "metrics": {**cv.measurement_metrics(m, slo_ms), **advice_metrics(decision),
+                        **{k: float(v) for k, v in extra_metrics.items()}},
             "record": mtags[cv.TAG_MEASUREMENT],
             # Run-level tags that may change over the service's life keep their latest value.
             "tags": {k: mtags[k] for k in (cv.TAG_ENERGY_SOURCE, cv.TAG_SIMULATED, cv.TAG_JOB)}

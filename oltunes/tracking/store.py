@@ -23,7 +23,7 @@ from oltunes.config import get_settings
 from oltunes.tracking import conventions as cv
 from oltunes.tracking.buffer import DiskBuffer
 from oltunes.tracking.client import RecordRejected, TrackingUnavailable, mlflow_errors, open_client
-from oltunes.tracking.decisions import decision_artifacts, decision_tags, link_served_model
+from oltunes.tracking.decisions import advice_metrics, decision_artifacts, decision_tags, link_served_model
 from oltunes.tracking.filters import tag_equals
 from oltunes.types import Decision, Measurement
 
@@ -214,7 +214,7 @@ class Tracker:
         `dataset`: the job's input file (logged with ``log_input``); `started_at`: when the job began (epoch s).
         """
         params = {**cv.decision_params(m.candidate, decision), **extra_params}
-        metrics = {**cv.measurement_metrics(m, slo_ms), **extra_metrics}
+        metrics = {**cv.measurement_metrics(m, slo_ms), **advice_metrics(decision), **extra_metrics}
         tags = {**cv.measurement_tags(m, policy, decision), **(decision_tags(decision) if decision else {}),
                 **extra_tags}
         if slo_ms is not None:
