@@ -304,8 +304,8 @@ async def streaming_inference(
         gateway_port=gateway_port, replay=replay, expected_rps=expected_rps,
     )  # fmt: skip
     env = Environment.make(p.launcher)
-    if not p.replay and env.simulated:
-        raise ConfigError("parameter 'replay': the simulated launcher serves only a replayed trace (replay=true)")
+    if not p.replay and not env.serves_live_clients:
+        raise ConfigError(f"parameter 'replay': the {p.launcher} launcher serves only a replayed trace (replay=true)")
     names = [m.family for m in p.models]
     if len(set(names)) != len(names):
         raise ConfigError("parameter 'models': each family may appear once")

@@ -39,6 +39,8 @@ class Environment(Registered, root=True):
 
     #: Measurements made here carry this tag; warm start replays only measurements with the same tag.
     simulated: bool = False
+    #: A streaming service can serve live clients (not only a replayed trace).
+    serves_live_clients: bool = True
     #: Variants are real ONNX files (registered in MLflow after a job); simulated variants are not.
     model_files: bool = True
     #: A batch job needs an input dataset (a simulated one only a count of items).
@@ -169,6 +171,7 @@ class Simulated(Environment, name="simulated"):
     """The simulator answers: no rows are written, and nothing mixes with real measurements."""
 
     simulated = True
+    serves_live_clients = False
     model_files = False
     needs_dataset = False
     inventory = "infra/inventory.yaml"  # the GPU pools

@@ -15,7 +15,7 @@ from oltunes.launchers import Launcher, WorkerSpec
 from oltunes.sim.events import SlowAccelerator
 from oltunes.types import Candidate, CoRunner, JobSpec, Pool
 
-ITEMS = 4000
+ITEMS = 28000  # parts of a few minutes on a T4: long against the engine's 5 s control interval
 
 
 @pytest.fixture
