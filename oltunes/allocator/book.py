@@ -30,10 +30,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from oltunes.errors import ConfigError, DataError
-from oltunes.allocator.queue import ArrivalOrder, QueueOrder
+from oltunes.allocator.queue import ArrivalOrder, KeptOrder, QueueOrder
 from oltunes.allocator.store import BookStore, Tracked
 from oltunes.allocator.types import (
     MAX_WAITING,
@@ -100,7 +99,7 @@ class LeaseBook:
         self.lock = threading.RLock()
         self.leases: Tracked[Lease] = Tracked()  # by lease id
         self.waiting: Tracked[Waiting] = Tracked()  # by job id, in arrival order
-        self._ordered: _Order | None = None  # the queue policy's last order (see `_order`)
+        self._ordered = KeptOrder()  # the queue policy's last order (see `_order`)
         self._load()
 
     # -- the interface a flow holds (in-process here; `oltunes.allocator.api.RemoteLeases` over HTTP) ------
@@ -299,16 +298,9 @@ class LeaseBook:
                 and any(used[(p.name, d)] < p.slots_per_device for d in range(p.count))]
 
     def _order(self, now: float) -> list[str]:
-        """Waiting job ids in the queue policy's order (each job asks for one slot). Ordering 10,000 jobs takes tens
-        of milliseconds, so an order is kept while nobody joins or leaves the queue and no lease comes or goes (for
-        up to `ORDER_REFRESH_S`: a time-aware policy's order moves with the clock)."""
-        key = (self.waiting.members, self.leases.members)
-        o = self._ordered
-        if o is not None and o.key == key and now - o.at < ORDER_REFRESH_S:
-            return o.ids
-        ids = self._policy_order(now)
-        self._ordered = _Order(key, now, ids, {j: i for i, j in enumerate(ids)})
-        return ids
+        """Waiting job ids in the queue policy's order (each job asks for one slot), kept while nobody joins or
+        leaves the queue and no lease comes or goes (`KeptOrder`)."""
+        return self._ordered.ids((self.waiting.members, self.leases.members), now, self._policy_order)
 
     def _position(self, job_id: str, now: float) -> int:
         """The job's place in the queue's order. ``fcfs`` orders by arrival, which is the queue's own order: no
@@ -316,7 +308,7 @@ class LeaseBook:
         if self.queue_policy_name == "fcfs":
             return next(i for i, j in enumerate(self.waiting) if j == job_id)
         self._order(now)
-        return self._ordered.rank[job_id]
+        return self._ordered.rank(job_id)
 
     def _policy_order(self, now: float) -> list[str]:
         if not self.waiting:
@@ -409,12 +401,3 @@ class LeaseBook:
             self._save()
         log.info("lease book %s: %d lease(s), %d waiting", self.store.path, len(self.leases), len(self.waiting))
 
-
-ORDER_REFRESH_S = 1.0
-
-
-class _Order(NamedTuple):
-    key: tuple[int, int]  # (waiting, leases) membership counters when ordered
-    at: float
-    ids: list[str]
-    rank: dict[str, int]

@@ -7,10 +7,12 @@ tuning service) hands one in. The dependency points from the policies to the boo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["ArrivalOrder", "QueueOrder"]
+__all__ = ["ArrivalOrder", "KeptOrder", "QueueOrder"]
+
+ORDER_REFRESH_S = 1.0  # a kept order is asked again after this long (a time-aware policy moves with the clock)
 
 
 class QueueOrder(Protocol):
@@ -35,3 +37,24 @@ class ArrivalOrder:
     def release_order(self, waiting: Sequence[dict[str, Any]], pools: Sequence[dict[str, Any]],
                       now: float) -> list[str]:
         return [w["job_id"] for w in sorted(waiting, key=lambda w: w["submitted_s"])]
+
+
+class KeptOrder:
+    """The queue's last order, kept while its key (who waits, who holds a lease) stays and for at most
+    `ORDER_REFRESH_S`: ordering 10,000 waiting jobs takes tens of milliseconds."""
+
+    def __init__(self) -> None:
+        self._key: object = None
+        self._at = float("-inf")
+        self._ids: list[str] = []
+        self._rank: dict[str, int] = {}
+
+    def ids(self, key: object, now: float, order: Callable[[float], list[str]]) -> list[str]:
+        if key != self._key or now - self._at >= ORDER_REFRESH_S:
+            self._key, self._at, self._ids = key, now, order(now)
+            self._rank = {j: i for i, j in enumerate(self._ids)}
+        return self._ids
+
+    def rank(self, job_id: str) -> int:
+        """The job's place in the order last returned by `ids`."""
+        return self._rank[job_id]

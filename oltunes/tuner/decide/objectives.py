@@ -23,7 +23,6 @@ __all__ = ["Objective", "objective_for"]
 class Objective(Registered, root=True):
     """Base class: ``values(est)`` over the grid (lower is better)."""
 
-    worse: ClassVar[str] = ""  # a runner-up's reason: "more energy (+3.1%)"
     margin_target: ClassVar[int] = THR  # the target whose margin makes the objective optimistic
 
     def values(self, est: Estimate) -> np.ndarray:
@@ -39,7 +38,6 @@ def _cost_per_hour(est: Estimate) -> np.ndarray:
 
 
 class Energy(Objective, name="energy"):
-    worse = "more energy"
     margin_target = EN
 
     def values(self, est: Estimate) -> np.ndarray:
@@ -50,15 +48,11 @@ class Energy(Objective, name="energy"):
 
 
 class CompletionTime(Objective, name="completion_time"):
-    worse = "slower completion"
-
     def values(self, est: Estimate) -> np.ndarray:
         return max(est.job.items, 1) / est.thr
 
 
 class Cost(Objective, name="cost"):
-    worse = "higher cost"
-
     def values(self, est: Estimate) -> np.ndarray:
         return (_cost_per_hour(est) / 3600.0)[:, None, None, None] / est.thr
 

@@ -89,9 +89,6 @@ class Estimator(EstimatorLearning):
         self.priors = PriorTable(prior, self.memo, batch_sizes, concurrencies)
         # Margins, visit counts and loads change with every observation.
         self.per_observation = Memo(lambda: (self.n_learned, catalogue.version))
-        # Co-runner checks (``corunners``) also depend on the parameters; few clusters recur between observations.
-        self.member_memo = Memo(lambda: (catalogue.version, self.model.parameters_version, self.n_learned),
-                                max_entries=64)
         # Scored grids (``_grid``): every term moves with the parameters, the observation count or the catalogue.
         self.grid_memo = Memo(lambda: (self.model.parameters_version, self.n_learned, catalogue.version),
                               max_entries=GRID_MEMO_ENTRIES)
