@@ -19,6 +19,8 @@ JobKind = Literal["batch", "streaming"]
 Objective = Literal["energy", "completion_time", "cost"]
 DecisionSource = Literal["model", "prior", "explore", "fallback", "policy"]
 EnergySource = Literal["measured", "estimated", "simulated"]
+Purpose = Literal["serve", "shadow", "probe"]  # why a measurement was taken (exploration is shadow or probe)
+MAX_TRIALS = 8  # candidates a decision may suggest trying (shadows, probe shards)
 
 
 # Limits on everything that enters from outside (HTTP bodies, CLI files, flow parameters). Ids and names become
@@ -170,6 +172,9 @@ class JobSpec(_Frozen):
     arrival_rate_rps: Quantity = Field(default=0.0, description="expected request rate (streaming)")
     items: Count = Field(default=0, description="items to process (batch)")
     deadline_s: Quantity | None = Field(default=None, gt=0, description="optional: seconds the job should finish in")
+    trials: int = Field(default=0, ge=0, le=MAX_TRIALS, description=(
+        "how many other candidates the decision should suggest trying beside the chosen one: a shadow "
+        "(streaming) or a probe shard (batch) each; 0 = none"))
 
 
 class Placement(_Frozen):
@@ -271,6 +276,16 @@ class Advice(_Frozen):
         "predicted by the tuner (> 0: the tuner's choice is predicted better)")
 
 
+class Trial(_Frozen):
+    """A candidate worth trying beside the chosen one (a shadow or a probe shard), and why: ``value`` is its
+    expected improvement on the decision's objective (the explanation's ``ranked_on`` unit) if it were measured."""
+
+    candidate: Candidate
+    device: int = Field(ge=0, le=MAX_SETTING, description="device of the candidate's pool to try it on")
+    predicted: Prediction
+    value: Quantity = Field(description="expected improvement on the objective, the explanation's unit")
+
+
 class Decision(_Frozen):
     """The tuner's answer for one job."""
 
@@ -282,6 +297,8 @@ class Decision(_Frozen):
     feasible: bool = True
     explanation: Explanation
     advice: Advice | None = Field(default=None, description="advisory mode: the tuner's choice, not run")
+    trials: tuple[Trial, ...] = Field(default=(), max_length=MAX_TRIALS,
+                                      description="candidates to try beside this one (JobSpec.trials), best first")
 
     @property
     def pool(self) -> str:
@@ -316,4 +333,7 @@ class Measurement(_Frozen):
     queueing_delay_ms: Delay | None = Field(
         default=None, description="streaming: mean wait of a request before its batch starts")
     simulated: bool = False
+    purpose: Purpose = Field(default="serve", description=(
+        "serve: the job's own work; shadow: mirrored requests whose answers were discarded; probe: a small first "
+        "shard of a batch job run on a candidate before committing"))
     timestamp: Quantity = Field(default_factory=time.time, description="seconds since the epoch")

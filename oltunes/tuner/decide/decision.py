@@ -20,6 +20,7 @@ from oltunes.tuner.decide.corunners import LOAD_LEVELS, load_level
 from oltunes.tuner.model.estimate import LAT, Estimate, Estimator
 from oltunes.tuner.decide.objectives import Objective
 from oltunes.tuner.decide.selection import Choice, Selector
+from oltunes.tuner.decide.trials import rank_trials
 from oltunes.types import ColocationGroup, Decision
 
 __all__ = ["MIN_MODEL_OBS", "DecisionBuilder"]
@@ -68,5 +69,6 @@ class DecisionBuilder:
         elif choice.stayed:
             text += "; kept the current placement (moving would not make it clearly less infeasible)"
         expl = explain.explanation(est, verdict, objective, obj, choice, self.selector, est.prediction(idx), text)
+        trials = rank_trials(est, verdict, objective, obj, idx, job.trials) if job.trials else ()
         return Decision(job_id=job.job_id, candidate=cand, group=group, source=source,
-                        feasible=bool(verdict.n_feasible), explanation=expl)
+                        feasible=bool(verdict.n_feasible), explanation=expl, trials=trials)
