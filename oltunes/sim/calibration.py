@@ -3,8 +3,10 @@
 Latency on a GPU comes from the grounded world's performance model (:mod:`oltunes.sim.world`), fitted to the profile
 store (:mod:`oltunes.sim.profile_store`: NVIDIA DeepLearningExamples, MLPerf Inference, Lambda, Proteus); latency on
 the CPU is Proteus's ONNX Runtime CPU profile, measured (read at run time from ``shared_data``; its licence forbids
-copying it here). Co-location interference comes from ``lucid/colocate_info.csv`` (pair classes, read at run time)
-and the packing efficiency of a shared, saturated device from ``gavel/throughputs_pairs.csv.gz`` (values below were
+copying it here). Co-runner interference is a two-parameter model fitted at load time to the sharing store
+(:func:`oltunes.sim.perftables.fit_interference` over :func:`oltunes.sim.profile_store.sharing_rows`: Gpulet's MPS
+pairs, shipped, and Lucid's co-location pairs, read at run time; fit and leave-one-source-out error in
+``benchmarks/interference_fidelity.py``), and the packing efficiency of a shared, saturated device from ``gavel/throughputs_pairs.csv.gz`` (values below were
 computed from it once; the file is MIT and could be shipped, but the three medians are all the simulator needs).
 
 How the packing factors were computed (one run over the file named, 2026-11-22): gavel ``throughputs_pairs.csv.gz``,
@@ -74,6 +76,7 @@ DEVICE_SPREAD = 0.04
 # Loading a model onto a device when a job is placed or moved (assumption): requests wait this long.
 SWITCH_COST_S = 0.25
 
-# Interference pair classes: a variant's class is the tercile of its per-item ampere latency at batch 8 among all
-# variants (0 light, 1 medium, 2 heavy), mirroring Lucid's 3-level sharing-intensity labels of its jobs.
-N_CLASSES = 3
+# Co-runner interference reads each variant's compute share (the share of its batch time spent computing, grounded
+# world) on this accelerator at this batch: Lucid's and MIGProfiler's utilisations are of jobs alone on a datacentre
+# GPU, and the simulator's co-runners carry no batch of their own (a reference point, not a fit).
+INTERFERENCE_REFERENCE = ("a100", 8)

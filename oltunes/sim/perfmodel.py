@@ -5,8 +5,8 @@ and bandwidth against each variant's FLOPs and bytes, a batch-efficiency curve, 
 profile store (:mod:`oltunes.sim.profile_store`: NVIDIA DeepLearningExamples, MLPerf Inference, Lambda, Proteus),
 its parameters shipped in ``oltunes/data/world_fit.json``. CPU latency is Proteus's measured ONNX Runtime CPU profile,
 read at run time from ``shared_data`` (``proteus/aggregate_profiled.csv``, never copied into the repository), which
-also gives each variant its accuracy, family and per-batch noise sigma. Co-location slowdown per pair class comes
-from ``lucid/colocate_info.csv`` + ``lucid/single_data.csv``. Every other factor is in
+also gives each variant its accuracy, family and per-batch noise sigma. Co-runner interference is
+:class:`~oltunes.sim.perftables.Interference`, fitted to the sharing store (Gpulet, Lucid). Every other factor is in
 :mod:`oltunes.sim.calibration` with its source; :meth:`PerformanceModel.basis` says how each (variant, accelerator)
 is known (measured, grounded model, derived from FLOPs / a datasheet).
 
@@ -51,7 +51,8 @@ from oltunes.errors import ConfigError
 from oltunes.inventory import CATALOG
 from oltunes.profiles import Grid
 from oltunes.sim import calibration as cal
-from oltunes.sim.perftables import AccelTable, cpu_table, grounded_table, load_interference, load_profiles
+from oltunes.sim.perftables import AccelTable, cpu_table, fit_interference, grounded_table, load_profiles
+from oltunes.sim.profile_store import sharing_rows
 from oltunes.sim.world import load_fit
 from oltunes.sim.world_noise import LEVELS, WorldSpec, stress_world
 from oltunes.sim.world_specs import DATASHEETS
@@ -90,17 +91,14 @@ class PerformanceModel:
         self._index = {v.name: i for i, v in enumerate(self._variants)}
         self._fit, self.grounded_sigma = load_fit()
         self._tables: dict[str, AccelTable] = {"cpu": cpu_table(self._t)}
-        # Pair classes: tercile of the per-item grounded A100 latency at batch 8.
-        per_item = self._tab("a100").lat[:, 8] / 8
-        cuts = np.quantile(per_item, [1 / 3, 2 / 3])
-        self._class = np.searchsorted(cuts, per_item).astype(int)
         self._best = {}
         for v in self._variants:
             self._best[v.family] = max(self._best.get(v.family, 0.0), v.accuracy)
-        self._slow, self._slow_sigma = load_interference(self.data_dir)
-        # the same tables as lists, for `interference` (per job per interval: numpy's scalars cost more than the
-        # arithmetic, which is the same on floats)
-        self._pair = (self._class.tolist(), self._slow.tolist(), self._slow_sigma.tolist())
+        self.interference_model = fit_interference(sharing_rows(self.data_dir))
+        acc, batch = cal.INTERFERENCE_REFERENCE
+        # each variant's compute share as a list, for `interference` (per job per interval: numpy's scalars cost more
+        # than the arithmetic, which is the same on floats)
+        self._compute_share = self._tab(acc).compute_fraction[:, batch].tolist()
 
     # ------------------------------------------------------------------ lookups
     def variants(self) -> list[Variant]:
@@ -257,15 +255,15 @@ class PerformanceModel:
         return 1.0 + cost * (concurrency - 1)
 
     def interference(self, variant: int, co: list[tuple[int, float]]) -> tuple[float, float]:
-        """(slowdown >= 1, extra log-sigma) from co-runners given as (variant index, load in [0, 1])."""
-        cls, slow_of, sigma_of = self._pair
-        mine = cls[variant]
+        """(slowdown >= 1, extra log-sigma) from co-runners given as (variant index, load in [0, 1]): the fitted
+        :class:`~oltunes.sim.perftables.Interference`, each co-runner weighted by its load."""
+        share, model = self._compute_share, self.interference_model
+        mine, sigma = share[variant], model.sigma
         slow, var = 1.0, 0.0
         for v, load in co:
             w = min(1.0, max(0.0, load))
-            other = cls[v]
-            slow += (slow_of[mine][other] - 1.0) * w
-            var += (sigma_of[mine][other] * w) ** 2
+            slow += model.pair(mine, share[v]) * w
+            var += (sigma * w) ** 2
         return slow, math.sqrt(var)
 
     @staticmethod

@@ -2,7 +2,8 @@
 curves for batch 1..MAX_BATCH (measured points, the other GPU's campaign filling gaps, linear extrapolation beyond;
 the CPU's is the simulator's CPU, the GPUs' give each variant its noise sigma), the grounded GPU tables
 (:func:`grounded_table`, from :mod:`oltunes.sim.world`), compute fractions, which values were measured, and the
-co-location slowdown per pair class.
+co-runner interference model (:class:`Interference`, fitted to the sharing store of
+:func:`oltunes.sim.profile_store.sharing_rows`).
 
 :class:`~oltunes.sim.perfmodel.PerformanceModel` loads them once and answers every query from them.
 """
@@ -161,24 +162,64 @@ def load_profiles(data_dir: Path) -> tuple[list[Variant], Tables]:
     return variants, t
 
 
-def load_interference(data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Median slowdown (1/speed) and log-spread per (own class, co-runner class) from Lucid's pair data."""
-    k = cal.N_CLASSES
-    slow_median, slow_sigma = np.ones((k, k)), np.zeros((k, k))
-    co, single = data_dir / "lucid" / "colocate_info.csv", data_dir / "lucid" / "single_data.csv"
-    if not (co.is_file() and single.is_file()):
-        raise DataError(f"performance model: {co} or {single} not found (co-location interference data)")
-    c, s = pd.read_csv(co), pd.read_csv(single)
-    key = ["model", "dataset", "batchsize", "amp"]
-    lab = s[key + ["label"]].drop_duplicates(key)
-    for side in ("1", "2"):
-        c = c.merge(lab.rename(columns={x: x + side for x in key + ["label"]}), on=[x + side for x in key], how="left")
-    c = c.dropna(subset=["label1", "label2"])
-    for (l1, l2), g in c.groupby(["label1", "label2"]):
-        slow = 1.0 / g["speed1"].clip(lower=0.05)
-        slow_median[int(l1), int(l2)] = max(1.0, float(slow.median()))
-        slow_sigma[int(l1), int(l2)] = float(np.log(slow).std())
-    return slow_median, slow_sigma
+@dataclass(frozen=True)
+class Interference:
+    """Co-runner interference, fitted to the sharing store (:func:`fit_interference`): a job whose device also runs
+    co-runners ``j`` (each busy ``load_j`` of the time) takes ``1 + sum_j load_j * (base + compute * c * c_j)`` times
+    as long per item, ``c`` being each job's compute share (the share of its time alone the SMs are busy). ``base``
+    is what any busy co-runner costs (context switches, caches); ``compute`` the contention of two compute-bound jobs.
+    ``sigma``: the robust log spread of the measured slowdowns around the fit; ``typical_cc``: the mean ``c * c_j``
+    of the rows that report both shares, used for rows (sources) that do not."""
+
+    base: float
+    compute: float
+    sigma: float
+    typical_cc: float
+    rows: int
+    sources: tuple[str, ...]
+
+    def pair(self, c: float, c_co: float) -> float:
+        """Slowdown - 1 that one co-runner busy all the time adds."""
+        return self.base + self.compute * c * c_co
+
+
+def _pair_features(rows: pd.DataFrame, typical_cc: float) -> np.ndarray:
+    """Design matrix (1, c * c_co); a product a source does not report is the training rows' typical one."""
+    cc = (rows["compute_util"] * rows["co_compute_util"]).fillna(typical_cc).to_numpy(float)
+    return np.column_stack([np.ones(len(rows)), cc])
+
+
+def pair_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The sharing rows that measure interference: a co-runner named and a finite slowdown (MIG slices excluded:
+    the hardware isolates them)."""
+    ok = rows["co_model"].notna() & (rows["co_model"].astype(str) != "") & np.isfinite(rows["slowdown"])
+    return rows[ok & (rows["slowdown"] > 0)]
+
+
+def fit_interference(rows: pd.DataFrame) -> Interference:
+    """Non-negative least squares of (slowdown - 1) on (1, c * c_co) over the pair rows, each source weighted
+    equally whatever its row count."""
+    from scipy.optimize import nnls
+
+    pairs = pair_rows(rows)
+    if pairs.empty:
+        raise DataError("interference model: no co-located rows in the sharing store")
+    known = (pairs["compute_util"] * pairs["co_compute_util"]).dropna()
+    typical = float(known.mean()) if len(known) else 0.0
+    x = _pair_features(pairs, typical)
+    w = 1.0 / np.sqrt(pairs.groupby("source")["slowdown"].transform("size").to_numpy(float))
+    coef, _ = nnls(x * w[:, None], (pairs["slowdown"].to_numpy(float) - 1.0) * w)
+    if not len(known):
+        coef[1] = 0.0  # no source reported compute shares: the term is unidentified, not zero-valued data
+    resid = np.log(pairs["slowdown"].to_numpy(float) / (1.0 + x @ coef))
+    sigma = float(1.4826 * np.median(np.abs(resid - np.median(resid))))
+    return Interference(float(coef[0]), float(coef[1]), sigma, typical, len(pairs),
+                        tuple(sorted(pairs["source"].unique())))
+
+
+def predict_slowdown(model: Interference, rows: pd.DataFrame) -> np.ndarray:
+    """The model's slowdown for each pair row (co-runner busy all the time)."""
+    return 1.0 + _pair_features(rows, model.typical_cc) @ np.array([model.base, model.compute])
 
 
 @dataclass

@@ -36,9 +36,9 @@ _LAMBDA_ACCEL = [(r"V100", "v100"), (r"A100 80GB PCIe", "a100-pcie"), (r"A100 40
 _LAMBDA_MODELS = ("resnet50", "bert_large_squad", "bert_base_squad")
 
 
-def check_rows(df: pd.DataFrame, where: str) -> pd.DataFrame:
+def check_rows(df: pd.DataFrame, where: str, columns: list[str] = COLUMNS) -> pd.DataFrame:
     """The store's columns in order; a clear error naming the column or row when provenance is missing."""
-    missing = [c for c in COLUMNS if c not in df.columns]
+    missing = [c for c in columns if c not in df.columns]
     if missing:
         raise DataError(f"profile store {where}: missing column(s) {missing}")
     for col in ("repo", "commit", "licence", "provenance"):
@@ -49,7 +49,7 @@ def check_rows(df: pd.DataFrame, where: str) -> pd.DataFrame:
     if not ok.all():
         raise DataError(f"profile store {where}: row {int((~ok).idxmax())}: provenance must start with "
                         f"{' or '.join(repr(p) for p in PROVENANCE_PREFIXES)}")
-    return df[COLUMNS].copy()
+    return df[columns].copy()
 
 
 def shipped_rows(store_dir: Path = STORE_DIR) -> pd.DataFrame:
@@ -121,3 +121,62 @@ def load_store(data_dir: Path | None, store_dir: Path = STORE_DIR) -> pd.DataFra
 def summary(df: pd.DataFrame) -> dict[str, int]:
     """Rows, independent sources and accelerator types of a store."""
     return {"rows": len(df), "sources": int(df["source"].nunique()), "accelerators": int(df["accelerator"].nunique())}
+
+
+# ---------------------------------------------------------------------------------------------------- sharing
+# Jobs sharing one device: one row per (source, setting, model, batch, share, co-runner), each with its provenance.
+# ``setting``: ``mps-partition`` (Gpulet: MPS, the job holds ``share`` of the SMs, its co-runner the rest),
+# ``mig-slice`` (MIGProfiler: an A100 MIG slice of ``share`` = k/7 of the GPU, alone on it: no co-runner),
+# ``colocated`` (Lucid: two training jobs on one GPU, sharing mechanism and GPU not named). ``*_util`` are fractions:
+# compute = the share of time the GPU's SMs were busy running the job alone (nvidia-smi / DCGM GRACT), memory = its
+# DRAM bandwidth utilisation. ``unknown`` where a source does not say (device, mechanism).
+SHARING_DIR = STORE_DIR / "sharing"
+SHARING_COLUMNS = [
+    "source", "setting", "accelerator", "device_label", "model", "batch", "share", "co_model", "co_batch", "co_share",
+    "latency_solo_ms", "latency_shared_ms", "throughput_solo_items_s", "throughput_shared_items_s", "compute_util",
+    "mem_util", "co_compute_util", "co_mem_util", "power_w", "repo", "path", "commit", "licence", "provenance",
+]
+LUCID_COMMIT = "63685a3ab7d15d8e940bb47ef98b6d5cca472b13"
+
+
+def lucid_sharing_rows(data_dir: Path) -> pd.DataFrame:
+    """Lucid's co-location profile as sharing rows (S-Lab licence, non-commercial: read at run time, never shipped):
+    each job's speed next to its co-runner, normalised to its speed alone, with both jobs' solo utilisations."""
+    co, single = data_dir / "lucid" / "colocate_info.csv", data_dir / "lucid" / "single_data.csv"
+    if not (co.is_file() and single.is_file()):
+        return pd.DataFrame(columns=SHARING_COLUMNS)
+    c, s = pd.read_csv(co), pd.read_csv(single)
+    key = ["model", "dataset", "batchsize", "amp"]
+    solo = s[key + ["gpu_util", "gmem_util"]].drop_duplicates(key)
+    for side in ("1", "2"):
+        c = c.merge(solo.rename(columns={x: x + side for x in solo.columns}), on=[x + side for x in key], how="left")
+    c = c.dropna(subset=["gpu_util1", "gpu_util2", "speed1"])
+    out = pd.DataFrame({
+        "source": "lucid", "setting": "colocated", "accelerator": "unknown", "device_label": "unknown",
+        "model": c["model1"] + "/" + c["dataset1"] + "/amp" + c["amp1"].astype(str), "batch": c["batchsize1"],
+        "share": None, "co_model": c["model2"] + "/" + c["dataset2"] + "/amp" + c["amp2"].astype(str),
+        "co_batch": c["batchsize2"], "co_share": None, "latency_solo_ms": None, "latency_shared_ms": None,
+        "throughput_solo_items_s": 1.0, "throughput_shared_items_s": c["speed1"], "compute_util": c["gpu_util1"] / 100,
+        "mem_util": c["gmem_util1"] / 100, "co_compute_util": c["gpu_util2"] / 100, "co_mem_util": c["gmem_util2"] / 100,
+        "power_w": None, "repo": "S-Lab-System-Group/Lucid", "path": "simulation/data/colocate_info.csv",
+        "commit": LUCID_COMMIT, "licence": "S-Lab License 1.0, non-commercial (read at run time, not shipped)",
+        "provenance": "measured by the Lucid authors (training throughput normalised to the job alone)",
+    })
+    return check_rows(out.reset_index(drop=True), "lucid", SHARING_COLUMNS)
+
+
+def sharing_rows(data_dir: Path | None, sharing_dir: Path = SHARING_DIR) -> pd.DataFrame:
+    """Every sharing row: the shipped CSVs plus, when ``data_dir`` holds it, Lucid's; with ``slowdown`` = the job's
+    time per item shared over alone (throughput alone / throughput shared)."""
+    files = sorted(sharing_dir.glob("*.csv"))
+    if not files:
+        raise DataError(f"sharing store: no CSV files in {sharing_dir}")
+    parts = [check_rows(pd.read_csv(f), f.name, SHARING_COLUMNS) for f in files]
+    if data_dir is not None:
+        parts.append(lucid_sharing_rows(Path(data_dir)))
+    df = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    for col in SHARING_COLUMNS[5:19]:
+        if col != "co_model":
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    df["slowdown"] = df["throughput_solo_items_s"] / df["throughput_shared_items_s"]
+    return df

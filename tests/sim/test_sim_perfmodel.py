@@ -83,20 +83,25 @@ def test_interference_and_concurrency_slow_a_batch_down(pm):
     assert c4.latency_p99_ms > alone.latency_p99_ms and c4.throughput_items_per_s > alone.throughput_items_per_s
 
 
-def test_interference_is_the_numpy_tables_formula_bit_for_bit(pm):
-    """`interference` reads its tables as lists (speed): the same floats as the numpy tables' scalars gave."""
-    rng = np.random.default_rng(4)
+def test_interference_is_the_fitted_model_weighted_by_load(pm):
+    """Each co-runner adds load x (base + compute x c x c_j), its load clipped to [0, 1]; the spread adds in
+    quadrature; a compute-heavier co-runner interferes more (the fit's compute term is positive)."""
+    model = pm.interference_model
+    assert model.compute > 0 and model.base >= 0 and "gpulet" in model.sources
     n = len(pm.variants())
-    for _ in range(2000):
+    rng = np.random.default_rng(4)
+    for _ in range(200):
         vi = int(rng.integers(n))
         co = [(int(rng.integers(n)), float(rng.choice([0.0, 1.0, -0.2, 1.3, rng.uniform(0, 1)])))
               for _ in range(int(rng.integers(0, 5)))]
-        mine, slow, var = pm._class[vi], 1.0, 0.0
-        for v, load in co:
-            w = min(1.0, max(0.0, load))
-            slow += (pm._slow[mine, pm._class[v]] - 1.0) * w
-            var += (pm._slow_sigma[mine, pm._class[v]] * w) ** 2
-        assert pm.interference(vi, co) == (slow, math.sqrt(var))
+        slow, extra = pm.interference(vi, co)
+        w = [min(1.0, max(0.0, load)) for _, load in co]
+        assert slow == pytest.approx(1.0 + sum(model.pair(pm._compute_share[vi], pm._compute_share[v]) * x
+                                               for (v, _), x in zip(co, w)))
+        assert extra == pytest.approx(model.sigma * math.sqrt(sum(x * x for x in w)))
+    share = pm._compute_share
+    light, heavy = int(np.argmin(share)), int(np.argmax(share))
+    assert pm.interference(0, [(heavy, 1.0)])[0] > pm.interference(0, [(light, 1.0)])[0] > 1.0
 
 
 def test_energy_uses_the_accelerators_power_range(pm):
