@@ -7,8 +7,9 @@ Lucid's co-location pairs, read at run time from ``shared_data``).
    fitted on every source, then leave-one-source-out (fit on the others, predict the held-out source's slowdowns);
    median and p90 absolute percentage error of the slowdown, against two references: no interference (slowdown 1)
    and one constant (the training rows' median slowdown).
-2. **MIG slices** (no co-runner, the hardware isolates them): per model, slowdown on a k/7 slice against the whole
-   GPU fitted as s x 7/k + (1 - s) (the model's parallel share ``s``); leave-one-model-out error.
+2. **MIG slices** (no co-runner, the hardware isolates them): slowdown on a k/7 slice against the whole GPU,
+   predicted as 7/k (proportional) and as 1 + GRACT x (7/k - 1) (only the job's busy share slows; GRACT measured on
+   the whole GPU); neither has a fitted parameter.
 3. **FM-FTML on co-located placements** (a ``learner_accuracy``-style split): Gpulet's rows at the 50 % MPS share as
    tuner measurements (nominal accelerator ``t4``, since Gpulet names no GPU; the rows alone teach the tuner the
    device). Per seed: the tuner observes every solo row (``--solo-repeats`` times, default once), then ``n`` co-located rows (n = 0 cold, 10, 25, 50, 100),
@@ -83,28 +84,25 @@ def interference_section(rows: pd.DataFrame) -> dict:
 
 # ------------------------------------------------------------------------------------------------- 2. MIG slices
 def mig_section(rows: pd.DataFrame) -> dict:
-    mig = rows[(rows["setting"] == "mig-slice") & (rows["share"] < 1.0) & np.isfinite(rows["slowdown"])]
+    mig = rows[(rows["setting"] == "mig-slice") & np.isfinite(rows["slowdown"])]
     if mig.empty:
         return {}
-    ideal = 1.0 / mig["share"].to_numpy(float)  # 7/k
-
-    def parallel_share(m: pd.DataFrame) -> float:  # least squares of (slowdown - 1) on (7/k - 1), through 0
-        x = 1.0 / m["share"].to_numpy(float) - 1.0
-        return float(np.dot(x, m["slowdown"].to_numpy(float) - 1.0) / np.dot(x, x))
-
-    shares = {name: parallel_share(g) for name, g in mig.groupby("model")}
-    table, out, apes = [], {"parallel_share": shares, "by_model": {}}, []
-    for name, g in mig.groupby("model"):
-        s = parallel_share(mig[mig["model"] != name])
-        e = _apes(s / g["share"].to_numpy(float) + 1.0 - s, g["slowdown"].to_numpy(float))
-        apes.append(e)
-        out["by_model"][name] = {**_summary(e), "parallel_share_own": shares[name], "parallel_share_others": s}
-        table.append([name, shares[name], s, float(np.median(e)), float(np.percentile(e, 90)), len(g)])
-    every = np.concatenate(apes)
-    out.update(mig_lomo_median_ape=float(np.median(every)), mig_lomo_p90_ape=float(np.percentile(every, 90)),
-               proportional_median_ape=float(np.median(_apes(ideal, mig["slowdown"].to_numpy(float)))))
-    print_table("A100 80GB MIG slices (MIGProfiler): slowdown on k/7 of the GPU = s x 7/k + (1 - s); "
-                "leave-one-model-out", ["model", "s (own)", "s (others)", "median APE %", "p90 APE %", "rows"], table)
+    whole = mig[mig["share"] >= 1.0].set_index(["model", "batch"])["compute_util"]
+    mig = mig[mig["share"] < 1.0]
+    busy = np.array([whole.get((m, b), np.nan) for m, b in zip(mig["model"], mig["batch"])])
+    y, inverse = mig["slowdown"].to_numpy(float), 1.0 / mig["share"].to_numpy(float)
+    preds = {"proportional: 7/k": inverse, "compute share: 1 + GRACT x (7/k - 1)": 1.0 + busy * (inverse - 1.0)}
+    out: dict = {"rows": len(mig)}
+    table = []
+    for name, pred in preds.items():
+        for model in [*sorted(mig["model"].unique()), "all"]:
+            sel = (mig["model"] == model).to_numpy() if model != "all" else np.ones(len(mig), bool)
+            r = _summary(_apes(pred[sel], y[sel]))
+            out.setdefault(name, {})[model] = r
+            table.append([name, model, r["median_ape"], r["p90_ape"], r["n"]])
+    print_table("A100 80GB MIG slices (MIGProfiler), slowdown on a k/7 slice against the whole GPU; no fitted "
+                "parameter (GRACT = the job's SM-busy share on the whole GPU)",
+                ["predictor", "model", "median APE %", "p90 APE %", "rows"], table)
     return out
 
 
