@@ -10,13 +10,14 @@ Lucid's co-location pairs, read at run time from ``shared_data``).
 2. **MIG slices** (no co-runner, the hardware isolates them): slowdown on a k/7 slice against the whole GPU,
    predicted as 7/k (proportional) and as 1 + GRACT x (7/k - 1) (only the job's busy share slows; GRACT measured on
    the whole GPU); neither has a fitted parameter.
-3. **FM-FTML on co-located placements** (a ``learner_accuracy``-style split): Gpulet's rows at the 50 % MPS share as
-   tuner measurements (nominal accelerator ``t4``, since Gpulet names no GPU; the rows alone teach the tuner the
-   device). Per seed: the tuner observes every solo row (``--solo-repeats`` times, default once), then ``n`` co-located rows (n = 0 cold, 10, 25, 50, 100),
-   and predicts the other co-located rows. Predictors: ``tuner`` (its own path, ``Tuner.observe`` then
+3. **FM-FTML on co-located placements** (a ``learner_accuracy``-style split), per source: Gpulet's rows at the 50 %
+   MPS share (measured latencies) and Lucid's (normalised speeds: solo = LUCID_SOLO_MS) as tuner measurements on a
+   nominal accelerator ``t4`` (neither names its GPU; the solo rows teach the tuner the device). Per seed: the tuner
+   observes every solo row (``--solo-repeats`` times, default once), then ``n`` co-located rows (n = 0 cold, 10,
+   25, 50, 100), and predicts the other co-located rows. Predictors: ``tuner`` (its own path, ``Tuner.observe`` then
    ``Tuner.predict``: prior + pooled correction + FM-FTML), ``tuner without FM`` (the same tuner with its FM's
    predictions held at zero: prior + pooled correction), and the fitted interference model on the solo latency
-   (fitted without Gpulet: what the simulator's physics would predict). MAPE and median APE (%), median over seeds
+   (fitted without that source: what the simulator's physics would predict). MAPE and median APE (%), median over seeds
    and the range (min-max) across seeds.
 
 Run: ``.venv/bin/python -m benchmarks.interference_fidelity --json benchmarks/results/interference_fidelity.json``
@@ -63,7 +64,8 @@ def interference_section(rows: pd.DataFrame) -> dict:
     for src in full.sources:
         held, train = pairs[pairs["source"] == src], pairs[pairs["source"] != src]
         y = held["slowdown"].to_numpy(float)
-        res = {"in-source fit": _summary(_apes(predict_slowdown(full, held), y)), "no interference": _summary(_apes(1.0, y))}
+        res = {"in-source fit": _summary(_apes(predict_slowdown(full, held), y)),
+               "no interference": _summary(_apes(1.0, y))}
         if train["source"].nunique():
             m = fit_interference(train)
             loso = _apes(predict_slowdown(m, held), y)
@@ -193,10 +195,11 @@ def fm_section(rows: pd.DataFrame, seeds: int, source: str, solo_repeats: int = 
                   for name, v in per.items()}
     table = [[n, name, r["mape"], r["median_ape"], f"{r['mape_min']:.1f}-{r['mape_max']:.1f}"]
              for n in OBSERVED for name, r in res[n].items()]
-    print_table(f"FM-FTML on co-located placements, {source}: {len(solo)} solo rows observed (x{solo_repeats}) + n co-located, predict "
-                f"the other {len(pairs)} - n; median of {seeds} seeds",
+    print_table(f"FM-FTML on co-located placements, {source}: {len(solo)} solo rows observed (x{solo_repeats}) + n "
+                f"co-located, predict the other {len(pairs)} - n; median of {seeds} seeds",
                 ["n co-located observed", "predictor", "MAPE %", "median APE %", "MAPE range over seeds"], table)
-    return {"by_observed": res, "solo_rows": len(solo), "solo_repeats": solo_repeats, "co_located_rows": len(pairs), "seeds": seeds,
+    return {"by_observed": res, "solo_rows": len(solo), "solo_repeats": solo_repeats, "co_located_rows": len(pairs),
+            "seeds": seeds,
             "variance_explained": variance_split(pairs),
             "fm_gain_mape_points": {n: res[n]["tuner without FM"]["mape"] - res[n]["tuner"]["mape"] for n in OBSERVED}}
 

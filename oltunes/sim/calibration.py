@@ -6,8 +6,8 @@ the CPU is Proteus's ONNX Runtime CPU profile, measured (read at run time from `
 copying it here). Co-runner interference is a two-parameter model fitted at load time to the sharing store
 (:func:`oltunes.sim.perftables.fit_interference` over :func:`oltunes.sim.profile_store.sharing_rows`: Gpulet's MPS
 pairs, shipped, and Lucid's co-location pairs, read at run time; fit and leave-one-source-out error in
-``benchmarks/interference_fidelity.py``), and the packing efficiency of a shared, saturated device from ``gavel/throughputs_pairs.csv.gz`` (values below were
-computed from it once; the file is MIT and could be shipped, but the three medians are all the simulator needs).
+``benchmarks/interference_fidelity.py``), and the packing efficiency of a shared, saturated device from
+``gavel/throughputs_pairs.csv.gz`` (values below were computed from it once; the file is MIT and could be shipped, but the three medians are all the simulator needs).
 
 How the packing factors were computed (one run over the file named, 2026-11-22): gavel ``throughputs_pairs.csv.gz``,
 source=simulation, consolidated, 1 GPU each: median over pairs of (co-located throughput / isolated throughput)

@@ -105,7 +105,8 @@ def _accelerator(session: ModelSession, meter: _Meter) -> tuple[str, str]:
     return "cpu-local", f"{platform.processor() or platform.machine()} ({os.cpu_count()} logical CPUs)"
 
 
-def _timed(sess: ModelSession, x, repeats: int, meter: _Meter | None) -> tuple[list[float], list[float], str, float | None]:
+def _timed(sess: ModelSession, x, repeats: int,
+           meter: _Meter | None) -> tuple[list[float], list[float], str, float | None]:
     """Per-batch wall ms and process CPU ms of ``repeats`` batches (on a metered GPU: as many more as
     ``POWER_WINDOW_S`` needs), with the power: NVML's energy counter over the whole run when the board has one,
     else the mean of one power sample per batch. Returns (latencies, cpu times, how power was measured, watts)."""
@@ -161,7 +162,8 @@ def profile_zoo(zoo_dir: Path | None = None, *, batches: Sequence[int] = (1, 2, 
                 "latency_p99_ms": float(p99), "latency_avg_ms": avg, "throughput_items_s": b * 1000.0 / avg,
                 "power_w": watts, "repo": "this machine (oltunes zoo profile)",
                 "path": str(Path(e.path).name), "commit": commit, "licence": LICENCE,
-                "provenance": f"measured by this machine: ONNX Runtime {sess.provider}, {len(lat)} timed batches; {how}",
+                "provenance": (f"measured by this machine: ONNX Runtime {sess.provider}, {len(lat)} timed batches; "
+                               f"{how}"),
             })
             if progress:
                 progress(f"{e.name} batch {b}: p50 {p50:.3f} ms on {acc}")
