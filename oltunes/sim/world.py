@@ -4,9 +4,10 @@ parameters, fitted to the profile store (:mod:`oltunes.sim.profile_store`).
 For a model with ``F`` GFLOPs per item and ``W`` MB of weights, on accelerator ``a`` at precision ``p`` with runtime
 class ``r``, a batch of ``b`` items takes
 
-    t(b) = e_a * (S_stack + [Triton] S_triton) + (b + h_a) * F * k_m / (u_a * g_p * g_r * P_ap) + W_p / BW_a  [ms]
+    t(b) = e_a * (S_stack + [Triton] S_triton) + [Triton] b * I * c_net
+           + (b + h_a) * F * k_m / (u_a * g_r * P_a * (P_ap / P_a) ** gamma_p) + W_p / BW_a                  [ms]
 
-* ``P_ap``, ``BW_a``: the datasheet's peak rate at ``p`` (TFLOP/s) and memory bandwidth (GB/s)
+* ``P_a``, ``P_ap``, ``BW_a``: the datasheet's FP32 and ``p`` peak rates (TFLOP/s) and memory bandwidth (GB/s)
   (:mod:`oltunes.sim.world_specs`); ``W_p``: the weights at ``p``'s width (read once per batch);
 * ``S_stack``: the fixed per-batch cost (ms) of the row's serving set-up, declared by its source (:func:`setup_of`):
   an in-process framework (PyTorch / TensorFlow eager), ONNX Runtime in-process, TensorFlow + XLA, a bare TensorRT
@@ -19,14 +20,20 @@ class ``r``, a batch of ``b`` items takes
 * ``h_a``: the batch-efficiency curve: a batch of ``b`` keeps the device ``b / (b + h_a)`` busy, so per-item time
   falls towards its floor as the batch grows;
 * ``u_a``: the share of the peak this accelerator reaches on dense models;
-* ``g_p``, ``g_r``: how much of the step to a faster precision or a compiled runtime is realised (FP32 and plain
-  framework execution = 1); a training step costs ``TRAINING_COST`` forward passes (Kaplan et al. 2020);
+* ``gamma_p``: the share (in log) of the datasheet's speed-up of precision ``p`` over FP32 that is realised (0: none,
+  1: all; per precision, the same on every GPU, so a GPU's own tensor-core ratio carries it);
+* ``g_r``: how much faster a compiled runtime's compute is than plain framework execution (= 1); a training step
+  costs ``TRAINING_COST`` forward passes (Kaplan et al. 2020);
+* ``I``, ``c_net``: a Triton request's input per item (MB, :func:`oltunes.sim.world_specs.input_mb`) and its cost
+  (ms per MB, fitted: the request's copies and transfer);
 * ``k_m``: how much harder the model is than its FLOPs say (depthwise convolutions, attention); ResNet-50 = 1.
 
 Offline throughput (MLPerf) is the limit ``b -> inf``. Every parameter is fitted by least squares on log latency /
 log throughput, with weak priors that keep an accelerator or model seen in few rows near typical values; an
-accelerator with no row is *derived* from its datasheet at the median fitted ``o``, ``h``, ``u``, a model with no row
-from its FLOPs and weights at its family's median ``k`` (or 1).
+accelerator with no row is *derived* from its datasheet at the median fitted ``e``, ``h``, ``u`` of the GPUs of its
+architecture (:data:`oltunes.sim.world_specs.ARCHITECTURE`; of every GPU when none of its architecture was fitted), a
+model with no row from its FLOPs and weights at its family's median ``k`` (or 1); a precision no row used keeps
+``gamma``'s prior (0.5).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ RUNTIMES = ("tensorrt", "onnxruntime", "xla")  # plain framework execution is th
 STACK_PRIOR_MS = {"framework": 3.0, "onnxruntime": 3.0, "xla": 3.0, "tensorrt": 0.3, "training": 10.0,
                   "triton": 1.0, "triton_per_mb": 1.0}  # the last: ms per MB of request input (~1 GB/s, gRPC copies)
 STACK_PRIOR_SD = 1.0
+PROTEUS_PREFIX = "proteus/"  # Proteus's rows' model names in the fit
+PROTEUS_ANCHOR = "resnet50_v1"  # Proteus's ResNet-50 v1 = the store's ResNet-50 (k = 0)
 TRAINING_COST = 3.0  # forward + backward ~ 3 forward passes
 UNKNOWN_SHEET = (10.0, 500.0)  # nominal peak TFLOP/s and GB/s for an unidentified GPU: its u_a absorbs the truth
 # e_a (log): a named GPU's host-side cost is its set-up's (sd 0.3); an unidentified GPU's set-up is unknown (sd 2)
@@ -118,6 +127,9 @@ def observations(store: pd.DataFrame) -> pd.DataFrame:
     df["server"] = [x[2] for x in setups]
     df["input_mb"] = [input_mb(m, p) for m, p in zip(df["model"], df["precision"])]
     df["family"] = df["model"].map(family_of)
+    # Proteus's variants keep their own k (their inputs are not stated, and its ONNX Runtime set-up runs some
+    # families, e.g. EfficientNet's depthwise convolutions, unlike a framework): never shared with a store model
+    df["model"] = np.where(df["source"] == "proteus", PROTEUS_PREFIX + df["model"].astype(str), df["model"])
     lat = df["latency_p50_ms"].fillna(df["latency_avg_ms"]).fillna(df["latency_p90_ms"])
     df["kind"] = np.where(df["scenario"] == "training", "throughput_at_batch",
                           np.where(df["scenario"] == "offline", "throughput_max", "latency"))
@@ -150,8 +162,17 @@ class WorldFit:
         return med, False  # type: ignore[return-value]
 
     def model_factor(self, model: str) -> tuple[float, bool]:
-        """log k of a model and whether it was fitted (False: the median of its family's store models, or 0;
-        Proteus's variants are not used: their inputs, e.g. sequence lengths, are not stated)."""
+        """log k of a simulator variant (a Proteus name: its k from Proteus's rows relative to Proteus's ResNet-50,
+        which is the store's ResNet-50, k = 0: Proteus's relative shape under ONNX Runtime) or a store model, and
+        whether it was fitted (:meth:`store_model_factor`)."""
+        anchor = self.model.get(PROTEUS_PREFIX + PROTEUS_ANCHOR)
+        if PROTEUS_PREFIX + model in self.model and anchor is not None:
+            return self.model[PROTEUS_PREFIX + model] - anchor, True
+        return self.store_model_factor(model)
+
+    def store_model_factor(self, model: str) -> tuple[float, bool]:
+        """log k of a store row's model and whether it was fitted (False: the median of its family's fitted store
+        models, or 0; Proteus's variants are not used: their inputs, e.g. sequence lengths, are not stated)."""
         if model in self.model:
             return self.model[model], True
         fam = [v for k, v in self.model.items() if k in STORE_MODELS and family_of(k) == family_of(model)]
@@ -223,7 +244,7 @@ def _predict(obs: pd.DataFrame, fit: WorldFit) -> np.ndarray:
     params = {a: fit.accel_params(a)[0] for a in obs["accelerator"].unique()}
     e, h, u = (np.array([params[a][i] for a in obs["accelerator"]]) for i in range(3))
     s = obs["stack"].map(lambda c: _stack_log(fit, c)).to_numpy(float)
-    kf = {m: fit.model_factor(m)[0] for m in obs["model"].unique()}
+    kf = {m: fit.store_model_factor(m)[0] for m in obs["model"].unique()}
     k = obs["model"].map(kf).to_numpy(float)
     gamma = obs["precision"].map(lambda p: fit.precision.get(p, _PRIOR["gamma"][0])).to_numpy(float)
     g = obs["rclass"].map(lambda r: fit.runtime.get(r, 0.0)).to_numpy(float)
