@@ -271,11 +271,13 @@ def fit_world(store: pd.DataFrame) -> WorldFit:
     ti, ni = stacks.index("triton"), stacks.index("triton_per_mb")
     o_sd = [_PRIOR["o"][1] if a in DATASHEETS else _PRIOR["o_unknown"][1] for a in accs]
     prior_mean = np.concatenate([np.tile([_PRIOR["o"][0], _PRIOR["h"][0], _PRIOR["u"][0]], len(accs)),
-                                 np.full(n_p, _PRIOR["gamma"][0]), np.zeros(n_r), [math.log(STACK_PRIOR_MS[c]) for c in stacks],
+                                 np.full(n_p, _PRIOR["gamma"][0]), np.zeros(n_r),
+                                 [math.log(STACK_PRIOR_MS[c]) for c in stacks],
                                  np.zeros(len(models))])
     prior_sd = np.concatenate([np.column_stack([o_sd, np.full(len(accs), _PRIOR["h"][1]),
                                                 np.full(len(accs), _PRIOR["u"][1])]).ravel(),
-                               np.full(n_p, _PRIOR["gamma"][1]), np.full(n_r, _PRIOR["g"][1]), np.full(n_s, STACK_PRIOR_SD),
+                               np.full(n_p, _PRIOR["gamma"][1]), np.full(n_r, _PRIOR["g"][1]),
+                               np.full(n_s, STACK_PRIOR_SD),
                                np.full(len(models), _PRIOR["k"][1])])
 
     def split(x: np.ndarray):

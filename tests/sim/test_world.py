@@ -11,7 +11,7 @@ import pytest
 from oltunes.errors import ConfigError, DataError
 from oltunes.sim.profile_store import COLUMNS, check_rows, load_store, shipped_rows, summary
 from oltunes.sim.scenario import scenario_from_data
-from oltunes.sim.world import WorldFit, fit_world, predict_rows, sim_precision
+from oltunes.sim.world import WorldFit, fit_world, predict_rows, setup_of, sim_precision
 from oltunes.sim.world_noise import LEVELS, WorldSpec, stress_world
 
 
@@ -71,6 +71,15 @@ def test_the_fit_recovers_the_parameters_that_made_the_rows():
     assert fit.batch_ms("resnet50", "h100", "fp32", "framework", b) < fit.batch_ms("resnet50", "t4", "fp32",
                                                                                     "framework", b)
     assert fit.accel_params("h100")[1] is False and fit.accel_params("t4")[1] is True
+
+
+def test_a_rows_set_up_is_what_its_source_declares():
+    # MLPerf's closed GPU results are NVIDIA's TensorRT harness even where the submission names only CUDA
+    assert setup_of("CUDA 11.6", "mlperf-inference") == ("tensorrt", "tensorrt", False)
+    assert setup_of("triton/onnxruntime-tensorrt", "nvidia-dle") == ("tensorrt", "tensorrt", True)
+    assert setup_of("triton/pytorch") == ("framework", "framework", True)
+    assert setup_of("tensorflow+xla") == ("xla", "xla", False)
+    assert setup_of("onnxruntime") == ("onnxruntime", "onnxruntime", False)
 
 
 def test_a_bare_engine_no_source_ran_alone_is_predicted_from_the_parts_others_ran():
