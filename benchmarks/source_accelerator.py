@@ -6,7 +6,9 @@ its published FLOPs and parameters), plus Proteus's measured CPU rows (another s
 train on every row of the other accelerators, then on ``n`` seeded rows of the held-out GPU (``n`` = 0, 5, 10, 20),
 and predict its other rows. Predictors: ``tuner`` (the tuner's own path, ``Tuner.observe`` then ``Tuner.predict``:
 prior + pooled correction + FM-FTML) and ``tuner without FM`` (the same prior and pooled correction, no FM), so the
-difference is what FM-FTML adds. MAPE and median APE (%), medians over seeds, then over held-out GPUs.
+difference is what FM-FTML adds. MAPE and median APE (%), medians over seeds, then over held-out GPUs, and the range
+over (seed, GPU). Then the same after 20 observations within one serving set-up at a time (one runtime's GPU rows plus
+the CPU rows, as a deployment sees them: every variant behind one stack), for the set-ups with enough rows.
 Target (issue 29): the tuner after 20 observations MAPE <= 20 %, median APE <= 10 % (``heldout_source_mape_20``).
 """
 

@@ -8,12 +8,15 @@ sources never measured is derived from its datasheet / FLOPs, as the simulator d
 unidentified (no datasheet), so its held-out rows test only what the model can say about an unknown GPU: reported
 apart, outside the headline.
 
-Also: the in-sample fit (every source), and ResNet-50 batch-8 latency ratios CPU : T4 : A100 : H100, the simulator's
-table against the store (CPU: Proteus's measured row; T4: the store's FP32 rows, A100: its TF32 rows, the precision
-the simulator runs at; H100: no batch-8 row, so the A100 figure times MLPerf's offline A100/H100 throughput ratio).
+Also: the in-sample fit (every source); where the held-out errors come from (the held-out rows grouped by source and
+set-up / precision, accelerator, model, the groups holding most rows beyond 50 % APE first); ResNet-50 batch-8 latency
+ratios CPU : T4 : A100 : H100, the simulator's table (ONNX Runtime in-process) and the grounded model at the store
+rows' own set-up (PyTorch in-process) against the store (CPU: Proteus's measured row; T4: the store's FP32 rows, A100:
+its TF32 rows; H100: no batch-8 row, so the A100 figure times MLPerf's offline A100/H100 throughput ratio).
 
-Power: the store's only power figures are MLPerf's node wall power (whole server / accelerators), not board power;
-no fidelity figure is claimed for power (``power_median_ape`` is null, with the reason).
+Power: the store's only power figures are MLPerf's MaxQ node wall power (whole server / accelerators), not board
+power; the same accelerator, count and benchmark differs ~2x between submitters at equal throughput (printed:
+``power_spread``), so no fidelity figure is claimed for power (``power_median_ape`` is null, with the reason).
 
     python -m benchmarks.world_fidelity [--json PATH] [--refit]
 
