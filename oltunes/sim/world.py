@@ -192,7 +192,7 @@ class WorldFit:
             raise ValueError(f"model {model!r} has no stated compute")
         compute, mem, over = self._parts(size, model, acc, precision, runtime)
         b = np.asarray(batch, dtype=float)
-        return over + compute[0] * (b + compute[1]) + mem
+        return over + self._sent_ms(model, precision, runtime) * b + compute[0] * (b + compute[1]) + mem
 
     def compute_fraction(self, model: str, acc: str, precision: str, runtime: str, batch: np.ndarray) -> np.ndarray:
         """Share of the batch time spent computing (the rest is overhead and weight reads)."""
@@ -200,7 +200,13 @@ class WorldFit:
         compute, mem, over = self._parts(size, model, acc, precision, runtime)  # type: ignore[arg-type]
         b = np.asarray(batch, dtype=float)
         c = compute[0] * (b + compute[1])
-        return c / (over + c + mem)
+        return c / (over + self._sent_ms(model, precision, runtime) * b + c + mem)
+
+    def _sent_ms(self, model: str, precision: str, runtime: str) -> float:
+        """Per item: what a Triton request's input costs (0 in-process)."""
+        if not setup_of(runtime)[2]:
+            return 0.0
+        return input_mb(model, precision) * math.exp(_stack_log(self, "triton_per_mb"))
 
     def _parts(self, size, model, acc, precision, runtime):
         (le, lh, lu), _ = self.accel_params(acc)

@@ -108,6 +108,10 @@ def test_a_bare_engine_no_source_ran_alone_is_predicted_from_the_parts_others_ra
     assert fit.batch_ms("resnet50", "a100", "fp32", "tensorrt", np.array([1.0]))[0] == pytest.approx(truth, rel=0.2)
     # and the framework set-up keeps its own, larger, fixed cost
     assert fit.batch_ms("resnet50", "a100", "fp32", "pytorch", np.array([1.0]))[0] > 2 * truth
+    # the simulator's entry point agrees with the fit's own prediction, Triton's per-item input cost included
+    tri = predict_rows(fit, pd.DataFrame(rows)).query("runtime == 'triton/tensorrt' and batch == 64")
+    assert fit.batch_ms(tri["model"].iloc[0], tri["accelerator"].iloc[0], "fp32", "triton/tensorrt",
+                        np.array([64.0]))[0] == pytest.approx(tri["predicted"].iloc[0], rel=1e-9)
 
 
 def test_an_fp32_model_runs_tf32_only_where_tensor_cores_do_it():
