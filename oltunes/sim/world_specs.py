@@ -63,6 +63,16 @@ DATASHEETS: dict[str, Datasheet] = {
     "rtx6000-ada": Datasheet(91.1, 182, 364, 728, 960, 300),
 }
 
+# Each GPU's architecture (a fact of the datasheet): a GPU nobody measured reaches the share of its peak that its
+# measured siblings reach (GA10x and Ada datasheets count two FP32 lanes per core that dense models rarely fill).
+ARCHITECTURE: dict[str, str] = {
+    "p100": "pascal", "t4": "turing", "quadro-rtx8000": "turing", "v100": "volta",
+    "a100": "ga100", "a100-pcie": "ga100", "a30": "ga100",
+    "a40": "ga10x", "a10": "ga10x", "a2": "ga10x", "rtx3090": "ga10x", "rtx-a6000": "ga10x", "orin": "ga10x",
+    "l4": "ada", "l40s": "ada", "rtx4090": "ada", "rtx6000-ada": "ada",
+    "h100": "hopper", "h100-pcie": "hopper", "h100-nvl": "hopper", "h200": "hopper",
+}
+
 BYTES_PER_WEIGHT = {"fp32": 4, "tf32": 4, "fp16": 2, "int8": 1}
 
 # store model -> (GFLOPs per item, millions of parameters)
@@ -79,6 +89,21 @@ STORE_MODELS: dict[str, tuple[float, float]] = {
     "bert_large_squad": (_transformer_gflops(24, 1024) * 3, 340.0),  # lambda's SQuAD fine-tuning, 384 tokens
     "bert_base_squad": (_transformer_gflops(12, 768) * 3, 110.0),
 }
+
+
+# Input elements per item of a store model (an image's 3 x H x W at its stated resolution, at the row's precision; a
+# BERT sequence's 384 token ids, segment ids and mask, int32): what a Triton request carries per item.
+_IMAGE = {"resnet50": 224, "resnext101-32x4d": 224, "se-resnext101-32x4d": 224, "efficientnet-b0": 224,
+          "efficientnet-widese-b0": 224, "efficientnet-b4": 380, "efficientnet-widese-b4": 380}
+
+
+def input_mb(model: str, precision: str) -> float:
+    """MB of input per item (0 when the model's input is not stated)."""
+    if model in _IMAGE:
+        return 3 * _IMAGE[model] ** 2 * BYTES_PER_WEIGHT.get(precision, 4) / 1e6
+    if model.startswith("bert"):
+        return 3 * 384 * 4 / 1e6
+    return 0.0
 
 
 def model_size(model: str) -> tuple[float, float] | None:
