@@ -27,7 +27,7 @@ import numpy as np
 
 from oltunes.atomic import atomic_write, atomic_write_json
 from oltunes.sim import metrics as M
-from oltunes.sim.result import RunResult
+from oltunes.sim.jobrun import RunResult
 from oltunes.sim.scenario import Scenario
 
 HEADLINE = (
@@ -121,6 +121,16 @@ def event_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             rec = "never" if x["recovery_s"] is None else f'{x["recovery_s"]:g}'
             rows.append([f'{ev["at_s"]:g} s {ev["event"]}', name, f'{x["before"]:.3f}', f'{x["after"]:.3f}', rec])
     return ["event", "policy", "viol before", "viol after", "recovery s"], rows
+
+
+EXPLORATION = ("exploration_energy_share", "shadows_per_job", "probes_per_job")
+
+
+def exploration_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per policy: exploration energy share, shadows per streaming job, probe shards per batch job."""
+    rows = [[name, *("–" if m.get(k) is None else f"{m[k]:.3g}" for k in EXPLORATION)]
+            for name, m in report["policies"].items()]
+    return ["policy", "exploration energy share", "shadows / stream", "probes / batch job"], rows
 
 
 def write_json(report: dict[str, Any], path: Path) -> Path:
