@@ -6,7 +6,7 @@ A mixin of :class:`~oltunes.sim.engine.Simulator`.
   until it has run ``SHADOW_BATCHES`` full batches, a
   ``shadow_share`` of the stream's requests (every k-th arrival) is mirrored to the trial's candidate on the
   trial's device, a worker under its own slot. The primary's requests, latency and SLO never depend on it: it is
-  never placed on the primary's device. The shadow's answers are discarded, so it replays what was mirrored in
+  never placed on the primary's device, and ends if the primary moves there. The shadow's answers are discarded, so it replays what was mirrored in
   full batches as they fill (a throughput run of the candidate): its measurement is a batch one (latency at the
   candidate's batch size, throughput, energy per item of its busy time). Its load is a co-runner of whatever runs
   on its device (interference, time-slicing) and its energy is counted there.
@@ -95,22 +95,24 @@ class Exploration:
         if t is None:
             return None
         spec, c = r.job.spec, t.candidate
-        # what it would draw over an interval: its busy draw (flat out, or the mirrored rate's share), and the
-        # device's idle draw if it is alone there
-        power = float(self.model.busy_power_w(self.model.variant_index(c.variant.name), c.accelerator,
-                                              c.batch_size))
-        cost = power * self.dt * (1.0 if purpose == "probe" else self.shadow_share)
-        if not cl.members(c.pool, t.device):
-            cost += cl.pool(c.pool).accelerator.idle_w * self.dt
-        if self._over_budget(res, cost):
-            return None
         if purpose == "probe":
             items = min(r.remaining - 1, max(c.batch_size, math.ceil(self.probe_share * spec.items)))
             if items <= 0:
                 return None
             until = now + PROBE_INTERVALS * self.dt
+            work = items  # (all in its first interval, as far as the budget is concerned)
         else:
             items, until = 0, now + SHADOW_RETUNES * self.retune_s
+            work = spec.arrival_rate_rps * self.shadow_share * self.dt
+        # what it would add over its first interval, as the tuner predicts it: its items' energy, and the device's
+        # idle draw while it runs if it is alone there
+        pred = t.predicted
+        cost = pred.energy_j_per_item * work
+        if not cl.members(c.pool, t.device):
+            busy_s = work / pred.throughput_items_per_s if pred.throughput_items_per_s > 0 else self.dt
+            cost += cl.pool(c.pool).accelerator.idle_w * (self.dt if purpose == "shadow" else min(self.dt, busy_s))
+        if self._over_budget(res, cost):
+            return None
         jid = f"{spec.job_id}-{purpose}{n}"[-128:].lstrip("-._") or f"{purpose}{n}"
         tspec = spec.model_copy(update={"job_id": jid, "kind": "batch", "items": items, "arrival_rate_rps": 0.0,
                                         "trials": 0})
@@ -138,7 +140,10 @@ class Exploration:
         over = self._over_budget(res)
         for tr in list(self._exploring):
             p = tr.of
-            gone = tr.job.spec.job_id not in self.cluster.placements  # its device was lost
+            # its device was lost, or its job moved there (never beside the job it tries a candidate for)
+            gone = tr.job.spec.job_id not in self.cluster.placements or (
+                p.placement is not None and (p.placement.pool, p.placement.device) == (tr.placement.pool,
+                                                                                        tr.placement.device))
             if tr.purpose == "shadow":
                 if final or gone or over or t0 >= tr.until_s or p.placement is None or tr.batches_done >= SHADOW_BATCHES:
                     self._end_trial(tr, t0)
