@@ -89,7 +89,7 @@ def simulate(
         for p in written:
             console.print(f"plot: {p}")
         if mlflow:
-            from oltunes.sim.tracking import log_report
+            from oltunes.sim.report import log_report
 
             console.print(f"MLflow parent run: {log_report(rep, written)}")
     except OLTunesError as e:
