@@ -252,6 +252,7 @@ class Simulator(IntervalServing, ExternalStepping, Exploration):
         nxt = n_ev = 0
         self._active, self._waiting = [], []
         self._init_exploration()
+        self._streams = {r.job.spec.job_id for r in runs if r.streaming}
         next_retune = self.retune_s
         n_ticks = int(math.ceil(self.duration_s / self.dt))
         for tick in range(n_ticks + 1):
@@ -300,6 +301,9 @@ class Simulator(IntervalServing, ExternalStepping, Exploration):
                 self._waiting = still
                 self._start_trials(decided, t0, res)
             self._feed_trials(t0, t1, res, final)
+            if self._reports:  # the shadows that ended: their measurements
+                policy.observe_many(self._reports)
+                self._reports = []
             self._serve_interval(policy, res, self._active + self._exploring, self._waiting, t0, t1, final)
             self._account_trials(res, t1)
             if not final:

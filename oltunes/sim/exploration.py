@@ -31,17 +31,20 @@ import math
 
 import numpy as np
 
+from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun, RunResult
 from oltunes.sim.workload import SimJob
-from oltunes.types import Decision, Trial
+from oltunes.types import Decision, Measurement, Trial
 
 SHADOW_SHARE = 0.02  # of a stream's requests mirrored to its shadow
 SHADOW_RETUNES = 2  # a shadow lasts this many re-tune intervals at most
 SHADOW_BATCHES = 8  # or until it has run this many full batches (enough to measure; its device's idle draw costs)
+SHADOW_MIN_BATCHES = 3  # a shadow that ran fewer reports nothing (a p99 of one or two batches flatters)
 PROBE_SHARE = 0.015  # of a batch job's items per probe shard
 PROBE_INTERVALS = 3  # control intervals a probe shard may run before its rest goes back to the job
 EXPLORATION_BUDGET = 0.05  # the trials' energy, share of the run's energy
 BUDGET_AHEAD = 0.25  # share of the run whose budget may be spent ahead of time
+START_MARGIN = 0.1  # share of the allowance a new trial leaves for the running ones' overruns
 
 
 class Exploration:
@@ -54,6 +57,7 @@ class Exploration:
     def _init_exploration(self) -> None:
         self._exploring: list[JobRun] = []
         self._energy_so_far = self._elapsed = 0.0
+        self._reports: list[Measurement] = []  # the shadows' measurements, for the policy at the next tick
 
     def _over_budget(self, res: RunResult, extra_j: float = 0.0) -> bool:
         """The trials' energy (with ``extra_j``: and the next interval's of those running, as in their last one,
@@ -63,8 +67,11 @@ class Exploration:
         whole run's budget in its first minutes."""
         rate = (self._energy_so_far - res.exploration_energy_j) / max(self._elapsed, self.dt)
         allowed = self.exploration_budget * rate * min(self.duration_s, self._elapsed + BUDGET_AHEAD * self.duration_s)
-        ahead = sum(tr.energy_j for tr in self._exploring) + extra_j if extra_j else 0.0
-        return res.exploration_energy_j + ahead > allowed
+        if not extra_j:
+            return res.exploration_energy_j > allowed
+        # a start: with what those running would draw next, and a tenth kept back for their overruns
+        ahead = sum(tr.energy_j for tr in self._exploring) + extra_j
+        return res.exploration_energy_j + ahead > (1.0 - START_MARGIN) * allowed
 
     def _start_trials(self, decided: list[tuple[JobRun, Decision, bool]], now: float, res: RunResult) -> None:
         """Start the trials of this tick's decisions (``first``: a job's first placement) that the rules allow."""
@@ -90,7 +97,9 @@ class Exploration:
         them is: an idle one would be powered up for the trial alone) as a trial run; None if none has a slot."""
         here = (r.placement.pool, r.placement.device)
         cl = self.cluster
-        ok = [t for t in trials if (t.candidate.pool, t.device) != here and cl.has_slot(t.candidate.pool, t.device)]
+        ok = [t for t in trials if (t.candidate.pool, t.device) != here and cl.has_slot(t.candidate.pool, t.device)
+              and not any(cl.placements[j].candidate.variant.family and self._serves(j)
+                          for j in cl.members(t.candidate.pool, t.device))]
         t = next((t for t in ok if cl.members(t.candidate.pool, t.device)), ok[0] if ok else None)
         if t is None:
             return None
@@ -129,6 +138,10 @@ class Exploration:
         self._exploring.append(tr)
         return tr
 
+    def _serves(self, job_id: str) -> bool:
+        """Whether ``job_id`` serves live requests (a stream, whose latency a trial beside it would hurt)."""
+        return job_id in self._streams
+
     def _shadow_load(self, r: JobRun, tr: JobRun) -> float:
         """A shadow's expected busy share: its mirrored rate times the candidate's isolated time per item."""
         rate = r.job.spec.arrival_rate_rps * self.shadow_share
@@ -162,6 +175,8 @@ class Exploration:
 
     def _end_trial(self, tr: JobRun, now: float) -> None:
         """End a trial: free its slot; a probe shard's work goes to its job (what it did, and its rest back)."""
+        if tr.purpose == "shadow" and len(tr.shadow_lat_ms) >= SHADOW_MIN_BATCHES:
+            self._reports.append(self._shadow_measurement(tr, now))
         self._exploring.remove(tr)
         self.cluster.remove(tr.job.spec.job_id)
         tr.placement = None
@@ -180,6 +195,22 @@ class Exploration:
         if p.probes_open == 0:
             p.first_seen = False  # re-decided at the next tick, with what its shards measured
 
+    def _shadow_measurement(self, tr: JobRun, now: float) -> Measurement:
+        """A shadow's one measurement, over its whole run (a few batches per interval would each report a p99 of
+        one or two batches): a throughput run of the candidate, with the co-runners it has now."""
+        c, pl = tr.decision.candidate, tr.placement
+        co = self.cluster.co_runners(pl.pool, pl.device, exclude=tr.job.spec.job_id)
+        p50, p95, p99 = percentiles(tr.shadow_lat_ms, (50, 95, 99))
+        energy_j, items = tr.shadow_busy
+        busy_s = sum(tr.shadow_lat_ms) / 1000.0 / tr.conc
+        return Measurement(
+            job_id=tr.job.spec.job_id, decision_id=tr.decision.decision_id, kind="batch", arrival_rate_rps=0.0,
+            candidate=c.model_copy(update={"co_runners": co}), items=int(items), wall_s=max(now - tr.started_s, 1e-9),
+            latency_p50_ms=float(p50), latency_p95_ms=float(p95), latency_p99_ms=float(p99),
+            throughput_items_per_s=items / busy_s, energy_j_per_item=energy_j / items, energy_source="simulated",
+            accuracy=tr.accuracy, gpu_util=min(1.0, busy_s / max(now - tr.started_s, 1e-9)), simulated=True,
+            purpose="shadow", timestamp=now)
+
     def _account_trials(self, res: RunResult, t1: float) -> None:
         """After an interval (ending at ``t1``): the run's energy so far (the budget's base) and what the trials
         added to it: their busy draw above idle, and the idle draw of a device that ran trials only."""
@@ -195,4 +226,8 @@ class Exploration:
             members = self.cluster.members(pl.pool, pl.device)
             tr.energy_j = drawn + (idle_w * span / len(members) if trials.issuperset(members) else 0.0)
             added += tr.energy_j
+            if tr.purpose == "shadow" and tr.interval_items:
+                tr.shadow_lat_ms += tr.interval_lat_ms
+                tr.shadow_busy[0] += tr.busy_j
+                tr.shadow_busy[1] += tr.interval_items
         res.exploration_energy_j += added

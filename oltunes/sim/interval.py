@@ -92,7 +92,7 @@ class IntervalServing:
         res.active_devices.append(len(groups))
         res.fragmentation.append(cl.fragmentation())
         if policy.learns and not final:  # the interval's measurements, reported together
-            measured = [r for r in active if r.interval_items > 0]
+            measured = [r for r in active if r.interval_items > 0 and r.purpose != "shadow"]  # (a shadow: at its end)
             if measured:
                 policy.observe_many([self._measurement(r, span, t1, mid)
                                      for r, mid in zip(measured, new_ids(len(measured)))])
