@@ -158,7 +158,8 @@ class Exploration:
                 p.placement is not None and (p.placement.pool, p.placement.device) == (tr.placement.pool,
                                                                                         tr.placement.device))
             if tr.purpose == "shadow":
-                if final or gone or over or t0 >= tr.until_s or p.placement is None or tr.batches_done >= SHADOW_BATCHES:
+                done = t0 >= tr.until_s or tr.batches_done >= SHADOW_BATCHES
+                if final or gone or over or done or p.placement is None:
                     self._end_trial(tr, t0)
                     continue
                 k = max(1, round(1.0 / self.shadow_share))
@@ -208,8 +209,8 @@ class Exploration:
             candidate=c.model_copy(update={"co_runners": co}), items=int(items), wall_s=max(now - tr.started_s, 1e-9),
             latency_p50_ms=float(p50), latency_p95_ms=float(p95), latency_p99_ms=float(p99),
             throughput_items_per_s=items / busy_s, energy_j_per_item=energy_j / items, energy_source="simulated",
-            accuracy=tr.accuracy, gpu_util=min(1.0, busy_s / max(now - tr.started_s, 1e-9)), simulated=True,
-            purpose="shadow", timestamp=now)
+            accuracy=tr.accuracy, gpu_util=min(1.0, busy_s / max(now - tr.started_s, 1e-9)),
+            request_latency_p99_ms=None, queueing_delay_ms=None, simulated=True, purpose="shadow", timestamp=now)
 
     def _account_trials(self, res: RunResult, t1: float) -> None:
         """After an interval (ending at ``t1``): the run's energy so far (the budget's base) and what the trials

@@ -68,6 +68,9 @@ def test_trials_run_as_shadows_and_probes_within_the_budget_and_teach_the_tuner(
         assert (x.job_id in jobs) == (x.purpose == "serve")
         if x.purpose != "serve":
             assert x.kind == "batch" and x.items > 0 and x.energy_j_per_item > 0
+    # a shadow reports once, over its whole run (a p99 of one or two batches per interval would flatter)
+    shadows = [x.job_id for x in pol.measured if x.purpose == "shadow"]
+    assert len(shadows) == len(set(shadows)) <= res.shadows
     # never on the device of the job it explores for
     assert pol.trial_beside and all(here != own for here, own in pol.trial_beside)
 
