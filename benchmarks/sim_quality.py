@@ -150,9 +150,11 @@ def report(title: str, summary: dict[str, dict]) -> None:
                 ["scenario", "oltunes q1..q4", "profiled q1..q4", "goals"],
                 [[name, *(" ".join(f"{x:.3f}" for x in s["regret_per_quarter"][p]) for p in LEARNERS),
                   " ".join(f"{k}:{'Y' if ok else 'n'}" for k, ok in s["goals"].items())] for name, s in summary.items()])
+    heads = ("energy share", "shadows/stream", "probes/batch")
     print_table(f"{title}: median exploration per learner (baselines and oracle: none)",
-                ["scenario", *(f"{p} {k}" for p in LEARNERS for k in ("energy share", "shadows/stream", "probes/batch"))],
-                [[name, *(s["exploration"][p][k] for p in LEARNERS for k in EXPLORATION)] for name, s in summary.items()])
+                ["scenario", *(f"{p} {k}" for p in LEARNERS for k in heads)],
+                [[name, *(s["exploration"][p][k] for p in LEARNERS for k in EXPLORATION)]
+                 for name, s in summary.items()])
     ev_rows = []
     for name, s in summary.items():
         for ev in s["events"]:

@@ -112,8 +112,8 @@ class OLTunesPolicy(Policy, name="oltunes"):
 
     @staticmethod
     def trials_for(job: JobSpec, current: Placement | None) -> int:
-        """How many trials to ask for: two for a stream at every decision (one becomes a shadow), two probe shards for a batch job
-        of ``PROBE_MIN_ITEMS`` or more at its first placement, none otherwise."""
+        """How many trials to ask for: two for a stream at every decision (one may become a shadow), two probe
+        shards for a batch job of ``PROBE_MIN_ITEMS`` or more at its first placement, none otherwise."""
         if job.kind == "streaming":
             return STREAM_TRIALS
         return BATCH_TRIALS if current is None and job.items >= PROBE_MIN_ITEMS else 0

@@ -2,27 +2,29 @@
 (``JobSpec.trials``: only a policy that asks gets any — ``oltunes``; the oracle and the baselines never do).
 A mixin of :class:`~oltunes.sim.engine.Simulator`.
 
-* **Shadow** (a streaming job's first trial not on its own device): for ``SHADOW_RETUNES`` re-tune intervals or
-  until it has run ``SHADOW_BATCHES`` full batches, a
+* **Shadow** (a streaming job's first trial with a free slot on a device that serves no stream, preferably one in
+  use): for ``SHADOW_RETUNES`` re-tune intervals or until it has run ``SHADOW_BATCHES`` full batches, a
   ``shadow_share`` of the stream's requests (every k-th arrival) is mirrored to the trial's candidate on the
-  trial's device, a worker under its own slot. The primary's requests, latency and SLO never depend on it: it is
-  never placed on the primary's device, and ends if the primary moves there. The shadow's answers are discarded, so it replays what was mirrored in
-  full batches as they fill (a throughput run of the candidate): its measurement is a batch one (latency at the
-  candidate's batch size, throughput, energy per item of its busy time). Its load is a co-runner of whatever runs
-  on its device (interference, time-slicing) and its energy is counted there.
+  trial's device, a worker under its own slot. The stream's requests, latency and SLO never depend on it: it never
+  runs beside a stream (its own included) and ends if its stream moves onto its device. Its answers are discarded,
+  so it replays what was mirrored in full batches as they fill (a throughput run of the candidate). Its load is a
+  co-runner of whatever runs on its device (interference, time-slicing) and its energy is counted there. It is
+  measured once, when it ends, over its whole run (at least ``SHADOW_MIN_BATCHES`` batches): latency at the
+  candidate's batch size, throughput, energy per item of its busy time.
 * **Probe shard** (a batch job's trials at its first placement): ``probe_share`` of its items (at least one batch)
   run on each trial's candidate beside the job's own start; the items count towards the job (done once: taken
   from the job's remaining items, what a shard left after ``PROBE_INTERVALS`` control intervals goes back to it;
-  its batches' SLO misses count as the job's). When the last shard ends, the job is re-decided with what they
-  measured (an early re-tune).
-* **Budget**: no trial starts while a job waits for a slot, nor once the trials' energy exceeds
-  ``exploration_budget`` of the run's energy (its rate so far, spent at most ``BUDGET_AHEAD`` of the run ahead of
-  time); running shadows end when it does.
+  its batches' SLO misses count as the job's). It is measured every interval, as batch jobs are. When the last
+  shard ends, the job is re-decided with what they measured (an early re-tune).
+* **Budget**: no trial starts while a job waits for a slot, nor once the trials' energy (with what the new one is
+  predicted to add, and ``START_MARGIN`` kept back) exceeds ``exploration_budget`` of the run's energy without
+  trials (its rate so far, spent at most ``BUDGET_AHEAD`` of the run ahead of time); running shadows end when it
+  does.
 
 Trials are measured with ``purpose`` ``shadow`` / ``probe`` under their own job id (``<job>-shadowN`` /
 ``<job>-probeN``, the decision id of the job's decision), so the learner's per-job memory of the job itself
-(its load, its bursts) is the primary's alone. The run's ``exploration_energy_j`` is the energy of the trials'
-runs (their busy draw and their share of their devices' idle draw), ``shadows`` / ``probes`` how many started.
+(its load, its bursts) is the job's alone. The run's ``exploration_energy_j`` is what the trials added: their busy
+draw above idle, and the idle draw of a device that ran trials only; ``shadows`` / ``probes`` how many started.
 """
 
 from __future__ import annotations
