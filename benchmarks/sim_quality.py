@@ -22,7 +22,9 @@ reported apart from the shipped ones. Drift events: per policy, violations befor
 
 ``--cache DIR`` keeps the runs of the policies that do not learn (baselines, oracle) between invocations, keyed by
 the scenario, the seed and a hash of the simulator's and the policies' sources: iterating on the tuner then reruns
-only the learners.
+only the learners. ``--no-trials``: the learners run without exploration (no shadows, no probe shards), to compare
+side by side; per policy the report gives the exploration energy share and the trials per job
+(``exploration_energy_share``, ``shadows_per_job``, ``probes_per_job``; docs/simulator.md, Exploration).
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import oltunes
 
 from benchmarks.common import parser, print_table, write_json
 from oltunes.atomic import atomic_write
-from oltunes.sim.report import events, regret_per_quarter
+from oltunes.sim.report import EXPLORATION, events, regret_per_quarter
 from oltunes.sim.metrics import compute
-from oltunes.simulation import Prepared, prepare, run_policy
+from oltunes.simulation import Prepared, exploring, prepare, run_policy
 from oltunes.sim.scenario import load_scenario, shipped
 
 BASELINES = ("round-robin", "least-loaded", "random", "static-profile", "gavel-like")
@@ -62,10 +64,10 @@ def _sources_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def run_cached(p: Prepared, policy: str, cache: Path | None) -> tuple:
+def run_cached(p: Prepared, policy: str, cache: Path | None, trials: bool = True) -> tuple:
     """(RunResult, metrics) of one policy; a non-learning one's from ``cache`` when it holds this exact run."""
     if cache is None or policy in LEARNERS:
-        res = run_policy(p, policy)
+        res = run_policy(p, policy, **exploring(policy, trials))
         return res, compute(res)
     key = hashlib.sha256(f"{p.scenario.model_dump_json()}|{policy}|{_sources_digest()}".encode()).hexdigest()[:24]
     path = cache / f"{p.scenario.name}-{policy}-{key}.pkl"
@@ -79,12 +81,13 @@ def run_cached(p: Prepared, policy: str, cache: Path | None) -> tuple:
     return out
 
 
-def run_one(name: str, seed_offset: int, cache: Path | None = None, learners: tuple[str, ...] = LEARNERS) -> dict:
+def run_one(name: str, seed_offset: int, cache: Path | None = None, learners: tuple[str, ...] = LEARNERS,
+            trials: bool = True) -> dict:
     """One scenario under one seed offset: every policy's metrics, regret per quarter and event impacts."""
     sc = load_scenario(name)
     sc = sc.model_copy(update={"seed": sc.seed + seed_offset})
     p = prepare(sc)
-    results = {pol: run_cached(p, pol, cache) for pol in (*learners, *BASELINES, "oracle")}
+    results = {pol: run_cached(p, pol, cache, trials) for pol in (*learners, *BASELINES, "oracle")}
     m = {k: v[1] for k, v in results.items()}
     best = min(BASELINES, key=lambda b: (m[b]["slo_violation_rate"], m[b]["energy_j_per_req"]))
     return {"scenario": sc.name, "seed": sc.seed, "best_baseline": best, "policies": m,
@@ -114,9 +117,11 @@ def summarise(runs: list[dict]) -> dict:
         "regret": all(q[i + 1] < q[i] or q[i] <= REGRET_CLOSE for i in range(3)),
         "profiled": v["oltunes-profiled"] <= 0.5 * v["static-profile"],
     }
+    exploration = {p: {k: _med(runs, lambda r, p=p, k=k: r["policies"][p].get(k, 0.0)) for k in EXPLORATION}
+                   for p in LEARNERS}
     return {"seeds": [r["seed"] for r in runs], "violation_rate": v, "best_baseline_violation_rate": best,
             "best_baseline_energy_j_per_req": best_e, "oltunes": ol, "attainment_vs_oracle": attain,
-            "violation_bound": bound, "regret_per_quarter": regret, "goals": goals,
+            "violation_bound": bound, "regret_per_quarter": regret, "goals": goals, "exploration": exploration,
             "events": _event_medians(runs)}
 
 
@@ -145,6 +150,11 @@ def report(title: str, summary: dict[str, dict]) -> None:
                 ["scenario", "oltunes q1..q4", "profiled q1..q4", "goals"],
                 [[name, *(" ".join(f"{x:.3f}" for x in s["regret_per_quarter"][p]) for p in LEARNERS),
                   " ".join(f"{k}:{'Y' if ok else 'n'}" for k, ok in s["goals"].items())] for name, s in summary.items()])
+    heads = ("energy share", "shadows/stream", "probes/batch")
+    print_table(f"{title}: median exploration per learner (baselines and oracle: none)",
+                ["scenario", *(f"{p} {k}" for p in LEARNERS for k in heads)],
+                [[name, *(s["exploration"][p][k] for p in LEARNERS for k in EXPLORATION)]
+                 for name, s in summary.items()])
     ev_rows = []
     for name, s in summary.items():
         for ev in s["events"]:
@@ -164,6 +174,8 @@ def main() -> None:
     p.add_argument("--heldout", default=",".join(str(x) for x in sorted(HELDOUT.glob("*.yaml"))),
                    help="comma-separated held-out scenario files (default: benchmarks/heldout/*.yaml)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seed offsets (medians over them)")
+    p.add_argument("--no-trials", dest="trials", action="store_false",
+                   help="the learners run without exploration (no shadows, no probe shards)")
     p.add_argument("--cache", type=Path, default=None,
                    help="directory keeping the baselines' and the oracle's runs between invocations")
     a = p.parse_args()
@@ -172,12 +184,12 @@ def main() -> None:
     for group, names in (("shipped", a.scenarios), ("heldout", a.heldout)):
         summary = {}
         for name in (n for n in names.split(",") if n):
-            runs = [run_one(name, k, a.cache) for k in offsets]
+            runs = [run_one(name, k, a.cache, trials=a.trials) for k in offsets]
             summary[runs[0]["scenario"]] = {**summarise(runs), "runs": runs}
         if summary:
             report(group, summary)
         out[group] = summary
-    write_json(a.json, {"seed_offsets": offsets, "regret_close": REGRET_CLOSE, **out})
+    write_json(a.json, {"seed_offsets": offsets, "regret_close": REGRET_CLOSE, "trials": a.trials, **out})
 
 
 if __name__ == "__main__":

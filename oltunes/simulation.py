@@ -16,7 +16,7 @@ from oltunes.sim.cluster import SimCluster
 from oltunes.sim.engine import Simulator
 from oltunes.sim.metrics import compute
 from oltunes.sim.perfmodel import PerformanceModel, load_performance_model
-from oltunes.sim.result import RunResult
+from oltunes.sim.jobrun import RunResult
 from oltunes.sim.scenario import Scenario
 from oltunes.sim.world_noise import STRESS_SIGMA, WorldSpec, stress_world
 from oltunes.sim.workload import SimJob, build_workload
@@ -81,6 +81,11 @@ def run_policy(p: Prepared, policy: str | Policy, progress: Callable[[float], No
     return sim.run(policy, progress)
 
 
+def exploring(policy: str, trials: bool) -> dict[str, bool]:
+    """The keyword a policy that explores is built with to run ``trials`` or not (none for one that never does)."""
+    return {"trials": trials} if Policy.lookup(policy).explores else {}
+
+
 def simulator(p: Prepared) -> Simulator:
     """A fresh simulator of the scenario: its own truth (``p.truth()``) and cluster. A policy for it is built with
     ``context(p, sim.model, sim.cluster)`` (its clock and load monitor are that cluster's)."""
@@ -98,11 +103,12 @@ def simulator(p: Prepared) -> Simulator:
     )
 
 
-def run_scenario(p: Prepared, policies: list[str], progress: Callable[[str, float], None] | None = None
-                 ) -> dict[str, tuple[RunResult, dict[str, float]]]:
+def run_scenario(p: Prepared, policies: list[str], progress: Callable[[str, float], None] | None = None,
+                 trials: bool = True) -> dict[str, tuple[RunResult, dict[str, float]]]:
+    """Each policy on a fresh cluster; ``trials=False``: the policies that explore do not (``Policy.explores``)."""
     out = {}
     for name in policies:
         cb = (lambda f, n=name: progress(n, f)) if progress else None
-        res = run_policy(p, name, cb)
+        res = run_policy(p, name, cb, **exploring(name, trials))
         out[name] = (res, compute(res))
     return out

@@ -26,6 +26,8 @@ def simulate(
     world: str | None = typer.Option(
         None, "--world", help="grounded (sigma per level from real measurements) or stress (independent sigma 0.5); "
                               "default: the scenario's"),
+    trials: bool = typer.Option(True, "--trials/--no-trials", help="let the policies that explore (oltunes) run "
+                                "shadows and probe shards (docs/simulator.md, Exploration)"),
 ) -> None:
     """Run a scenario under several policies and compare them (table, JSON, plots, MLflow)."""
     from rich.console import Console
@@ -58,7 +60,7 @@ def simulate(
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=console) as bar:
             tasks = {n: bar.add_task(f"{sc.name}: {n}", total=1.0) for n in names}
-            results = run_scenario(prep, names, lambda n, f: bar.update(tasks[n], completed=f))
+            results = run_scenario(prep, names, lambda n, f: bar.update(tasks[n], completed=f), trials=trials)
         rep = R.build(sc, results)
         cols, rows = R.table_rows(rep, short=True)
         print_table(console, f"scenario {sc.name}: {len(prep.jobs)} jobs, {prep.n_requests} requests, "
@@ -74,6 +76,9 @@ def simulate(
             print_table(console, "regret vs the oracle per quarter of the run (violated requests, share of the quarter's)",
                         ("policy", "q1", "q2", "q3", "q4"),
                         ([name, *(f"{x:.3f}" for x in qs)] for name, qs in rep["regret_per_quarter"].items()))
+        cols, rows = R.exploration_rows(rep)
+        print_table(console, "exploration: energy share of trials (shadows, probe shards), trials per job"
+                             + ("" if trials else " (--no-trials)"), cols, rows)
         if rep["events"]:
             cols, rows = R.event_rows(rep)
             print_table(console, "drift events: SLO violations before/after (2 re-tune intervals) and recovery time",
@@ -84,7 +89,7 @@ def simulate(
         for p in written:
             console.print(f"plot: {p}")
         if mlflow:
-            from oltunes.sim.tracking import log_report
+            from oltunes.sim.report import log_report
 
             console.print(f"MLflow parent run: {log_report(rep, written)}")
     except OLTunesError as e:

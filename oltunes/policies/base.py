@@ -80,6 +80,7 @@ class Policy(Registered, root=True):
     learns: ClassVar[bool] = False  # wants a Measurement per job per control interval
     retunes_early: ClassVar[bool] = False  # adaptive: also re-decided right after a job's first measurement
     needs_profile: ClassVar[bool] = False  # reads a profile table (refused without one)
+    explores: ClassVar[bool] = False  # asks its decisions for trials (built with ``trials=False``: it does not)
 
     def __init__(self, ctx: PolicyContext) -> None:
         if self.needs_profile and ctx.profile is None:

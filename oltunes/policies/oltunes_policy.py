@@ -10,6 +10,11 @@ prior, e.g. a profile table the user supplies"):
   no co-runner): what a profiling run of the zoo ahead of time gives. Interference, concurrency, load,
   queueing, drift and noise are still learned online from measurements only.
 
+Both ask their decisions for trials (``JobSpec.trials``): two for a stream (one of them run as a shadow of a share
+of its requests), two for a batch job of ``PROBE_MIN_ITEMS`` items or more at its first placement (run as probe shards);
+where they run, their measurements (``purpose`` shadow / probe) teach the tuner pairs it would otherwise learn only
+by giving them a real job (``trials=False``: none; `oltunes.sim.exploration` runs them in the simulator).
+
 Both pass the job's current placement on as ``current=`` when re-decided, so staying is one of the candidates and
 is preferred while near-best. Both are re-decided once right after a job's first measurement (``retunes_early``):
 a cold start is a guess from the prior, and the first measurement (one control interval) already corrects it by
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING
 from oltunes.errors import MissingDependency
 from oltunes.policies.base import Policy, PolicyContext
 from oltunes.profiles import Profile
+from oltunes.trusted import trusted_model
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement, Placement
 
 if TYPE_CHECKING:
@@ -41,14 +47,22 @@ def _has_free_slot(state: ClusterState) -> bool:
     return any(p.count * p.slots_per_device - used[p.name] > 0 for p in state.pools)
 
 
+STREAM_TRIALS = 2  # a stream's decisions ask for two trials (one runs as a shadow, on a device in use if it can)
+BATCH_TRIALS = 2  # a large batch job's first decision asks for two (probe shards)
+PROBE_MIN_ITEMS = 2000  # a batch job this large or larger is probed (1.5 % of it: at least 30 items a shard)
+
+
 class OLTunesPolicy(Policy, name="oltunes"):
     adaptive = True
     learns = True
     retunes_early = True
+    explores = True
     prior_kind = "heuristic"
 
-    def __init__(self, ctx: PolicyContext, **tuner_kwargs) -> None:
+    def __init__(self, ctx: PolicyContext, trials: bool = True, **tuner_kwargs) -> None:
+        """``trials``: ask decisions for candidates to try (shadows, probe shards; module docstring)."""
         super().__init__(ctx)
+        self.trials = trials
         try:  # the learner's package; imported lazily so the baselines never need it
             from oltunes.tuner import Tuner
             from oltunes.tuner.model.prior import Prior
@@ -91,7 +105,18 @@ class OLTunesPolicy(Policy, name="oltunes"):
     def decide(self, job: JobSpec, state: ClusterState, current: Placement | None = None) -> Decision | None:
         if current is None and not _has_free_slot(state):
             return None
+        n = self.trials_for(job, current) if self.trials else 0
+        if n != job.trials:  # (as `JobSpec.model_copy` would leave it, without its cost: one per decision)
+            job = trusted_model(JobSpec, {**job.__dict__, "trials": n}, job.__pydantic_fields_set__ | {"trials"})
         return self.tuner.decide(job, state, current)
+
+    @staticmethod
+    def trials_for(job: JobSpec, current: Placement | None) -> int:
+        """How many trials to ask for: two for a stream at every decision (one may become a shadow), two probe
+        shards for a batch job of ``PROBE_MIN_ITEMS`` or more at its first placement, none otherwise."""
+        if job.kind == "streaming":
+            return STREAM_TRIALS
+        return BATCH_TRIALS if current is None and job.items >= PROBE_MIN_ITEMS else 0
 
     def observe(self, m: Measurement) -> None:
         self.tuner.observe(m)

@@ -33,9 +33,9 @@ from oltunes.sim import calibration as cal
 from oltunes.sim.cluster import SimCluster
 from oltunes.sim.events import CoRunnerBurst, Event
 from oltunes.sim.interval import IntervalServing
-from oltunes.sim.jobrun import JobRun
+from oltunes.sim.exploration import Exploration
+from oltunes.sim.jobrun import JobRun, RunResult
 from oltunes.sim.perfmodel import PerformanceModel
-from oltunes.sim.result import RunResult
 from oltunes.sim.stepping import ExternalStepping
 from oltunes.trusted import trusted_model
 from oltunes.sim.workload import SimJob
@@ -65,7 +65,7 @@ class Policy(Protocol):
 
 
 
-class Simulator(IntervalServing, ExternalStepping):
+class Simulator(IntervalServing, ExternalStepping, Exploration):
     """Runs one policy over one workload on one cluster."""
 
     def __init__(
@@ -98,6 +98,7 @@ class Simulator(IntervalServing, ExternalStepping):
                 model.variant_index(e.variant)
         self._active: list[JobRun] = []
         self._waiting: list[JobRun] = []
+        self._init_exploration()
         rng = np.random.default_rng([seed, 7])
         # slow drift per device: random phase and period, plus a fixed per-device factor (as lists: read per device
         # per interval, where numpy's scalars cost more than the arithmetic; the same floats)
@@ -250,6 +251,8 @@ class Simulator(IntervalServing, ExternalStepping):
         by_submit = sorted(range(len(runs)), key=lambda k: (runs[k].job.submit_s, k))
         nxt = n_ev = 0
         self._active, self._waiting = [], []
+        self._init_exploration()
+        self._streams = {r.job.spec.job_id for r in runs if r.streaming}
         next_retune = self.retune_s
         n_ticks = int(math.ceil(self.duration_s / self.dt))
         for tick in range(n_ticks + 1):
@@ -265,16 +268,17 @@ class Simulator(IntervalServing, ExternalStepping):
                 while nxt < len(by_submit) and runs[by_submit[nxt]].job.submit_s < t1:
                     self._waiting.append(runs[by_submit[nxt]])
                     nxt += 1
+                decided: list[tuple[JobRun, Decision, bool]] = []  # (run, decision, its first placement)
                 if policy.adaptive and t0 >= next_retune:
                     next_retune += self.retune_s
                     for r in self._active:
                         r.first_seen = True  # a regular re-tune after its first measurement makes an early one moot
-                        self._retune(policy, r, res, t0)
+                        decided.append((r, self._retune(policy, r, res, t0), False))
                 elif policy.adaptive and policy.retunes_early:
                     for r in self._active:
                         if r.measured and not r.first_seen:
                             r.first_seen = True
-                            self._retune(policy, r, res, t0)
+                            decided.append((r, self._retune(policy, r, res, t0), False))
                 still = []
                 for r in self._waiting:
                     d = policy.decide(r.job.spec, cl.state())
@@ -282,6 +286,7 @@ class Simulator(IntervalServing, ExternalStepping):
                     if dev is None:
                         still.append(r)
                         continue
+                    decided.append((r, d, r.started_s is None and not r.streaming))
                     self._configure(r, d, dev, max(t0, r.job.submit_s))
                     cl.place(r.placement)
                     # until it has run an interval, a job's load is what its expected rate implies (what a
@@ -294,7 +299,13 @@ class Simulator(IntervalServing, ExternalStepping):
                         r.started_s = max(t0, r.job.submit_s)
                     self._active.append(r)
                 self._waiting = still
-            self._serve_interval(policy, res, self._active, self._waiting, t0, t1, final)
+                self._start_trials(decided, t0, res)
+            self._feed_trials(t0, t1, res, final)
+            if self._reports:  # the shadows that ended: their measurements
+                policy.observe_many(self._reports)
+                self._reports = []
+            self._serve_interval(policy, res, self._active + self._exploring, self._waiting, t0, t1, final)
+            self._account_trials(res, t1)
             if not final:
                 for r in [r for r in self._active if not r.streaming and r.remaining <= 0]:
                     cl.remove(r.job.spec.job_id)  # the slot frees at the next tick
@@ -309,7 +320,8 @@ class Simulator(IntervalServing, ExternalStepping):
         slo = max((j.spec.slo_ms for j in self.jobs if j.arrivals is not None), default=0.0)
         return self.drop_after * slo / 1000.0 + self.dt
 
-    def _retune(self, policy: Policy, r: JobRun, res: RunResult, now: float) -> None:
+    def _retune(self, policy: Policy, r: JobRun, res: RunResult, now: float) -> Decision:
+        """Re-decide a placed job; the decision it runs on (the old one when the new one is not valid)."""
         old_pl = self.cluster.remove(r.job.spec.job_id, keep_load=True)
         spec = r.job.spec
         if r.streaming and r.i < len(r.arr):
@@ -323,6 +335,7 @@ class Simulator(IntervalServing, ExternalStepping):
             d, dev = r.decision, old_pl.device  # keep the old placement
         self._configure(r, d, dev, now, spec)
         self.cluster.place(r.placement)
+        return d
 
 
 _YOUNG_EVERY = 50_000  # allocations between collections of the youngest objects while a run lasts (Python: 700)

@@ -10,8 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from oltunes.percentile import percentiles, total
-from oltunes.sim.jobrun import JobRun, advance_batch, serve, shed_unplaced
-from oltunes.sim.result import RunResult
+from oltunes.sim.jobrun import JobRun, RunResult, advance_batch, serve, shed_unplaced
 from oltunes.trusted import trusted_model
 from oltunes.types import Candidate, CoRunner, Measurement, new_ids
 
@@ -65,12 +64,13 @@ class IntervalServing:
                 sigma = math.hypot(r.sigma, extra)
                 if r.streaming:
                     serve(r, t1, factor, sigma, drop_after)
-                    # share of the device the job kept busy (batch jobs run flat out)
-                    load = min(1.0, r.busy_iso * kappa / (r.conc * span))
                 else:
                     advance_batch(r, t0, t1, factor, sigma)
-                    load = 1.0
+                # share of the device the job kept busy (batch jobs and probe shards run flat out; a shadow only
+                # as long as its mirrored requests last)
+                load = min(1.0, r.busy_iso * kappa / (r.conc * span)) if r.streaming or r.purpose == "shadow" else 1.0
                 work_s = r.busy_iso * drift * slow  # device time at full draw
+                r.busy_j = r.power * work_s
                 drawn = (r.power - idle_w) * work_s
                 r.energy_j = drawn + idle_each
                 dyn += drawn
@@ -92,7 +92,7 @@ class IntervalServing:
         res.active_devices.append(len(groups))
         res.fragmentation.append(cl.fragmentation())
         if policy.learns and not final:  # the interval's measurements, reported together
-            measured = [r for r in active if r.interval_items > 0]
+            measured = [r for r in active if r.interval_items > 0 and r.purpose != "shadow"]  # (a shadow: at its end)
             if measured:
                 policy.observe_many([self._measurement(r, span, t1, mid)
                                      for r, mid in zip(measured, new_ids(len(measured)))])
@@ -129,13 +129,16 @@ class IntervalServing:
             "latency_p95_ms": p95,
             "latency_p99_ms": p99,
             "throughput_items_per_s": r.interval_items / busy if busy > 0 else 0.0,
-            "energy_j_per_item": float(r.energy_j) / r.interval_items,  # (the truth model's power: a numpy float)
+            # (the truth model's power: a numpy float); a shadow's, of its busy time: it idles between the mirrored
+            # requests' batches, which a throughput run of the candidate would not
+            "energy_j_per_item": float(r.busy_j if r.purpose == "shadow" else r.energy_j) / r.interval_items,
             "energy_source": "simulated",
             "accuracy": r.accuracy,
             "gpu_util": min(1.0, r.busy_iso / span),
             "request_latency_p99_ms": req_p99,
             "queueing_delay_ms": wait,
             "simulated": True,
+            "purpose": r.purpose,
             "timestamp": now,
         }, _MEASURED)  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""One job's run in the simulator: its state (``JobRun``) and how it advances over one control interval.
+"""One job's run in the simulator: its state (``JobRun``), how it advances over one control interval, and what a
+whole (scenario, policy) run leaves for the metrics and the report (``RunResult``).
 
 * :func:`serve` — a streaming instance processes its own arrival array in one tight loop over *batches*: the
   earliest-free executor takes every request that has arrived (up to the batch size) as one batch; requests
@@ -78,6 +79,17 @@ class JobRun:
     # streaming: what a measurement reports of the last interval that served requests (set as it is served):
     # batch latency p50, p95, p99 and sum, request latency p99 (shed requests at the threshold), mean wait (ms)
     figures: np.ndarray = field(default_factory=lambda: _NONE)
+    busy_j: float = 0.0  # energy drawn while busy last interval (what a shadow's measurement reports per item)
+    # exploration (:mod:`oltunes.sim.exploration`): what the run is for, and the job it tries a candidate for
+    purpose: str = "serve"  # serve | shadow | probe
+    of: JobRun | None = None
+    until_s: float = math.inf  # a trial ends by then
+    mirrored: int = 0  # a shadow: the job's next request not yet considered for mirroring
+    queued: int = 0  # a shadow: mirrored requests waiting for a full batch
+    shadow: JobRun | None = None  # a stream's running shadow
+    probes_open: int = 0  # a batch job's probe shards still running
+    shadow_lat_ms: list[float] = field(default_factory=list)  # a shadow: its batches' latencies so far
+    shadow_busy: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a shadow: energy busy (J), items
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -99,6 +111,33 @@ class JobRun:
         self.interval_items = 0
         self.interval_lat_ms = []
         self.interval_dropped = self.interval_batches = 0
+
+
+@dataclass
+class RunResult:
+    """Everything metrics and the report need from one (scenario, policy) run."""
+
+    policy: str
+    duration_s: float
+    interval_s: float
+    runs: list[JobRun]
+    best_accuracy: dict[str, float]
+    # per control interval
+    t: list[float] = field(default_factory=list)
+    util: list[float] = field(default_factory=list)
+    energy_j: list[float] = field(default_factory=list)
+    active_devices: list[int] = field(default_factory=list)
+    fragmentation: list[float] = field(default_factory=list)
+    capacity_violations: int = 0
+    floor_violations: int = 0
+    invalid_decisions: int = 0
+    decisions: int = 0
+    wall_s: float = 0.0
+    # exploration (``Decision.trials``, :mod:`oltunes.sim.exploration`): energy of the shadows' and probe shards'
+    # runs, and how many of each were started
+    exploration_energy_j: float = 0.0
+    shadows: int = 0
+    probes: int = 0
 
 
 def serve(r: JobRun, t1: float, factor: float, sigma: float, drop_after: float) -> None:

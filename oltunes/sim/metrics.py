@@ -13,6 +13,9 @@ Definitions (also in the report):
 * ``queueing_delay_s``: mean wait of a served streaming request before its batch starts.
 * ``jct_s``: mean batch-job completion time (submit -> last item); unfinished jobs count until the run's end.
 * ``fragmentation``: mean share of free slots stranded on partly used devices.
+* ``exploration_energy_share``: energy the trials added (shadows, probe shards: their busy draw above idle, and the
+  idle draw of a device that ran trials only) over the run's energy (:mod:`oltunes.sim.exploration`).
+* ``shadows_per_job`` / ``probes_per_job``: shadows started per streaming job, probe shards per batch job.
 * ``regret_per_quarter`` (vs the oracle): (policy's violated requests - oracle's) / requests, among the requests
   arriving in each quarter of the run (not cumulative: a learner's falls from quarter to quarter).
 * per drift event: ``before`` / ``after`` = violation rate of the requests arriving in the window (two re-tune
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oltunes.sim.result import RunResult
+from oltunes.sim.jobrun import RunResult
 
 
 def _streams(res: RunResult):
@@ -70,6 +73,7 @@ def compute(res: RunResult, req: dict[str, np.ndarray] | None = None) -> dict[st
     jct = [((r.finished_s if r.finished_s is not None else res.duration_s) - r.job.submit_s) for r in batch]
     nb = sum(r.batches_done for r in batch)
     loss_total = float(np.nansum(req["loss"])) + batch_loss
+    n_streams = sum(r.streaming for r in res.runs)
     return {
         "slo_violation_rate": float(req["violated"].mean()) if n else 0.0,
         "p50_ms": float(np.percentile(lat_ms, 50)) if n_served else float("nan"),
@@ -81,6 +85,9 @@ def compute(res: RunResult, req: dict[str, np.ndarray] | None = None) -> dict[st
         "queueing_delay_s": float(np.mean(req["wait"][served])) if n_served else float("nan"),
         "jct_s": float(np.mean(jct)) if jct else float("nan"),
         "fragmentation": float(np.mean(res.fragmentation)) if res.fragmentation else 0.0,
+        "exploration_energy_share": res.exploration_energy_j / energy if energy > 0 else 0.0,
+        "shadows_per_job": res.shadows / n_streams if n_streams else 0.0,
+        "probes_per_job": res.probes / len(batch) if batch else 0.0,
         "requests": n,
         "dropped_rate": float((~served).mean()) if n else 0.0,
         "batch_jobs": len(batch),

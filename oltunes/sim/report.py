@@ -1,5 +1,5 @@
-"""The evaluation report: JSON (shape of issue 4), a printed table, and plots (latency CDF, SLO violations over
-time, energy vs accuracy).
+"""The evaluation report: JSON (shape of issue 4), a printed table, plots (latency CDF, SLO violations over time,
+energy vs accuracy), and its log to MLflow (``log_report``).
 
 JSON::
 
@@ -20,15 +20,20 @@ JSON::
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from oltunes.atomic import atomic_write, atomic_write_json
+from oltunes.config import Settings, apply_offline_env, get_settings
+from oltunes.errors import MissingDependency
 from oltunes.sim import metrics as M
-from oltunes.sim.result import RunResult
+from oltunes.sim.jobrun import RunResult
 from oltunes.sim.scenario import Scenario
+from oltunes.tracking.client import mlflow_errors, open_client
+from oltunes.tracking.conventions import EXPERIMENT_TAGS, EXPERIMENTS
 
 HEADLINE = (
     "slo_violation_rate",
@@ -121,6 +126,16 @@ def event_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             rec = "never" if x["recovery_s"] is None else f'{x["recovery_s"]:g}'
             rows.append([f'{ev["at_s"]:g} s {ev["event"]}', name, f'{x["before"]:.3f}', f'{x["after"]:.3f}', rec])
     return ["event", "policy", "viol before", "viol after", "recovery s"], rows
+
+
+EXPLORATION = ("exploration_energy_share", "shadows_per_job", "probes_per_job")
+
+
+def exploration_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per policy: exploration energy share, shadows per streaming job, probe shards per batch job."""
+    rows = [[name, *("–" if m.get(k) is None else f"{m[k]:.3g}" for k in EXPLORATION)]
+            for name, m in report["policies"].items()]
+    return ["policy", "exploration energy share", "shadows / stream", "probes / batch job"], rows
 
 
 def write_json(report: dict[str, Any], path: Path) -> Path:
@@ -241,3 +256,56 @@ def write_plots(results: dict[str, tuple[RunResult, dict[str, float]]], out_dir:
         finally:
             plt.close(fig)
     return paths
+
+
+# ---------------------------------------------------------------------- MLflow
+# One parent run per scenario run, one nested child run per policy, in experiment ``oltunes-simulation``
+# (``oltunes.tracking.conventions.EXPERIMENTS["simulation"]``); params and metrics are named like the report JSON so
+# the MLflow UI compares the policies side by side. ``oltunes.tracking.Tracker`` logs flat runs only, hence these few
+# plain ``mlflow`` calls.
+
+EXPERIMENT = EXPERIMENTS["simulation"]
+
+
+def log_report(report: dict[str, Any], plots: list[Path] = (), settings: Settings | None = None) -> str:
+    """Returns the parent run id."""
+    apply_offline_env()
+    s = settings or get_settings()
+    try:
+        import mlflow
+    except ImportError as e:  # pragma: no cover - mlflow is a core dependency
+        raise MissingDependency("mlflow is not installed: pip install mlflow") from e
+    now = int(time.time() * 1000)
+    s.home.mkdir(parents=True, exist_ok=True)
+    open_client(s.mlflow_uri)  # creates a fresh store under a lock (concurrent first use races in alembic)
+    with mlflow_errors(s.mlflow_uri):
+        return _log(mlflow, report, plots, s, now)
+
+
+def _log(mlflow: Any, report: dict[str, Any], plots: list[Path], s: Settings, now: int) -> str:
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(s.mlflow_uri)
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None:
+        mlflow.create_experiment(EXPERIMENT, artifact_location=s.mlflow_artifacts.as_uri(), tags=EXPERIMENT_TAGS)
+    mlflow.set_experiment(EXPERIMENT)
+    meta = report.get("meta", {})
+    with mlflow.start_run(run_name=f"simulate-{report['scenario']}") as parent:
+        mlflow.set_tags({"simulated": "true", "scenario": report["scenario"]})
+        mlflow.log_params({k: v for k, v in meta.items() if k != "definitions"} | {"scenario": report["scenario"]})
+        for p in plots:
+            mlflow.log_artifact(str(p))
+        for name, m in report["policies"].items():
+            with mlflow.start_run(run_name=name, nested=True) as child:
+                mlflow.set_tags({"policy": name, "simulated": "true", "scenario": report["scenario"]})
+                mlflow.log_params({"policy": name, "scenario": report["scenario"]})
+                mlflow.log_metrics({k: float(v) for k, v in m.items() if isinstance(v, (int, float)) and v is not None})
+                ts = report.get("timeseries", {}).get(name)
+                if ts:  # the violation series as one metric with steps (one batch call, not one per point)
+                    series = [
+                        Metric("slo_violation_rate_over_time", float(v), now, step)
+                        for step, v in enumerate(ts["slo_violation_rate"])
+                    ]
+                    MlflowClient().log_batch(child.info.run_id, metrics=series)
+        return parent.info.run_id

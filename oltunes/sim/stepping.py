@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from oltunes.errors import ConfigError
 from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun
-from oltunes.sim.result import RunResult
+from oltunes.sim.jobrun import RunResult
 from oltunes.types import Candidate, Decision, Measurement, Placement
 
 

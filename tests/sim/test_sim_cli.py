@@ -73,3 +73,17 @@ def test_cli_logs_parent_and_child_runs_to_mlflow(shared_data, oltunes_home):
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(parents) == 1 and {c.data.tags["policy"] for c in children} == {"random", "oracle"}
     assert all("slo_violation_rate" in c.data.metrics for c in children)
+
+
+@pytest.mark.parametrize("trials", [True, False])
+def test_cli_reports_exploration_per_policy(shared_data, oltunes_home, tmp_path, trials):
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["simulate", "--scenario", "tiny", "--policies", "oltunes,oracle", "--json", str(out),
+                                   "--no-mlflow", "--trials" if trials else "--no-trials"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "exploration energy share" in res.output
+    pols = json.loads(out.read_text())["policies"]
+    assert pols["oracle"]["exploration_energy_share"] == 0 and pols["oracle"]["shadows_per_job"] == 0
+    ol = pols["oltunes"]
+    assert (0 < ol["exploration_energy_share"] <= 0.06 and ol["shadows_per_job"] > 0) if trials else (
+        ol["exploration_energy_share"] == 0 and ol["shadows_per_job"] == ol["probes_per_job"] == 0)
