@@ -139,12 +139,12 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
     try:
         await serving.start()
         await asyncio.gather(*(apply_decision(svc, serving, m, d) for m, d in zip(svc.models, first, strict=True)))
-        for m, d in zip(svc.models, first, strict=True):
-            await svc.shadow(serving, m, d)
         if serving.url is None:
             svc.log.info("service %s: serving %s in simulated time", svc.sid, ", ".join(m.params.family for m in svc.models))
         else:
             await announce(svc.sid, serving.url, svc.models, svc.p.launcher, svc.log)
+        for m, d in zip(svc.models, first, strict=True):  # once it serves: a shadow never delays the service
+            await svc.shadow(serving, m, d)
         with sigterm_stops(stop, terminated, asyncio.get_running_loop()):
             while not serving.finished:
                 intervals = await serving.measure_interval(stop)
