@@ -3,8 +3,10 @@ primary's requests, side by side in one run.
 
 Two gateway processes in front of the same primary worker (``--variant``): one plain, one mirroring the default
 share (`oltunes.gateway.shadow.DEFAULT_SHARE`) of the answered requests to a shadow worker running another variant
-(``--shadow-variant``, whose answers differ). Rounds at a fixed open-loop rate alternate between them (the order
-flips every round); the shadow worker shares the primary worker's cores, so its load is in the figure too.
+(``--shadow-variant``, whose answers differ). Each round sends half of a fixed open-loop rate through each at the
+same time, so the load of the shared machine (and of the shared primary worker) is the same in both arms, and the
+difference is what mirroring costs a primary request in the gateway. The shadow worker runs on the primary's
+cores; its load there reaches both arms alike (a shadow is a co-runner of its device: the allocator's business).
 
 - ``shadow_added_p99_ms``: median over rounds of p99(with shadow) - p99(without);
 - ``shadow_failed``: shadow requests that got no 200 (the gateway's ``oltunes_gateway_shadow_requests`` gauge);
@@ -62,23 +64,21 @@ def shadow_counts(gw_url: str) -> dict[str, float]:
 
 
 async def side_by_side(plain: Any, shadowed: Any, open_loop: Any, rate: float, seconds: float, rounds: int) -> dict[str, Any]:
-    """Alternating rounds through the plain and the shadowing gateway (`plain`, `shadowed`: the benchmark's clients;
-    `open_loop(client, rate, seconds)` one round); p99s, the answers of the shadowing rounds kept for `classify`."""
-    await open_loop(plain, rate, 1.0)  # open the connections both arms keep
-    await open_loop(shadowed, rate, 1.0)
+    """Rounds through the plain and the shadowing gateway at once, half the rate each (`plain`, `shadowed`: the
+    benchmark's clients; `open_loop(client, rate, seconds)` one arm's round): both arms see the same machine, so a
+    busy shared host's hiccups land in both; p99s, the answers of the shadowing arm kept for `classify`."""
+    await asyncio.gather(open_loop(plain, rate / 2, 1.0), open_loop(shadowed, rate / 2, 1.0))  # open the connections
     p99: dict[str, list[float]] = {"plain": [], "shadow": []}
     failed: dict[str, int] = {"plain": 0, "shadow": 0}
     bodies: list[tuple[int, bytes]] = []
-    for r in range(rounds):
-        arms = [("plain", plain), ("shadow", shadowed)]
-        for name, client in arms if r % 2 == 0 else arms[::-1]:
-            client.bodies = [] if name == "shadow" else None
-            res = await open_loop(client, rate, seconds)
+    for _ in range(rounds):
+        shadowed.bodies = []
+        results = await asyncio.gather(open_loop(plain, rate / 2, seconds), open_loop(shadowed, rate / 2, seconds))
+        for name, res in zip(("plain", "shadow"), results, strict=True):
             p99[name].append(res["p99_ms"])
             failed[name] += sum(res["failures"].values()) + res["shed"]
-            if name == "shadow":
-                bodies += client.bodies
-            client.bodies = None
+        bodies += shadowed.bodies
+        shadowed.bodies = None
     return {"p99": p99, "failed": failed, "bodies": bodies}
 
 
