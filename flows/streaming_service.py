@@ -125,7 +125,7 @@ async def apply_shadow(serving: Serving, m: ModelRun, decision: Decision, leases
         return
     try:
         how = await serving.shadow(m.index, shadow, budget)
-    except OLTunesError as e:
+    except (OLTunesError, KeyError) as e:  # a worker that never got healthy, a pool this service does not have
         log.warning("%s: shadow %s did not start (%s); not shadowed", m.params.family, what, e)
         await leases.release(sid)
         return
