@@ -13,11 +13,14 @@ import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from oltunes.gateway.shadow import ShadowBudget
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement
+
+if TYPE_CHECKING:
+    from oltunes.gateway.shadow import ShadowBudget
 
 
 @dataclass(frozen=True)
