@@ -143,8 +143,6 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
             svc.log.info("service %s: serving %s in simulated time", svc.sid, ", ".join(m.params.family for m in svc.models))
         else:
             await announce(svc.sid, serving.url, svc.models, svc.p.launcher, svc.log)
-        for m, d in zip(svc.models, first, strict=True):  # once it serves: a shadow never delays the service
-            await svc.shadow(serving, m, d)
         with sigterm_stops(stop, terminated, asyncio.get_running_loop()):
             while not serving.finished:
                 intervals = await serving.measure_interval(stop)
@@ -198,6 +196,7 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
     new = await tuning.decide(svc.tuner, now_job, state, placement(now_job, current, m.params.slo_ms))
     if new.candidate.key != current.candidate.key:
         await apply_decision(svc, serving, m, new, now_job)
+    # shadows start here, never before the first interval: the service and its supervision are up by then
     await svc.shadow(serving, m, new)
 
 
