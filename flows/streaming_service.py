@@ -1,6 +1,7 @@
 """One model of a streaming service as the control loop keeps it: its parameters, job, decisions, measurements and
-MLflow run (how it is served is the environment's `oltunes.launchers.serving.Serving`); and how the service
-announces its address once it serves (`announce`).
+MLflow run (how it is served is the environment's `oltunes.launchers.serving.Serving`); how the service
+announces its address once it serves (`announce`), and how a cancel ends it (`sigterm_stops`,
+`cancel_logs_at_info`).
 
 The streaming flow holds one `ModelRun` per family it serves and runs their control steps side by side; each
 model is re-tuned with the others' placements in the cluster state, so the tuner's co-running groups apply.
