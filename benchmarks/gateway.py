@@ -17,7 +17,9 @@ processes' CPU times) and as latency, not as the three processes starving each o
   meanwhile (``overload_cpu_cores``: the client's share is what it took from the gateway's core);
 - ``failed_during_switches``, ``dropped``: ten live switches between two decisions (in-process gateway + supervisor,
   as the streaming flow runs them) under steady load; failed = error answers, dropped = no answer at all;
-- ``max_rss_mb``: peak RSS of the gateway and the worker while 8 clients each send a 50 MB body at once.
+- ``max_rss_mb``: peak RSS of the gateway and the worker while 8 clients each send a 50 MB body at once;
+- ``shadow_added_p99_ms``, ``shadow_failed``, ``shadow_answers_returned``: the same gateway with and without a
+  shadow at the default share, side by side (`benchmarks.gateway_shadow`; ``--parts shadow`` runs only that).
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import numpy as np
 import psutil
 import uvloop
 
+from benchmarks import gateway_shadow
 from benchmarks.common import median, parser, print_table, write_json
+from oltunes.gateway.shadow import DEFAULT_SHARE
 from oltunes.gateway.upstream import UpstreamPool
 from oltunes.worker.stats import LatencyHistogram
 
@@ -62,6 +66,7 @@ class _Client:
         self.base, self.payload = url, payload
         self.path = f"/v2/models/{MODEL}/infer".encode()
         self.pool = UpstreamPool(frozenset(), 15)
+        self.bodies: list[tuple[int, bytes]] | None = None  # answers kept (request index, body) when a list
         self.reset()
 
     def reset(self) -> None:
@@ -71,11 +76,13 @@ class _Client:
     async def one(self, i: int) -> None:
         t0 = time.perf_counter()
         try:
-            status, _, _ = await self.pool.request(self.base, b"POST", self.path, JSON_HEADERS, self.payload(i), 30.0)
+            status, _, body = await self.pool.request(self.base, b"POST", self.path, JSON_HEADERS, self.payload(i), 30.0)
         except OSError as e:  # TimeoutError included
             self.statuses[type(e).__name__] += 1
             return
         self.statuses[status] += 1
+        if self.bodies is not None and status == 200:
+            self.bodies.append((i, body))
         if status == 200:
             self.latency.record((time.perf_counter() - t0) * 1e3)
 
@@ -179,9 +186,10 @@ def _cores() -> tuple[set[int], set[int]]:
     return {cores[0]}, set(cores[1:])
 
 
-def _start_gateway(routes: dict[str, str], cores: set[int], slo_ms: float | None = None) -> tuple[subprocess.Popen, str]:
+def _start_gateway(routes: dict[str, str], cores: set[int], slo_ms: float | None = None,
+                   extra: list[str] = []) -> tuple[subprocess.Popen, str]:  # fmt: skip
     argv = [sys.executable, "-m", "oltunes.gateway", *(a for n, u in routes.items() for a in ("--route", f"{n}={u}"))]
-    argv += ["--slo-ms", str(slo_ms)] if slo_ms else []
+    argv += (["--slo-ms", str(slo_ms)] if slo_ms else []) + extra
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     _pin(proc.pid, cores)
     url = proc.stdout.readline().strip() if proc.stdout else ""
@@ -305,6 +313,32 @@ def _overload(variants: list[Any], args: Any, front: set[int], back: set[int]) -
             "overload_cpu_cores": over["cpu_cores"]}  # fmt: skip
 
 
+def _through_gateway(worker: Any, payload: Any, args: Any, front: set[int]) -> dict[str, Any]:
+    """Direct vs through the gateway (added latency, throughput, CPU), then the big bodies' memory."""
+    results: dict[str, Any] = {}
+    gw, gw_url = _start_gateway({MODEL: worker.url}, front)
+    try:
+        pids = {"gateway": gw.pid, "worker": worker.pid, "client": os.getpid()}
+        results.update(uvloop.run(_side_by_side(worker.url, gw_url, payload, pids, args)))
+        results["pinning"] = {"client_and_gateway": sorted(front), "worker": sorted(set(os.sched_getaffinity(worker.pid)))}
+        base = {p: psutil.Process(p).memory_info().rss / 2**20 for p in (gw.pid, worker.pid)}
+        peaks: dict[int, float] = {}
+        stop = threading.Event()
+        sampler = threading.Thread(target=_peak_rss_mb, args=([gw.pid, worker.pid], stop, peaks))
+        sampler.start()
+        via_gw = _big_bodies(gw_url, 8, 50)
+        direct = _big_bodies(worker.url, 8, 50)
+        stop.set()
+        sampler.join()
+        results.update(max_rss_mb=max(peaks.values()), rss_before_mb={"gateway": base[gw.pid], "worker": base[worker.pid]},
+                       rss_peak_mb={"gateway": peaks.get(gw.pid), "worker": peaks.get(worker.pid)},
+                       big_body_outcomes={"gateway": sorted(set(via_gw)), "worker": sorted(set(direct))})  # fmt: skip
+    finally:
+        gw.terminate()
+        gw.wait(10)
+    return results
+
+
 def main() -> None:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=300.0, help="open-loop rate for the added-latency comparison")
@@ -317,6 +351,8 @@ def main() -> None:
     ap.add_argument("--overload-variant", default="cnn-l-fp32", help="a model whose inference bounds the worker")
     ap.add_argument("--switch-rate", type=float, default=100.0)
     ap.add_argument("--switches", type=int, default=10)
+    ap.add_argument("--shadow-variant", default="cnn-m-fp32", help="the shadow worker's model (answers unlike --variant's)")
+    ap.add_argument("--parts", choices=("all", "shadow"), default="all", help="shadow: only the shadow side by side")
     args = ap.parse_args()
 
     from oltunes.config import get_settings
@@ -331,43 +367,38 @@ def main() -> None:
     _pin(os.getpid(), front)
     with serve_process(small.path, model_name=MODEL, max_delay_ms=2.0, max_queue_ms=args.slo_ms) as worker:
         _pin(worker.pid, back)
-        gw, gw_url = _start_gateway({MODEL: worker.url}, front)
-        try:
-            meta = httpx.get(f"{gw_url}/v2/models/{MODEL}").json()
-            payload = _payload(meta)
-            pids = {"gateway": gw.pid, "worker": worker.pid, "client": os.getpid()}
-            results.update(uvloop.run(_side_by_side(worker.url, gw_url, payload, pids, args)))
-            results["pinning"] = {"client_and_gateway": sorted(front), "worker": sorted(back)}
-            capacity = results["capacity_rps"]
-            base = {p: psutil.Process(p).memory_info().rss / 2**20 for p in (gw.pid, worker.pid)}
-            peaks: dict[int, float] = {}
-            stop = threading.Event()
-            sampler = threading.Thread(target=_peak_rss_mb, args=([gw.pid, worker.pid], stop, peaks))
-            sampler.start()
-            via_gw = _big_bodies(gw_url, 8, 50)
-            direct = _big_bodies(worker.url, 8, 50)
-            stop.set()
-            sampler.join()
-            results.update(max_rss_mb=max(peaks.values()), rss_before_mb={"gateway": base[gw.pid], "worker": base[worker.pid]},
-                           rss_peak_mb={"gateway": peaks.get(gw.pid), "worker": peaks.get(worker.pid)},
-                           big_body_outcomes={"gateway": sorted(set(via_gw)), "worker": sorted(set(direct))})  # fmt: skip
-        finally:
-            gw.terminate()
-            gw.wait(10)
-    results.update(_overload(variants, args, front, back))
-    sw = asyncio.run(_switches(str(small.path), [small, next(v for v in variants if v.name == "cnn-m-fp32")], args.switch_rate, args.switches))
-    results.update(failed_during_switches=sw["failed"], dropped=sw["sent"] - sw["ok"] - sw["failed"], switches=sw)
+        payload = _payload(httpx.get(f"{worker.url}/v2/models/{MODEL}").json())
+        if args.parts == "all":
+            results.update(_through_gateway(worker, payload, args, front))
+        rate = min(args.rate, 0.6 * results["capacity_rps"]) if "capacity_rps" in results else args.rate
+        shadow_path = str(next(v for v in variants if v.name == args.shadow_variant).path)
+        results.update(gateway_shadow.run(worker.url, shadow_path, payload, rate, args, front, back, client=_Client,
+                                          open_loop=_open_loop, start_gateway=_start_gateway, pin=_pin))  # fmt: skip
     rows = [
-        ("gateway_added_p99_ms", results["gateway_added_p99_ms"], f"≤ 1.0 at {results['latency_rate_rps']:.0f} req/s (direct p99 {results['direct_p99_ms']:.2f} ms)"),
-        ("gateway_throughput_ratio", results["gateway_throughput_ratio"], f"≥ 0.9 (direct {capacity:.0f} req/s, {args.clients} clients)"),
-        ("gateway_cpu_ms_per_request", results["cpu_ms_per_request"]["gateway"], f"worker {results['cpu_ms_per_request']['worker_direct']:.3f}, client {results['cpu_ms_per_request']['client']:.3f}"),
-        ("overload_answered_p99_ms", results["overload_answered_p99_ms"], f"≤ {2 * args.slo_ms:.0f} (2× SLO) at {results['overload_offered_rps']:.0f} req/s ({results['overload_variant']})"),
-        ("overload_goodput_ratio", results["overload_goodput_ratio"], f"≥ 0.9; refusals {results['overload_refusals']}"),
-        ("overload_cpu_cores: client", results["overload_cpu_cores"]["client"], f"gateway {results['overload_cpu_cores']['gateway']:.2f}, worker {results['overload_cpu_cores']['worker']:.2f} (client + gateway share core {sorted(front)})"),
-        ("failed_during_switches", sw["failed"], f"= 0 over {sw['switches']} switches, {sw['sent']} requests"),
-        ("dropped", results["dropped"], "= 0"),
-        ("max_rss_mb", results["max_rss_mb"], f"8 × 50 MB bodies: {results['big_body_outcomes']}"),
-    ]
+        ("shadow_added_p99_ms", results["shadow_added_p99_ms"], f"≤ 1.0 at 2 × {rate / 2:.0f} req/s, {DEFAULT_SHARE:.0%} mirrored "
+         f"(p99 {results['no_shadow_p99_ms']:.2f} -> {results['shadow_p99_ms']:.2f} ms; by round {[round(x, 2) for x in results['shadow_added_p99_ms_by_round']]})"),
+        ("shadow_failed", results["shadow_failed"], f"= 0; mirror {results['shadow_mirror']}"),
+        ("shadow_answers_returned", results["shadow_answers_returned"],
+         f"= 0 of {results['shadow_answers_checked']} checked (matching neither: {results['shadow_primary_mismatches']}; "
+         f"primary failures {results['shadow_primary_failed']})"),
+    ]  # fmt: skip
+    if args.parts == "all":
+        results.update(_overload(variants, args, front, back))
+        sw = asyncio.run(_switches(str(small.path), [small, next(v for v in variants if v.name == "cnn-m-fp32")], args.switch_rate, args.switches))
+        results.update(failed_during_switches=sw["failed"], dropped=sw["sent"] - sw["ok"] - sw["failed"], switches=sw)
+        capacity = results["capacity_rps"]
+        rows = [
+            ("gateway_added_p99_ms", results["gateway_added_p99_ms"], f"≤ 1.0 at {results['latency_rate_rps']:.0f} req/s (direct p99 {results['direct_p99_ms']:.2f} ms)"),
+            ("gateway_throughput_ratio", results["gateway_throughput_ratio"], f"≥ 0.9 (direct {capacity:.0f} req/s, {args.clients} clients)"),
+            ("gateway_cpu_ms_per_request", results["cpu_ms_per_request"]["gateway"], f"worker {results['cpu_ms_per_request']['worker_direct']:.3f}, client {results['cpu_ms_per_request']['client']:.3f}"),
+            ("overload_answered_p99_ms", results["overload_answered_p99_ms"], f"≤ {2 * args.slo_ms:.0f} (2× SLO) at {results['overload_offered_rps']:.0f} req/s ({results['overload_variant']})"),
+            ("overload_goodput_ratio", results["overload_goodput_ratio"], f"≥ 0.9; refusals {results['overload_refusals']}"),
+            ("overload_cpu_cores: client", results["overload_cpu_cores"]["client"], f"gateway {results['overload_cpu_cores']['gateway']:.2f}, worker {results['overload_cpu_cores']['worker']:.2f} (client + gateway share core {sorted(front)})"),
+            ("failed_during_switches", sw["failed"], f"= 0 over {sw['switches']} switches, {sw['sent']} requests"),
+            ("dropped", results["dropped"], "= 0"),
+            ("max_rss_mb", results["max_rss_mb"], f"8 × 50 MB bodies: {results['big_body_outcomes']}"),
+            *rows,
+        ]
     print_table("Gateway vs direct (medians of rounds)", ["metric", "value", "goal / context"], rows)
     write_json(args.json, {"benchmark": "gateway", "args": vars(args) | {"json": str(args.json)}, **results})
 

@@ -19,10 +19,6 @@ decision takes effect in `apply_decision`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import signal
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,16 +29,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows.common import (bind_ephemeral_api, check_family, make_tracker, make_tuner, ran_policy, run_id, run_name,
                           validate)
-from flows.streaming_service import ModelParams, ModelRun, announce, first_decisions, placement
+from flows.streaming_service import (SHADOW_LEASE_WAIT_S, ModelParams, ModelRun, announce, apply_shadow,
+                                     cancel_logs_at_info, first_decisions, placement, shadow_metrics, sigterm_stops)
 from oltunes.config import get_settings
 from oltunes.errors import ConfigError, DataError
+from oltunes.gateway.shadow import DEFAULT_SHARE, MAX_SHARE, ShadowBudget
 from oltunes.launchers.environment import Environment
 from oltunes.launchers.service_records import remove_record
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.traffic import BUNDLED_TRACE, load_arrivals
 from oltunes.tracking import conventions as cv
 from oltunes.allocator.holder import DecisionLeases, lease_decisions, leases_for
-from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement
+from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Placement
 from tasks import serving as serving_tasks
 from tasks import tracking as track
 from tasks import tuning
@@ -70,6 +68,11 @@ class StreamParams(BaseModel):
     gateway_port: int = Field(ge=0, le=65535)
     replay: bool
     expected_rps: float | None = Field(default=None, gt=0, le=1e6)
+    shadow_share: float = Field(default=DEFAULT_SHARE, ge=0, le=MAX_SHARE)
+    shadow_max_rps: float = Field(default=20.0, gt=0, le=1e6)
+
+    def shadow_budget(self) -> ShadowBudget | None:
+        return ShadowBudget(share=self.shadow_share, max_rps=self.shadow_max_rps) if self.shadow_share > 0 else None
 
 
 class StreamOutcome(BaseModel):
@@ -87,6 +90,7 @@ class StreamOutcome(BaseModel):
     gateway_url: str | None = None
     gateway_failures: dict[str, int] = Field(default={}, description="requests the gateway gave up on, by reason")
     per_model: dict[str, dict[str, Any]] = {}
+    shadow_measurements: list[Measurement] = Field(default=[], description="observed with purpose='shadow'")
 
 
 def resolve_trace(trace: str | None) -> Path:
@@ -102,44 +106,6 @@ def resolve_trace(trace: str | None) -> Path:
     raise DataError(f"parameter 'trace': {trace} not found (as a path, or under {shared})")
 
 
-@contextlib.contextmanager
-def _sigterm_stops(stop: asyncio.Event, terminated: asyncio.Event, loop: asyncio.AbstractEventLoop):
-    """SIGTERM (how a cancelled deployment run is ended) stops the service cleanly instead of killing it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    try:
-        loop.add_signal_handler(signal.SIGTERM, lambda: (terminated.set(), stop.set()))
-    except (NotImplementedError, RuntimeError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-
-
-class _CancelEndsAtInfo(logging.Filter):
-    """Prefect logs a run's final state at ERROR unless it is Completed; a service stopped by a cancel ends
-    Cancelling/Cancelled as it should, so that one line of this run is logged at INFO."""
-
-    def __init__(self, flow_run_id: str | None) -> None:
-        super().__init__()
-        self.flow_run_id = flow_run_id
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if (self.flow_run_id and getattr(record, "flow_run_id", None) == self.flow_run_id
-                and record.getMessage().startswith("Finished in state Cancel")):  # fmt: skip
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
-
-
-def _cancel_logs_at_info() -> None:
-    from prefect.runtime import flow_run
-
-    logging.getLogger("prefect.flow_runs").addFilter(_CancelEndsAtInfo(flow_run.id))
-
-
 @dataclass
 class Service:
     """What the control loop needs: the validated parameters, the models it serves, the cluster, the tuner."""
@@ -152,6 +118,17 @@ class Service:
     tsettings: Any
     log: Any
     leases: DecisionLeases  # every decision is leased before it takes effect (`apply_decision`)
+    shadow_leases: DecisionLeases | None = None  # the shadows' own (`apply_shadow`): a short wait, then skipped
+
+    async def shadow(self, serving: Serving, m: ModelRun, decision: Decision) -> None:
+        budget = self.p.shadow_budget()
+        if budget is not None and self.shadow_leases is not None and serving.supports_shadow:
+            await apply_shadow(serving, m, decision, self.shadow_leases, budget, self.log)
+
+    def placements(self, but: ModelRun | None = None) -> list[Placement]:
+        """Every model's worker but `but`'s, and every shadow (`but`'s too: a co-runner where it runs)."""
+        share = self.p.shadow_share
+        return [pl for o in self.models for pl in o.placements(share) if o is not but or pl.job_id != o.job.job_id]
 
 
 async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> tuple[str, ServingReport]:
@@ -166,7 +143,7 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
             svc.log.info("service %s: serving %s in simulated time", svc.sid, ", ".join(m.params.family for m in svc.models))
         else:
             await announce(svc.sid, serving.url, svc.models, svc.p.launcher, svc.log)
-        with _sigterm_stops(stop, terminated, asyncio.get_running_loop()):
+        with sigterm_stops(stop, terminated, asyncio.get_running_loop()):
             while not serving.finished:
                 intervals = await serving.measure_interval(stop)
                 if terminated.is_set():  # cancelled: the run may start no more task runs; the partial interval is dropped
@@ -185,7 +162,7 @@ async def run_service(svc: Service, serving: Serving, first: list[Decision]) -> 
     finally:
         if status == "KILLED":
             svc.log.info("service %s: cancelled; stopping its workers and gateway", svc.sid)
-            _cancel_logs_at_info()
+            cancel_logs_at_info()
         report = await serving.drain()
         remove_record(get_settings().home, svc.sid)
         for m in svc.models:
@@ -202,21 +179,25 @@ async def control_step(svc: Service, serving: Serving, m: ModelRun, interval: In
     if interval is None:
         svc.log.info("%s step %d: no request answered in this interval; nothing to learn", m.params.family, m.steps)
         return
-    measured, current = interval.measurement, m.decision
-    extra = {**interval.metrics, "switches": float(len(m.decisions) - 1)}
+    measured, current, shadow = interval.measurement, m.decision, interval.shadow
+    extra = {**interval.metrics, "switches": float(len(m.decisions) - 1), **shadow_metrics(shadow)}
     ran = ran_policy(svc.p.policy, svc.p.advisory)
     await serving_tasks.log_step(m.run, m.steps, measured, m.params.slo_ms, ran, current, extra)
     await tuning.observe(svc.tuner, measured)
     m.measurements.append(measured)
+    if shadow is not None:  # what the shadow measured over the same interval, tagged purpose='shadow'
+        await tuning.observe(svc.tuner, shadow)
+        m.shadow_measurements.append(shadow)
     m.steps += 1
     if not retune:
         return
     now_job = m.job.model_copy(update={"arrival_rate_rps": max(measured.arrival_rate_rps, 0.1)})
-    others = [o.placement() for o in svc.models if o is not m]
-    state = svc.cluster.model_copy(update={"placements": [*svc.cluster.placements, *others]})
+    state = svc.cluster.model_copy(update={"placements": [*svc.cluster.placements, *svc.placements(but=m)]})
     new = await tuning.decide(svc.tuner, now_job, state, placement(now_job, current, m.params.slo_ms))
     if new.candidate.key != current.candidate.key:
         await apply_decision(svc, serving, m, new, now_job)
+    # shadows start here, never before the first interval: the service and its supervision are up by then
+    await svc.shadow(serving, m, new)
 
 
 async def apply_decision(svc: Service, serving: Serving, m: ModelRun, decision: Decision,
@@ -252,6 +233,8 @@ async def streaming_inference(
     gateway_port: int = 0,
     replay: bool = True,
     expected_rps: float | None = None,
+    shadow_share: float = DEFAULT_SHARE,
+    shadow_max_rps: float = 20.0,
 ) -> StreamOutcome:
     """Serve `family` (or every entry of `models`) behind one gateway, re-tuning as it runs; with ``replay`` a
     replayed trace is its load (a load test), without it only its real clients are (a service).
@@ -291,6 +274,12 @@ async def streaming_inference(
         artifact ``service-<service_id>`` and the MLflow tag ``oltunes.service_url``, and listed by
         ``oltunes services``; a wildcard host (``0.0.0.0``) is published as this host's name. Off loopback, ``OLTUNES_GATEWAY_TOKEN``
         must be set; clients send it as ``Authorization: Bearer <token>``.
+    shadow_share, shadow_max_rps
+        Shadow requests (0: none): each decision also names the candidate the tuner would learn most from
+        (``Decision.trials[0]``); a worker of it runs beside the model's under its own lease, the gateway mirrors
+        this share of the answered requests to it (at most ``shadow_max_rps`` per second; a full queue drops,
+        never waits), discards its answers, and its measurements reach the learner tagged ``shadow``. Environments
+        without a gateway (simulated) run no shadow.
     """
     bind_ephemeral_api()  # die-with-parent for Prefect's ephemeral server (workers: oltunes.lifeline.spawn)
     log = get_run_logger()
@@ -301,7 +290,8 @@ async def streaming_inference(
         StreamParams, models=wanted, trace=trace, speedup=speedup, duration_s=duration_s,
         control_interval_s=control_interval_s, max_in_flight=max_in_flight, max_delay_ms=max_delay_ms,
         service_id=service_id, launcher=launcher, inventory=inventory, policy=policy, advisory=advisory, gateway_host=gateway_host,
-        gateway_port=gateway_port, replay=replay, expected_rps=expected_rps,
+        gateway_port=gateway_port, replay=replay, expected_rps=expected_rps, shadow_share=shadow_share,
+        shadow_max_rps=shadow_max_rps,
     )  # fmt: skip
     env = Environment.make(p.launcher)
     if not p.replay and not env.serves_live_clients:
@@ -323,7 +313,8 @@ async def streaming_inference(
     workdir = settings.home / "streaming" / sid
     cluster = await asyncio.to_thread(env.usable_cluster, p.inventory, log)  # engines checked: before any decision
     jobs = [JobSpec(job_id=sid if len(names) == 1 else f"{sid}-{m.family}", kind="streaming", family=m.family,
-                    slo_ms=m.slo_ms, accuracy_floor=m.accuracy_floor, arrival_rate_rps=rate) for m in p.models]  # fmt: skip
+                    slo_ms=m.slo_ms, accuracy_floor=m.accuracy_floor, arrival_rate_rps=rate,
+                    trials=int(p.shadow_share > 0)) for m in p.models]  # fmt: skip
     serving = env.serving(ServiceSetup(
         jobs=jobs, arrivals=arrivals, duration_s=p.duration_s, control_interval_s=p.control_interval_s, cluster=cluster,
         workdir=workdir, max_in_flight=p.max_in_flight, max_delay_ms=p.max_delay_ms, gateway_host=p.gateway_host,
@@ -345,15 +336,19 @@ async def streaming_inference(
         return tracker.service(
             job.job_id, candidate=d.candidate, run_name=job.job_id, experiment=env.experiment("streaming"),
             params={"trace": trace_path.name if trace_path else "none (real clients)", "speedup": p.speedup, "slo_ms": mp.slo_ms, "launcher": p.launcher,
-                    "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3)},
+                    "control_interval_s": p.control_interval_s, "offered_rps": round(rate, 3), "shadow_share": p.shadow_share,
+                    "shadow_max_rps": p.shadow_max_rps},
             tags={cv.TAG_JOB: job.job_id, cv.TAG_POLICY: ran_policy(p.policy, p.advisory), cv.TAG_KIND: "streaming"},
             datasets=[cv.dataset_record(trace_path, len(arrivals))] if trace_path else [],
         )  # fmt: skip
 
     models = [ModelRun(params=mp, job=job, index=i, run=service_run(job, mp, d))
               for i, (mp, job, d) in enumerate(zip(p.models, jobs, decisions, strict=True))]  # fmt: skip
-    async with lease_decisions(leases_for(tuner, cluster.pools)) as held:  # released when the service ends
-        svc = Service(p=p, sid=sid, models=models, cluster=cluster, tuner=tuner, tsettings=tsettings, log=log, leases=held)
+    book = leases_for(tuner, cluster.pools)
+    # released when the service ends; shadows lease on the same book, so each counts as a co-runner where it runs
+    async with lease_decisions(book) as held, lease_decisions(book, wait_s=SHADOW_LEASE_WAIT_S) as shadow_held:
+        svc = Service(p=p, sid=sid, models=models, cluster=cluster, tuner=tuner, tsettings=tsettings, log=log, leases=held,
+                      shadow_leases=shadow_held)  # fmt: skip
         status, report = await run_service(svc, serving, decisions)
     return await _outcome(svc, report, trace_path, status)
 
@@ -378,7 +373,8 @@ async def _outcome(svc: Service, report: ServingReport, trace_path: Path | None,
         restarts=report.restarts, switches=switches, requests=report.requests, failures=report.failures,
         request_latency=report.request_latency, trace=str(trace_path or ""), status=status, gateway_url=report.url,
         gateway_failures=report.gateway_failures,
+        shadow_measurements=[x for m in svc.models for x in m.shadow_measurements],
         per_model={m.params.family: {"job_id": m.job.job_id, "steps": m.steps, "requests": pm["requests"],
-                                     "switches": len(m.decisions) - 1, "restarts": pm["restarts"]}
+                                     "switches": len(m.decisions) - 1, "restarts": pm["restarts"], "shadowed": m.shadowed}
                    for m, pm in zip(svc.models, report.per_model, strict=True)},
     )  # fmt: skip

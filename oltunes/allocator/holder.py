@@ -173,6 +173,17 @@ class DecisionLeases:
         self.held[job.job_id] = lease = await wait_for_lease(self.leases, req, self.wait_s)
         return lease
 
+    async def release(self, job_id: str) -> None:
+        """Give up `job_id`'s lease now (a shadow that stops before its service does); no-op if none is held."""
+        lease = self.held.pop(job_id, None)
+        if lease is None:
+            return
+        try:
+            await asyncio.to_thread(self.leases.release, lease.lease_id, secret=lease.secret)
+        except TunerUnavailable as e:
+            log.warning("job %s: could not release lease %s (it expires in %gs): %s", job_id, lease.lease_id,
+                        self.ttl_s, e)
+
 
 @asynccontextmanager
 async def lease_decisions(leases: Leases, *, ttl_s: float = 60.0, wait_s: float = 600.0,

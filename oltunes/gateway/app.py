@@ -14,6 +14,9 @@ the route's current worker; the tensors are never parsed here. An attempt that f
 the route points at then, until ``retry_window_s`` has passed; only then is it answered 503 and counted in
 ``failures``. Inference is idempotent, so a retried request is answered once. The worker's own answers, 429
 with ``Retry-After`` included, pass through.
+
+A route may have a shadow (`shadow`): a share of its answered requests is mirrored to a candidate's worker
+(`oltunes.gateway.shadow`), off the request path; the client's answer is the primary's, always.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from oltunes.gateway.http1 import Request, Response
 from oltunes.gateway.limits import DEFAULT_MAX_BODY_BYTES, check_declared
 from oltunes.gateway.protocol import HEADER_LENGTH, ProtocolError, error_body
 from oltunes.gateway.routing import Route, SwitchReason
+from oltunes.gateway.shadow import ShadowBudget, ShadowMirror
 from oltunes.gateway.telemetry import ServingMetrics
 from oltunes.gateway.upstream import UpstreamPool
 
@@ -42,6 +46,7 @@ FORWARD_REQUEST = (b"content-type", HEADER_LENGTH.encode())
 FORWARD_RESPONSE = frozenset((b"inference-header-content-length", b"retry-after"))  # + content-type, kept apart
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
 NO_WORKER_RETRY_AFTER_S = b"1"
+SHADOW_OUTCOMES = ("seen", "sent", "ok", "failed", "dropped", "over_budget")
 
 
 class Gateway:
@@ -69,6 +74,7 @@ class Gateway:
         self.failures: Counter = Counter()  # requests given up on after the retry window, by reason
         self.upstream: UpstreamPool | None = None
         self._counters: dict[tuple[str, int], object] = {}  # (model, status) -> its Prometheus child (hot path)
+        self.shadows: dict[str, ShadowMirror] = {}  # model -> the mirror of its shadow worker
 
     # -- routes -------------------------------------------------------------------------------------------
     def add(self, name: str, slo_ms: float | None = None) -> Route:
@@ -86,11 +92,32 @@ class Gateway:
         elif reason == "restart":
             self.prom.restarts.labels(name).inc()
 
+    async def shadow(self, name: str, url: str, budget: ShadowBudget | None = None) -> ShadowMirror:
+        """Mirror a share of model `name`'s answered requests to the worker at `url` from now on (replacing any
+        shadow it had); the mirror's counts and windows are the shadow's measurements."""
+        if name not in self.routes:
+            raise ValueError(f"model {name!r} is not routed")
+        await self.unshadow(name)
+        mirror = self.shadows[name] = ShadowMirror(url, budget)
+        for outcome in SHADOW_OUTCOMES:
+            self.prom.shadow.labels(name, outcome).set_function(lambda o=outcome: mirror.counts[o])
+        mirror.start()
+        return mirror
+
+    async def unshadow(self, name: str) -> ShadowMirror | None:
+        """Stop mirroring model `name` (its queued shadow requests are dropped); the mirror that stopped, if any."""
+        mirror = self.shadows.pop(name, None)
+        if mirror is not None:
+            await mirror.close()
+        return mirror
+
     async def open(self) -> None:
         if self.upstream is None:
             self.upstream = UpstreamPool(FORWARD_RESPONSE | {b"content-type"}, CLIENT_KEEP_ALIVE_S)  # < the worker's keep-alive
 
     async def close(self) -> None:
+        for name in list(self.shadows):
+            await self.unshadow(name)
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
@@ -181,7 +208,19 @@ class Gateway:
             seconds = time.perf_counter() - admission.t0
             route.answered(admission.position, seconds)
             self.prom.latency.labels(route.name).observe(seconds)
+        if answer.status == 200 and self.shadows:
+            self._mirror(route.name, req.raw_path, req.body, fwd)
         return answer
+
+    def _mirror(self, name: str, path: bytes, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """Offer an answered request to the model's shadow (no I/O, no wait); nothing a shadow does reaches the client."""
+        mirror = self.shadows.get(name)
+        if mirror is None:
+            return
+        try:
+            mirror.offer(path, body, headers)
+        except Exception:  # noqa: BLE001 -- a broken mirror must not turn into the client's error
+            mirror.counts["offer_errors"] += 1
 
     async def forward(self, route: Route, method: bytes, path: bytes, body: bytes,
                       headers: list[tuple[bytes, bytes]]) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:  # fmt: skip

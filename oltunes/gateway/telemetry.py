@@ -3,7 +3,9 @@
 Names (all labelled by ``model``): ``oltunes_<component>_requests_total{status}``,
 ``oltunes_<component>_request_latency_seconds`` (histogram), ``oltunes_<component>_queue_depth`` (items waiting),
 ``oltunes_<component>_batch_size`` (histogram, worker), ``oltunes_<component>_switches_total`` and
-``oltunes_<component>_restarts_total`` (gateway: workers replaced behind a model), ``..._retries_total``, ``..._concurrency_limit`` (gateway: admission's limit).
+``oltunes_<component>_restarts_total`` (gateway: workers replaced behind a model), ``..._retries_total``, ``..._concurrency_limit`` (gateway: admission's limit),
+``oltunes_gateway_shadow_requests{model,outcome}`` (the current shadow's mirrored requests: seen, sent, ok, failed,
+dropped, over_budget).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class ServingMetrics:
         self.restarts = Counter(f"{p}_restarts", "workers replaced after they died", ["model"], registry=r)
         self.concurrency_limit = Gauge(f"{p}_concurrency_limit", "requests a model may have outstanding (gateway admission; "
                                        "0 until measured or without an SLO)", ["model"], registry=r)  # fmt: skip
+        self.shadow = Gauge(f"{p}_shadow_requests", "requests of the model's current shadow, by outcome (gateway)",
+                            ["model", "outcome"], registry=r)  # fmt: skip
         self.retries = Counter(f"{p}_retries", "attempts re-sent to a worker (switch, drain or crash)", ["model"], registry=r)
 
     def exposition(self) -> tuple[bytes, str]:

@@ -1,7 +1,9 @@
 """Real serving for a streaming service, in wall time: one gateway, per model a supervised serving worker behind its
 route and (with ``replay``) a client replaying the trace; an interval is measured from the worker's window, the
 client's window (without replay: the worker's view of its real clients) and the worker's telemetry
-(`oltunes.launchers.serve_metrics`)."""
+(`oltunes.launchers.serve_metrics`). A model may have a shadow (`shadow`): a second worker, started by the same
+launcher, to which the gateway mirrors a share of its requests; it is measured over the same intervals
+(`oltunes.launchers.shadow_worker`)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ import numpy as np
 
 from oltunes.config import get_settings
 from oltunes.gateway import Gateway, GatewayServer, Route
+from oltunes.gateway.shadow import ShadowBudget
 from oltunes.launchers.base import Launcher, WorkerSpec
 from oltunes.launchers.local import pool_cores
 from oltunes.launchers.serve_metrics import interval_measurement, read_window, served_window
 from oltunes.launchers.service_records import published_url
+from oltunes.launchers.shadow_worker import ShadowWorker
 from oltunes.launchers.serving import Interval, ServiceSetup, Serving, ServingReport
 from oltunes.launchers.supervisor import ServeSupervisor
 from oltunes.launchers.traffic import LoadGenerator, oip_payloads
@@ -41,6 +45,8 @@ class _Model:
     gen: LoadGenerator | None = None
     monitor: Monitor | None = None
     served: Counter = field(default_factory=Counter)  # without replay: the real clients' requests, from the worker
+    shadow: ShadowWorker | None = None
+    shadows_started: int = 0
 
 
 def request_inputs(family: str, where: Path) -> np.ndarray:
@@ -63,6 +69,8 @@ class GatewayServing(Serving):
 
     The gateway is built here, so a bind off loopback without a token is refused before any work starts.
     """
+
+    supports_shadow = True
 
     def __init__(self, launcher: Launcher, setup: ServiceSetup) -> None:
         self.launcher, self.setup = launcher, setup
@@ -96,6 +104,22 @@ class GatewayServing(Serving):
             return f"started {decision.candidate.key}"
         rec = await sup.switch(decision)
         return f"switched {rec.old} -> {rec.new} (old worker drained: {rec.drained})"
+
+    async def shadow(self, model: int, decision: Decision | None, budget: ShadowBudget) -> str:
+        m = self.models[model]
+        old, m.shadow = m.shadow, None
+        if old is not None:
+            await old.stop()
+        if decision is None:
+            return f"stopped shadow {old.decision.candidate.key}" if old else "no shadow"
+        m.shadows_started += 1
+        s = self.setup
+        spec = WorkerSpec(mode="serve", job=m.job.model_copy(update={"job_id": decision.job_id, "trials": 0}),
+                          candidate=decision.candidate, pool=s.cluster.pool(decision.pool), decision_id=decision.decision_id,
+                          run_dir=s.workdir / m.job.family / f"shadow-{m.shadows_started}" / "_run", max_delay_ms=s.max_delay_ms)  # fmt: skip
+        m.shadow = await ShadowWorker.start(self.launcher, self.gateway, m.job.family, spec, decision, budget)
+        return (f"shadowing {decision.candidate.key} on device {decision.group.device if decision.group else 0} "
+                f"({budget.share:.1%} of requests, at most {budget.max_rps:g}/s)")  # fmt: skip
 
     async def _begin_traffic(self) -> None:
         """Once every model has its worker: with replay, one client per model (it asks the gateway what the model
@@ -133,6 +157,8 @@ class GatewayServing(Serving):
             m.monitor = Monitor(pid=active.pid, cores=len(pool_cores(pool)), gpu_device_ids=pool.device_ids,
                                 gpu=pool.accelerator.name != "cpu", watts_per_core=watts)  # fmt: skip
             m.monitor.start()
+            if m.shadow is not None:
+                m.shadow.begin_interval(watts)
         wait = max(0.01, min(self.setup.control_interval_s, self._t_end - time.monotonic()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=wait)
@@ -142,6 +168,8 @@ class GatewayServing(Serving):
 
     async def _measure(self, m: _Model) -> Interval | None:
         assert m.monitor is not None and m.supervisor.active is not None
+        shadow = await m.shadow.measure() if m.shadow is not None else None
+        shadow_counts = m.shadow.counts() if m.shadow is not None else {}
         wm = await read_window(m.supervisor.active.url)
         client = m.gen.window() if m.gen is not None else served_window(wm)
         if m.gen is None:
@@ -157,7 +185,8 @@ class GatewayServing(Serving):
             "offered_rps": measured.arrival_rate_rps, "served_rps": measured.items / measured.wall_s,
             "requests_ok": float(client.ok), "requests_failed": float(client.failed), "requests_shed": float(client.shed),
             "restarts": float(m.supervisor.restarts), "batch_size_mean": float(wm.get("batch_size_mean") or 0.0),
-        })  # fmt: skip
+            **shadow_counts,
+        }, shadow=shadow)  # fmt: skip
 
     async def drain(self) -> ServingReport:
         self._stop_traffic.set()
@@ -168,6 +197,10 @@ class GatewayServing(Serving):
         with contextlib.suppress(BaseException):
             await asyncio.gather(*self._tasks[n_gen:], return_exceptions=True)
         for m in self.models:
+            if m.shadow is not None:
+                with contextlib.suppress(BaseException):
+                    await m.shadow.stop()
+                m.shadow = None
             with contextlib.suppress(BaseException):
                 await m.supervisor.stop()
         await self.server.stop()

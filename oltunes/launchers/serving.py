@@ -3,7 +3,8 @@
 An environment (`oltunes.launchers.environment`) builds one `Serving` per service: real workers behind the
 gateway under replayed traffic in wall time (`oltunes.launchers.gateway_serving`), or the simulator's event engine
 in simulated time (`oltunes.launchers.sim_serving`). The loop only ever calls ``start``, ``switch``,
-``measure_interval`` and ``drain``, so it never asks which one it drives.
+``measure_interval`` and ``drain``, so it never asks which one it drives; and ``shadow`` where the environment
+can mirror live requests to a candidate (``supports_shadow``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from oltunes.types import ClusterState, Decision, JobSpec, Measurement
+
+if TYPE_CHECKING:
+    from oltunes.gateway.shadow import ShadowBudget
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Interval:
 
     measurement: Measurement
     metrics: dict[str, float] = field(default_factory=dict)
+    shadow: Measurement | None = None  # the model's shadow over the same interval (purpose='shadow'), if it answered
 
 
 @dataclass
@@ -62,6 +68,13 @@ class Serving(ABC):
 
     #: Where clients reach the service (None: nothing listens, e.g. simulated).
     url: str | None = None
+    #: Whether `shadow` runs anything here.
+    supports_shadow: bool = False
+
+    async def shadow(self, model: int, decision: Decision | None, budget: ShadowBudget) -> str:
+        """Mirror `budget`'s share of model ``model``'s live requests to a worker running ``decision`` (its job is
+        the shadow's own) from now on, replacing any shadow it had; None: no shadow. How it went, for the log."""
+        return "no shadows in this environment"
 
     @abstractmethod
     async def start(self) -> None:
