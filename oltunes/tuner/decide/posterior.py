@@ -1,0 +1,76 @@
+"""The estimate read as a posterior: what serving a candidate risks, and what trying one is worth.
+
+Every prediction is a log: a candidate's true log metric is taken as Normal(predicted log, sd), with the sd read
+from the margins the estimate already keeps (a margin is the 95th percentile of |log error|, so sd = margin / 1.96):
+
+* **sd of the objective** (:func:`objective_sd`): the option's margin on the objective's target plus the
+  (accelerator, variant) pair's novelty term ``novelty / sqrt(1 + visits)``. A pair never measured is only the
+  prior's and the crossed correction's extrapolation: its estimate is the least certain.
+* **what a trial can teach** (:func:`learnable_sd`): the part of that sd a measurement of the pair removes: the
+  novelty term and the region's margin, both shrinking as ``1 / sqrt(1 + visits)``. A well measured pair has
+  nothing left to reveal.
+* **the probability of an SLO miss** (:func:`miss_probability`): the request latency's log above the SLO's, with the
+  latency's own sd (its pessimistic request latency sits 1.96 sd above the mean).
+
+Serving (:func:`risk_adjusted`) ranks by ``objective x exp(risk x sd) x (1 + miss_cost x P(miss))``: an upper
+quantile of the objective (the winner's-curse correction: the lowest of many uncertain estimates is most likely
+one that is too low, so unmeasured pairs are charged for their uncertainty instead of being chosen for it) and
+the expected cost of missing the SLO. Trying (:func:`expected_improvement`): the expected gain over the incumbent
+of a lognormal objective, ``E[max(0, T - X)]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import ndtr
+
+from oltunes.tuner.model.estimate import Estimate
+
+__all__ = ["Z95", "expected_improvement", "learnable_sd", "miss_probability", "objective_sd", "risk_adjusted"]
+
+Z95 = 1.959964  # a margin is a 95th percentile of |log error|: sd = margin / Z95 for a normal error
+
+
+def objective_sd(est: Estimate, target: int) -> np.ndarray:
+    """(P, V): sd of each (option, variant) pair's log objective (the target's margin + the pair's novelty)."""
+    return (est.marg[:, target][:, None] + est.novel) / Z95
+
+
+def learnable_sd(est: Estimate, target: int) -> np.ndarray:
+    """(P, V): the part of :func:`objective_sd` that measuring the pair would remove (both terms shrink as
+    ``1 / sqrt(1 + visits)``; the novelty term already does)."""
+    return (est.marg[:, target][:, None] / np.sqrt(1.0 + est.visits) + est.novel) / Z95
+
+
+def miss_probability(est: Estimate, flat: np.ndarray) -> np.ndarray:
+    """P(request latency > SLO) at raveled cells ``flat``: the pessimistic request latency is the mean's 1.96-sd
+    quantile, with sd = log(pessimistic / mean batch latency) / 1.96."""
+    pess, lat, req = est.pess_lat.ravel()[flat], est.lat.ravel()[flat], _cells(est.req_lat, est.shape, flat)
+    sd = np.maximum(np.log(pess / lat), 1e-9) / Z95
+    return ndtr(-(np.log(est.job.slo_ms / req) / sd + Z95))
+
+
+def risk_adjusted(est: Estimate, target: int, obj: np.ndarray, flat: np.ndarray, risk: float,
+                  miss_cost: float) -> np.ndarray:
+    """The objective at raveled cells ``flat`` charged for its uncertainty (``exp(risk x sd)``: an upper quantile)
+    and for the expected cost of an SLO miss (``1 + miss_cost x P(miss)``)."""
+    _, V, B, C = est.shape
+    pv = flat // (B * C)
+    sd = objective_sd(est, target).ravel()[pv]
+    out = obj.ravel()[flat] * np.exp(risk * sd)
+    if miss_cost > 0:
+        out *= 1.0 + miss_cost * miss_probability(est, flat)
+    return out
+
+
+def expected_improvement(incumbent: float, log_mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """``E[max(0, incumbent - X)]`` for ``log X ~ Normal(log_mean, sd)`` (element-wise; sd 0: the plain gain)."""
+    log_t = np.log(incumbent)
+    s = np.maximum(sd, 1e-12)
+    d = (log_t - log_mean) / s
+    ei = incumbent * ndtr(d) - np.exp(log_mean + 0.5 * s * s) * ndtr(d - s)
+    return np.where(sd > 0, np.maximum(ei, 0.0), np.maximum(incumbent - np.exp(log_mean), 0.0))
+
+
+def _cells(a: np.ndarray, shape: tuple[int, ...], flat: np.ndarray) -> np.ndarray:
+    return (a if a.shape == shape else np.broadcast_to(a, shape)).ravel()[flat]
