@@ -111,7 +111,12 @@ class Selector:
     def choose(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
         """Best risk-adjusted objective (:meth:`adjusted`); within the near-equal band of it: least
         fragmentation, then most robust, then the smaller variant, then the secondary objective."""
-        cells = np.flatnonzero(feasible)
+        o = np.where(feasible, obj, np.inf).ravel()
+        lowest = int(o.argmin())
+        # adjusting only raises an objective: a cell whose plain objective is above the lowest cell's adjusted one
+        # (x the widest band) can neither win nor be near-equal, and is never adjusted
+        reach = self.adjusted(est, objective, obj, np.array([lowest]))[0] * (1.0 + max(self.near_equal, NEAR_EQUAL_CAP))
+        cells = np.flatnonzero(o <= reach)
         adj = self.adjusted(est, objective, obj, cells)
         at = int(adj.argmin())  # (the first minimum: its value is the minimum, one pass instead of two)
         best = adj[at]
@@ -120,7 +125,7 @@ class Selector:
         band = near_equal_band(self.near_equal, est, objective, p_best)
         near = adj <= best * (1.0 + band)
         flat = cells[near]
-        o = np.full(obj.size, np.inf)
+        o = np.full(obj.size, np.inf)  # (the tie-break keys read the objective: the adjusted one)
         o[flat] = adj[near]
         keys = self.tie_break_keys(est, objective, o, flat)
         first = int(np.lexsort(keys)[0])  # the last key is the primary
