@@ -156,7 +156,8 @@ def _riskier(est: Estimate, objective: Objective, obj: np.ndarray, choice: Choic
     mine, chosen = selector.adjusted(est, objective, obj, np.ravel_multi_index(tuple(zip(j, choice.idx)), obj.shape))
     numbers = f"({_num(mine)} vs {_num(chosen)} {unit}".rstrip()
     if mine >= chosen:
-        return f"its risk-adjusted {objective.name} is higher {numbers}: the estimate's uncertainty and SLO risk priced in)"
+        return (f"its risk-adjusted {objective.name} is higher {numbers}: the estimate's uncertainty and SLO risk "
+                "priced in)")
     return (f"its risk-adjusted {objective.name} is near-equal {numbers}: the estimate's uncertainty and SLO risk "
             f"priced in), and {_tie_break(est, objective, obj, choice, selector, j)}")
 

@@ -24,16 +24,26 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from oltunes.tuner.model.estimate import Estimate
+from oltunes.tuner.model.estimate import LAT, Estimate
 
-__all__ = ["Z95", "expected_improvement", "learnable_sd", "miss_probability", "objective_sd", "risk_adjusted"]
+__all__ = ["MISS_AT_SLO", "Z95", "expected_improvement", "learnable_sd", "miss_probability", "objective_sd",
+           "risk_adjusted"]
 
 Z95 = 1.959964  # a margin is a 95th percentile of |log error|: sd = margin / Z95 for a normal error
+MISS_AT_SLO = float(ndtr(-Z95))  # P(miss) of a cell whose pessimistic request latency is its SLO: a feasible one's most
 
 
 def objective_sd(est: Estimate, target: int) -> np.ndarray:
-    """(P, V): sd of each (option, variant) pair's log objective (the target's margin + the pair's novelty)."""
-    return (est.marg[:, target][:, None] + est.novel) / Z95
+    """(P, V): sd of each (option, variant) pair's log objective (the target's margin + the pair's novelty); kept
+    with the scored grid it reads (``Estimate.shared``) until the next observation."""
+    kept = getattr(est, "shared", None)
+    key = ("objective_sd", target)
+    out = kept.get(key) if kept is not None else None
+    if out is None:
+        out = (est.marg[:, target][:, None] + est.novel) / Z95
+        if kept is not None:
+            kept[key] = out
+    return out
 
 
 def learnable_sd(est: Estimate, target: int) -> np.ndarray:
@@ -44,10 +54,12 @@ def learnable_sd(est: Estimate, target: int) -> np.ndarray:
 
 def miss_probability(est: Estimate, flat: np.ndarray) -> np.ndarray:
     """P(request latency > SLO) at raveled cells ``flat``: the pessimistic request latency is the mean's 1.96-sd
-    quantile, with sd = log(pessimistic / mean batch latency) / 1.96."""
-    pess, lat, req = est.pess_lat.ravel()[flat], est.lat.ravel()[flat], _cells(est.req_lat, est.shape, flat)
-    sd = np.maximum(np.log(pess / lat), 1e-9) / Z95
-    return ndtr(-(np.log(est.job.slo_ms / req) / sd + Z95))
+    quantile, with the latency's sd = (its margin + the pair's novelty) / 1.96 (the batch latency's pessimism)."""
+    _, V, B, C = est.shape
+    sd = objective_sd(est, LAT).ravel()[flat // (B * C)]
+    req = est.req_lat
+    req = (req if req.shape == est.shape else np.broadcast_to(req, est.shape)).ravel()[flat]
+    return ndtr(-(np.log(est.job.slo_ms / req) / np.maximum(sd, 1e-9) + Z95))
 
 
 def risk_adjusted(est: Estimate, target: int, obj: np.ndarray, flat: np.ndarray, risk: float,
@@ -55,8 +67,7 @@ def risk_adjusted(est: Estimate, target: int, obj: np.ndarray, flat: np.ndarray,
     """The objective at raveled cells ``flat`` charged for its uncertainty (``exp(risk x sd)``: an upper quantile)
     and for the expected cost of an SLO miss (``1 + miss_cost x P(miss)``)."""
     _, V, B, C = est.shape
-    pv = flat // (B * C)
-    sd = objective_sd(est, target).ravel()[pv]
+    sd = objective_sd(est, target).ravel()[flat // (B * C)]
     out = obj.ravel()[flat] * np.exp(risk * sd)
     if miss_cost > 0:
         out *= 1.0 + miss_cost * miss_probability(est, flat)
@@ -70,7 +81,3 @@ def expected_improvement(incumbent: float, log_mean: np.ndarray, sd: np.ndarray)
     d = (log_t - log_mean) / s
     ei = incumbent * ndtr(d) - np.exp(log_mean + 0.5 * s * s) * ndtr(d - s)
     return np.where(sd > 0, np.maximum(ei, 0.0), np.maximum(incumbent - np.exp(log_mean), 0.0))
-
-
-def _cells(a: np.ndarray, shape: tuple[int, ...], flat: np.ndarray) -> np.ndarray:
-    return (a if a.shape == shape else np.broadcast_to(a, shape)).ravel()[flat]

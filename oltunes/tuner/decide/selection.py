@@ -1,20 +1,20 @@
 """Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
 
-* **choose** — lowest *risk-adjusted* objective (``posterior.risk_adjusted``: the objective x
-  ``exp(risk x sd)`` of its log, sd from the margin and the (accelerator, variant) pair's visits, x
-  ``1 + miss_cost x P(SLO miss)``): an estimate the tuner has never checked is charged for its uncertainty (the
-  lowest of many uncertain estimates is most often one that is too low: the winner's curse). Candidates within ``near_equal`` of the best, or within the estimate's typical
-  error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when that is wider, but never more than
-  ``NEAR_EQUAL_CAP`` (:func:`near_equal_band`), are ranked by fragmentation (free
-  slots left on the device, then by robustness (:func:`tolerated_slowdown`: the largest factor by which the
-  estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
+* **choose** — lowest *risk-adjusted* objective (``posterior.risk_adjusted``: the objective x ``exp(risk x sd)``
+  of its log, sd from the margin and the (accelerator, variant) pair's visits, x ``1 + miss_cost x P(SLO
+  miss)``): an estimate the tuner has never checked is charged for its uncertainty (the lowest of many uncertain
+  estimates is most often one that is too low: the winner's curse). Candidates within ``near_equal`` of the
+  best, or within the estimate's typical error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when
+  that is wider, but never more than ``NEAR_EQUAL_CAP`` (:func:`near_equal_band`), are ranked by fragmentation
+  (free slots left on the device), then by robustness (:func:`tolerated_slowdown`: the largest factor by which
+  the estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
   variant (lower accuracy, still above the floor), then the objective's secondary. Near-equal means the estimate
   cannot tell them apart on the objective (at a cold start every variant whose size is unknown gets the same
   prior, and batch sizes the rate does not fill the same energy): the choice then takes the one that survives
   the largest error of the estimate, not the largest batch, concurrency or model.
 * **stay** — a running job (``current``) keeps its placement while feasible and within ``stay_tolerance`` of
-  the best (both risk-adjusted) (a move costs a model load and a cold start); an infeasible one unless moving cuts its graded
-  violation by more than ``INFEASIBLE_STAY``.
+  the best, both risk-adjusted (a move costs a model load and a cold start); an infeasible one unless moving
+  cuts its graded violation by more than ``INFEASIBLE_STAY``.
 * **explore** — bounded: with probability ``explore_rate x 20 / (20 + n_observed)``, among feasible candidates
   (pessimistic latency still meets the SLO) within ``explore_slack`` of the best objective, the one with the best
   *optimistic* objective (discounted by the margin, more for rarely measured accelerator x variant pairs).
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oltunes.tuner.decide.constraints import Verdict
-from oltunes.tuner.decide.posterior import risk_adjusted
+from oltunes.tuner.decide.posterior import MISS_AT_SLO, objective_sd, risk_adjusted
 from oltunes.tuner.model.estimate import Estimate
 from oltunes.tuner.decide.objectives import Objective
 from oltunes.types import Placement
@@ -113,14 +113,17 @@ class Selector:
         fragmentation, then most robust, then the smaller variant, then the secondary objective."""
         o = np.where(feasible, obj, np.inf).ravel()
         lowest = int(o.argmin())
-        # adjusting only raises an objective: a cell whose plain objective is above the lowest cell's adjusted one
-        # (x the widest band) can neither win nor be near-equal, and is never adjusted
-        reach = self.adjusted(est, objective, obj, np.array([lowest]))[0] * (1.0 + max(self.near_equal, NEAR_EQUAL_CAP))
+        # Adjusting only raises an objective: a cell whose plain objective is above what the lowest cell's adjusted
+        # one can be (its sd; a feasible cell misses its SLO with at most ndtr(-1.96)), x the widest band, can
+        # neither win nor be near-equal, and is never adjusted.
+        _, V, B, C = feasible.shape
+        sd = objective_sd(est, objective.margin_target).item(lowest // (B * C))
+        reach = o[lowest] * math.exp(self.risk * sd) * (1.0 + self.miss_cost * MISS_AT_SLO) * (
+            1.0 + max(self.near_equal, NEAR_EQUAL_CAP))
         cells = np.flatnonzero(o <= reach)
         adj = self.adjusted(est, objective, obj, cells)
         at = int(adj.argmin())  # (the first minimum: its value is the minimum, one pass instead of two)
         best = adj[at]
-        _, V, B, C = feasible.shape
         p_best = int(cells[at]) // (V * B * C)
         band = near_equal_band(self.near_equal, est, objective, p_best)
         near = adj <= best * (1.0 + band)
