@@ -26,6 +26,8 @@ def test_expected_improvement_is_the_monte_carlo_mean_gain_and_grows_with_uncert
         mc = np.maximum(1.0 - x, 0.0).mean()
         got = float(expected_improvement(1.0, np.array([np.log(mean)]), np.array([sd]))[0])
         assert got == pytest.approx(mc, rel=0.02, abs=1e-4)
+    # nothing to gain on a free incumbent (a cost objective on a pool priced 0)
+    np.testing.assert_array_equal(expected_improvement(0.0, np.log([0.5, 2.0]), np.ones(2)), [0.0, 0.0])
     # sd 0: the plain gain, and none for a worse candidate
     np.testing.assert_allclose(expected_improvement(1.0, np.log([0.5, 2.0]), np.zeros(2)), [0.5, 0.0])
     # a candidate predicted worse is worth more the less is known about it

@@ -76,6 +76,8 @@ def risk_adjusted(est: Estimate, target: int, obj: np.ndarray, flat: np.ndarray,
 
 def expected_improvement(incumbent: float, log_mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """``E[max(0, incumbent - X)]`` for ``log X ~ Normal(log_mean, sd)`` (element-wise; sd 0: the plain gain)."""
+    if not incumbent > 0:  # nothing to improve on (a free objective)
+        return np.zeros(np.shape(log_mean))
     log_t = np.log(incumbent)
     s = np.maximum(sd, 1e-12)
     d = (log_t - log_mean) / s
