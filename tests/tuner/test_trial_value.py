@@ -107,3 +107,63 @@ def test_no_trials_asked_or_nothing_feasible_gives_none():
     impossible = JobSpec(family="cnn", slo_ms=0.001, items=1000, trials=3)
     d = tuner.decide(impossible, CLUSTER)
     assert not d.feasible and d.trials == ()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_choice_is_the_best_risk_adjusted_bet_among_every_feasible_candidate(seed):
+    """Whatever ``choose`` leaves unadjusted (it skips cells that cannot win), the chosen cell's risk-adjusted
+    objective is within the near-equal band of the lowest over every feasible cell; an unmeasured estimate that is
+    lower only by less than its extra uncertainty does not win."""
+    from oltunes.tuner.decide.selection import NEAR_EQUAL_CAP
+
+    rng = np.random.default_rng(seed)
+    tuner = Tuner(make_variants(), seed=seed, explore_rate=0.0)
+    streaming = bool(seed % 2)
+    job = JobSpec(job_id=f"j{seed}", kind="streaming" if streaming else "batch", family=("cnn", "vit")[seed % 3 == 0],
+                  slo_ms=float(rng.uniform(20, 300)), items=int(rng.integers(1_000, 100_000)),
+                  arrival_rate_rps=float(rng.uniform(5, 300)) if streaming else 0.0,
+                  objective=("energy", "cost", "completion_time")[seed % 3])
+    for i in range(int(rng.integers(0, 12))):  # some measured pairs: their estimates are more certain
+        d = tuner.decide(job, CLUSTER)
+        tuner.observe(_measure(job, d.candidate, d.explanation.predicted, i))
+    est, verdict, objective, obj = tuner._evaluator.evaluate(job, CLUSTER, None)
+    if not verdict.n_feasible:
+        return
+    sel = tuner.selector
+    cells = np.flatnonzero(verdict.feasible)
+    adj = sel.adjusted(est, objective, obj, cells)
+    chosen = int(np.ravel_multi_index(sel.choose(est, verdict.feasible, objective, obj), obj.shape))
+    got = float(sel.adjusted(est, objective, obj, np.array([chosen]))[0])
+    assert got <= adj.min() * (1 + max(sel.near_equal, NEAR_EQUAL_CAP)) + 1e-12
+
+
+def _two_options(novel_second: float, obj_first: float) -> tuple[SimpleNamespace, np.ndarray]:
+    """Two empty devices, one variant, one setting each, margin 0.4 (log) on every target and far from the SLO;
+    the first pair measured (no novelty), the second never (``novel_second``). Objective: first ``obj_first``,
+    second 1."""
+    from oltunes.types import Variant
+
+    job = JobSpec(family="net", slo_ms=1000.0, items=1000)
+    lat = np.full((2, 1, 1, 1), 10.0)
+    nov = np.array([[0.0], [novel_second]])
+    opt = SimpleNamespace(free_slots_after=1, pool_free_slots_after=1,
+                          pool=SimpleNamespace(accelerator=SimpleNamespace(cost_per_hour=1.0)))
+    est = SimpleNamespace(job=job, shape=(2, 1, 1, 1), marg=np.full((2, 3), 0.4), novel=nov, lat=lat,
+                          pess_lat=lat * np.exp(0.4 + nov)[:, :, None, None], req_lat=lat * 2, pess_thr=lat * 10,
+                          energy=np.ones_like(lat), thr=np.full_like(lat, 100.0), options=[opt, opt],
+                          variants=[Variant(family="net", name="net-a", size="s", accuracy=0.9)])
+    return est, np.array([obj_first, 1.0]).reshape(2, 1, 1, 1)
+
+
+def test_an_unmeasured_pair_predicted_better_by_less_than_its_uncertainty_does_not_replace_a_measured_one():
+    from oltunes.tuner.decide.objectives import Objective
+    from oltunes.tuner.decide.selection import Selector
+
+    energy, feasible = Objective.make("energy"), np.ones((2, 1, 1, 1), dtype=bool)
+    # 20 % lower, never measured (novelty 0.5: exp(0.5 / 1.96) = 1.29x the uncertainty charge): the measured one
+    est, obj = _two_options(novel_second=0.5, obj_first=1.2)
+    assert Selector().choose(est, feasible, energy, obj)[0] == 0
+    assert Selector(risk=0.0, miss_cost=0.0).choose(est, feasible, energy, obj)[0] == 1  # the plain lowest
+    # 40 % lower: worth its uncertainty
+    est, obj = _two_options(novel_second=0.5, obj_first=1.4)
+    assert Selector().choose(est, feasible, energy, obj)[0] == 1
