@@ -119,7 +119,9 @@ def _feasible_reason(est: Estimate, objective: Objective, obj: np.ndarray, choic
         outside = "" if mine > chosen * (1.0 + band) else f", outside the {_pct(band)} % near-equal band of the best"
         return f"{gap} ({numbers}{outside}){_job_time(est, j, choice.idx)}"
     if mine > best * (1.0 + band) or mine * (1.0 + band) < chosen:  # ahead, and not a near-equal contender
-        return f"{_pct(1.0 - mine / chosen)} % less {noun} than the chosen ({numbers}), but {_source(choice, selector)}"
+        why = _source(choice, selector) if choice.stayed or choice.explored else _riskier(est, objective, obj,
+                                                                                          choice, selector, j, unit)
+        return f"{_pct(1.0 - mine / chosen)} % less {noun} than the chosen ({numbers}), but {why}"
     rel = abs(mine / chosen - 1.0) if chosen > 0 else 0.0
     lead = f"within {_pct(rel)} % of the chosen's {noun} (near-equal: {_pct(band)} % band)"
     return f"{lead}; {_tie_break(est, objective, obj, choice, selector, j)}{_job_time(est, j, choice.idx)}"
@@ -146,6 +148,18 @@ def _tie_break(est: Estimate, objective: Objective, obj: np.ndarray, choice: Cho
             return f"the chosen {wins} ({what} {_num(shown[0])} vs {_num(shown[1])} here)"
         return f"ahead on {what} ({_num(shown[1])} vs {_num(shown[0])}), but {_source(choice, selector)}"
     return "tied with the chosen on every tie-break (the first in the grid's order was taken)"
+
+
+def _riskier(est: Estimate, objective: Objective, obj: np.ndarray, choice: Choice, selector: Selector, j: Index,
+             unit: str) -> str:
+    """Why a candidate with a lower predicted objective lost the choice itself: its risk-adjusted objective."""
+    mine, chosen = selector.adjusted(est, objective, obj, np.ravel_multi_index(tuple(zip(j, choice.idx)), obj.shape))
+    numbers = f"({_num(mine)} vs {_num(chosen)} {unit}".rstrip()
+    if mine >= chosen:
+        return (f"its risk-adjusted {objective.name} is higher {numbers}: the estimate's uncertainty and SLO risk "
+                "priced in)")
+    return (f"its risk-adjusted {objective.name} is near-equal {numbers}: the estimate's uncertainty and SLO risk "
+            f"priced in), and {_tie_break(est, objective, obj, choice, selector, j)}")
 
 
 def _source(choice: Choice, selector: Selector) -> str:

@@ -1,17 +1,20 @@
 """Selection: choose the best feasible candidate, explore, stay put, or fall back to the least violating.
 
-* **choose** — lowest objective; candidates within ``near_equal`` of the best, or within the estimate's typical
-  error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when that is wider, but never more than
-  ``NEAR_EQUAL_CAP`` (:func:`near_equal_band`), are ranked by fragmentation (free
-  slots left on the device, then by robustness (:func:`tolerated_slowdown`: the largest factor by which the
-  estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
+* **choose** — lowest *risk-adjusted* objective (``posterior.risk_adjusted``: the objective x ``exp(risk x sd)``
+  of its log, sd from the margin and the (accelerator, variant) pair's visits, x ``1 + miss_cost x P(SLO
+  miss)``): an estimate the tuner has never checked is charged for its uncertainty (the lowest of many uncertain
+  estimates is most often one that is too low: the winner's curse). Candidates within ``near_equal`` of the
+  best, or within the estimate's typical error of the objective (``TYPICAL_ERROR_OF_MARGIN`` x its margin) when
+  that is wider, but never more than ``NEAR_EQUAL_CAP`` (:func:`near_equal_band`), are ranked by fragmentation
+  (free slots left on the device), then by robustness (:func:`tolerated_slowdown`: the largest factor by which
+  the estimate may be too fast before the candidate breaks its SLO or its throughput need), then the smaller
   variant (lower accuracy, still above the floor), then the objective's secondary. Near-equal means the estimate
   cannot tell them apart on the objective (at a cold start every variant whose size is unknown gets the same
   prior, and batch sizes the rate does not fill the same energy): the choice then takes the one that survives
   the largest error of the estimate, not the largest batch, concurrency or model.
 * **stay** — a running job (``current``) keeps its placement while feasible and within ``stay_tolerance`` of
-  the best (a move costs a model load and a cold start); an infeasible one unless moving cuts its graded
-  violation by more than ``INFEASIBLE_STAY``.
+  the best, both risk-adjusted (a move costs a model load and a cold start); an infeasible one unless moving
+  cuts its graded violation by more than ``INFEASIBLE_STAY``.
 * **explore** — bounded: with probability ``explore_rate x 20 / (20 + n_observed)``, among feasible candidates
   (pessimistic latency still meets the SLO) within ``explore_slack`` of the best objective, the one with the best
   *optimistic* objective (discounted by the margin, more for rarely measured accelerator x variant pairs).
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oltunes.tuner.decide.constraints import Verdict
+from oltunes.tuner.decide.posterior import MISS_AT_SLO, objective_sd, risk_adjusted
 from oltunes.tuner.model.estimate import Estimate
 from oltunes.tuner.decide.objectives import Objective
 from oltunes.types import Placement
@@ -42,6 +46,9 @@ TYPICAL_ERROR_OF_MARGIN = 0.674 / 1.96
 # which chose a CPU at batch 1 over an L4 at batch 16 with half the energy per item and 10x the throughput
 # (issue 32). Within 5 % the tie-breaks (packing, robustness) decide; a larger predicted gap is the objective's.
 NEAR_EQUAL_CAP = 0.05
+# Serving ranks by objective x exp(RISK x sd) x (1 + MISS_COST x P(SLO miss)) (``posterior.risk_adjusted``).
+RISK = 1.0
+MISS_COST = 4.0
 Index = tuple[int, int, int, int]
 
 
@@ -60,6 +67,8 @@ class Selector:
     explore_slack: float = 0.5
     crowding: float = 0.25
     throughput_headroom: float = 1.2
+    risk: float = RISK
+    miss_cost: float = MISS_COST
 
     def select(self, est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
                current: Placement | None, n_observed: int, rng: np.random.Generator) -> Choice:
@@ -75,8 +84,10 @@ class Selector:
         feasible = verdict.feasible
         if verdict.n_feasible:
             idx = self.choose(est, feasible, objective, obj)
-            if stay is not None and stay != idx and feasible[stay] and obj[stay] <= obj[idx] * (1 + self.stay_tolerance):
-                idx = stay
+            if stay is not None and stay != idx and feasible[stay]:
+                held, best = self.adjusted(est, objective, obj, np.ravel_multi_index(tuple(zip(stay, idx)), obj.shape))
+                if held <= best * (1 + self.stay_tolerance):
+                    idx = stay
             return Choice(idx, stayed=stay is not None and idx == stay)
         idx, graded = self.least_violating(est, verdict, obj)
         # Moving costs a model load and a cold start: an infeasible job stays unless moving is clearly less bad.
@@ -98,18 +109,35 @@ class Selector:
         return settled
 
     def choose(self, est: Estimate, feasible: np.ndarray, objective: Objective, obj: np.ndarray) -> Index:
-        """Best objective; within ``near_equal`` of it: least fragmentation, then most robust, then the smaller
-        variant, then the secondary objective."""
+        """Best risk-adjusted objective (:meth:`adjusted`); within the near-equal band of it: least
+        fragmentation, then most robust, then the smaller variant, then the secondary objective."""
         o = np.where(feasible, obj, np.inf).ravel()
-        at = int(o.argmin())  # (the first minimum: its value is the minimum, one pass instead of two)
-        best = o[at]
+        lowest = int(o.argmin())
+        # Adjusting only raises an objective: a cell whose plain objective is above what the lowest cell's adjusted
+        # one can be (its sd; a feasible cell misses its SLO with at most ndtr(-1.96)), x the widest band, can
+        # neither win nor be near-equal, and is never adjusted.
         _, V, B, C = feasible.shape
-        p_best = at // (V * B * C)
+        sd = objective_sd(est, objective.margin_target).item(lowest // (B * C))
+        reach = o[lowest] * math.exp(self.risk * sd) * (1.0 + self.miss_cost * MISS_AT_SLO) * (
+            1.0 + max(self.near_equal, NEAR_EQUAL_CAP))
+        cells = np.flatnonzero(o <= reach)
+        adj = self.adjusted(est, objective, obj, cells)
+        at = int(adj.argmin())  # (the first minimum: its value is the minimum, one pass instead of two)
+        best = adj[at]
+        p_best = int(cells[at]) // (V * B * C)
         band = near_equal_band(self.near_equal, est, objective, p_best)
-        flat = np.flatnonzero(o <= best * (1.0 + band))
+        near = adj <= best * (1.0 + band)
+        flat = cells[near]
+        o = np.full(obj.size, np.inf)  # (the tie-break keys read the objective: the adjusted one)
+        o[flat] = adj[near]
         keys = self.tie_break_keys(est, objective, o, flat)
         first = int(np.lexsort(keys)[0])  # the last key is the primary
         return unravel(int(flat[first]), feasible.shape)  # type: ignore[return-value]
+
+    def adjusted(self, est: Estimate, objective: Objective, obj: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        """The risk-adjusted objective at raveled ``cells`` (``posterior.risk_adjusted``): charged ``risk`` sd of
+        its log uncertainty and ``miss_cost`` x its probability of missing the SLO."""
+        return risk_adjusted(est, objective.margin_target, obj, cells, self.risk, self.miss_cost)
 
     def tie_break_keys(self, est: Estimate, objective: Objective, o: np.ndarray, flat: np.ndarray) -> tuple:
         """The keys ``choose`` orders near-equal cells by (``flat``: raveled grid indices; ``o``: the raveled

@@ -4,10 +4,21 @@ A trial is run as a shadow (a streaming job's mirrored requests, answers discard
 first shard of a batch job); its measurement, tagged with its ``purpose``, teaches the tuner a pair it would
 otherwise learn only by giving it a real job.
 
-Ranking (first version): for each (device option, variant) pair other than the chosen one, its best feasible
-(batch, concurrency) cell; its value is the improvement on the chosen candidate's objective that its
-*optimistic* objective promises (discounted by the margin, more for rarely measured accelerator x variant
-pairs, as the exploration draw's); pairs that promise none are not suggested.
+Ranking by value under the estimate's posterior (``posterior``): for each (device option, variant) pair other
+than the chosen one, its best feasible (batch, concurrency) cell. Its value is the net expected saving over the
+job's run, in the objective's unit:
+
+* **expected improvement** on the chosen candidate's objective if the pair turned out better
+  (``posterior.expected_improvement``, lognormal, with the sd a measurement of the pair would remove: a well
+  measured pair has little left to reveal), x the probability it keeps the SLO;
+* **x how long the job runs** after the trial: a batch job's items, a streaming job's rate x its horizon
+  (``deadline_s`` as the duration hint, else ``DEFAULT_HORIZON_S``); an objective that is already the whole
+  job's (completion time) counts once;
+* **less the trial's cost**: a shadow's mirrored share of the requests at the trial cell's objective (its answers
+  are discarded), a probe's share of the items at what it costs beyond the chosen cell (probed items count
+  towards the output).
+
+Pairs worth nothing net are not suggested.
 """
 
 from __future__ import annotations
@@ -16,10 +27,53 @@ import numpy as np
 
 from oltunes.tuner.decide.constraints import Verdict
 from oltunes.tuner.decide.objectives import Objective
+from oltunes.tuner.decide.posterior import expected_improvement, learnable_sd, miss_probability
 from oltunes.tuner.model.estimate import Estimate
-from oltunes.types import Trial
+from oltunes.types import JobSpec, Trial
 
-__all__ = ["rank_trials"]
+__all__ = ["DEFAULT_HORIZON_S", "PROBE_SHARE", "SHADOW_SHARE", "horizon_items", "rank_trials", "trial_values"]
+
+DEFAULT_HORIZON_S = 3600.0  # a streaming job without a duration hint is valued over an hour
+SHADOW_SHARE = 0.02  # the share of a stream's requests a shadow mirrors (the issue's default cap)
+PROBE_SHARE = 0.02  # the share of a batch job's items a probe shard runs
+
+
+def horizon_items(job: JobSpec) -> float:
+    """Items the job will run: a batch job's items, a stream's rate x (``deadline_s`` or ``DEFAULT_HORIZON_S``)."""
+    if job.kind == "streaming":
+        return job.arrival_rate_rps * (job.deadline_s or DEFAULT_HORIZON_S)
+    return float(max(job.items, 1))
+
+
+def trial_values(est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
+                 chosen: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(P, V) net values of trying each pair's best feasible cell (-inf: not a trial: the chosen pair, or no
+    feasible cell) and those cells' (batch, concurrency) indices, raveled."""
+    o = np.where(verdict.feasible, obj, np.inf)
+    P, V = o.shape[:2]
+    flat = o.reshape(P, V, -1)
+    cell = flat.argmin(axis=2)  # best (batch, concurrency) cell of each (option, variant) pair
+    best = np.take_along_axis(flat, cell[:, :, None], axis=2)[:, :, 0]
+    ok = np.isfinite(best)
+    ok[chosen[0], chosen[1]] = False
+    value = np.full((P, V), -np.inf)
+    if not ok.any():
+        return value, cell
+    incumbent = float(obj[chosen])
+    pv = np.flatnonzero(ok)
+    cells = pv * flat.shape[2] + cell.ravel()[pv]
+    tried = best.ravel()[pv]
+    sd = learnable_sd(est, objective.margin_target).ravel()[pv]
+    gain = expected_improvement(incumbent, np.log(tried), sd) * (1.0 - miss_probability(est, cells))
+    job = est.job
+    share = SHADOW_SHARE if job.kind == "streaming" else PROBE_SHARE
+    # an objective per item counts over the items left after the trial; a whole job's (completion time) once
+    per_item = objective.name != "completion_time"
+    scale = horizon_items(job) if per_item else 1.0
+    trial_scale = share * scale
+    spent = tried if job.kind == "streaming" else np.maximum(tried - incumbent, 0.0)
+    value.ravel()[pv] = gain * scale * (1.0 - share) - spent * trial_scale
+    return value, cell
 
 
 def rank_trials(est: Estimate, verdict: Verdict, objective: Objective, obj: np.ndarray,
@@ -27,20 +81,11 @@ def rank_trials(est: Estimate, verdict: Verdict, objective: Objective, obj: np.n
     """Up to ``limit`` trials, best first (none for an infeasible job: nothing is known to be safe to try)."""
     if limit <= 0 or not verdict.n_feasible:
         return ()
-    o = np.where(verdict.feasible, obj, np.inf)
-    P, V = o.shape[:2]
-    flat = o.reshape(P, V, -1)
-    cell = flat.argmin(axis=2)  # best (batch, concurrency) cell of each (option, variant) pair
-    best = np.take_along_axis(flat, cell[:, :, None], axis=2)[:, :, 0]
-    bonus = est.marg[:, objective.margin_target][:, None] / np.sqrt(1.0 + est.visits)  # P, V
-    optimistic = best * np.exp(-bonus)
-    value = float(obj[chosen]) - optimistic
-    value[chosen[0], chosen[1]] = -np.inf
-    value[~np.isfinite(best)] = -np.inf
-    order = np.argsort(-value, axis=None, kind="stable")
+    value, cell = trial_values(est, verdict, objective, obj, chosen)
+    V = value.shape[1]
+    C = obj.shape[3]
     out: list[Trial] = []
-    B, C = o.shape[2:]
-    for k in order[:limit]:
+    for k in np.argsort(-value, axis=None, kind="stable")[:limit]:
         p, v = divmod(int(k), V)
         if not value[p, v] > 0:
             break

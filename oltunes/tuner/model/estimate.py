@@ -127,9 +127,9 @@ class Estimator(EstimatorLearning):
 
     def _option_rows(self, regions: Sequence[str], variants: Sequence[Variant]) -> tuple:
         """What each option's accelerator type gives its cells: the correction over the grid (3, P, V, B, C), the
-        log margins (P, 3), the (accelerator, variant) visits (P, V) and the batch latency's pessimism factor
-        (P, V, 1, 1); kept per the options' types until the next observation (the types repeat far more often
-        than the options)."""
+        log margins (P, 3), the (accelerator, variant) visits (P, V), the batch latency's pessimism factor
+        (P, V, 1, 1) and the pairs' novelty terms (P, V); kept per the options' types until the next observation
+        (the types repeat far more often than the options)."""
         return self.per_observation.get(("option_rows", tuple(regions), variants[0].family),
                                         lambda: self._build_option_rows(regions, variants))
 
@@ -144,10 +144,11 @@ class Estimator(EstimatorLearning):
         # Epistemic term: a (accelerator, variant) pair measured n times gets novelty / sqrt(1 + n) more margin,
         # so feasibility trusts measured configurations more than ones the FM only extrapolates to.
         visits = self._visit_grid(regions, variants)  # P, V
-        pessimism = np.exp(marg[:, LAT][:, None] + self.novelty / np.sqrt(1.0 + visits))[:, :, None, None]
-        for a in (marg, visits, pessimism):
+        novel = self.novelty / np.sqrt(1.0 + visits)
+        pessimism = np.exp(marg[:, LAT][:, None] + novel)[:, :, None, None]
+        for a in (marg, visits, pessimism, novel):
             a.flags.writeable = False
-        return marg, visits, pessimism
+        return marg, visits, pessimism, novel
 
     def _visit_grid(self, accelerators: Sequence[str], variants: Sequence[Variant]) -> np.ndarray:
         """Measurements per (accelerator, variant) as a (P, V) array (memoised until the next observation)."""
@@ -230,14 +231,14 @@ class Estimator(EstimatorLearning):
                  no_capacity: bool = False) -> Estimate:
         """Every candidate of ``job`` over ``options`` x ``variants`` x batch sizes x concurrencies."""
         ctx = job_context(job)
-        logp, lat, energy, thr, marg, visits, pess_lat, derived = self._grid(ctx, options, variants)
+        logp, lat, energy, thr, marg, visits, pess_lat, novel, derived = self._grid(ctx, options, variants)
         # Throughput implied by the p99 batch latency is already a pessimistic capacity: no further margin.
         # (the grid's key holds the job's kind and rate, so its waits are kept with it)
         req_lat = self._request_latency(job, pess_lat, thr, thr, derived)
         return Estimate(job=job, options=options, variants=variants, batch_sizes=self.batch_sizes,
                         concurrencies=self.concurrencies, logp=logp, lat=lat, energy=energy, thr=thr, marg=marg,
-                        visits=visits, pess_lat=pess_lat, pess_thr=thr, req_lat=req_lat, no_capacity=no_capacity,
-                        shared=derived)
+                        visits=visits, novel=novel, pess_lat=pess_lat, pess_thr=thr, req_lat=req_lat,
+                        no_capacity=no_capacity, shared=derived)
 
     def _grid(self, ctx: JobContext, options: Sequence[PlacementOption], variants: Sequence[Variant]) -> tuple:
         """The job-independent part of an estimate, scored once per (family, job context, what the options look
@@ -251,14 +252,14 @@ class Estimator(EstimatorLearning):
         static = self.memo.get(("static", variants[0].family), dict)  # variants x batch x concurrency block
         regions = [o.pool.accelerator.name for o in options]
         prior = self.priors.grid(options, variants, ctx)
-        corr, marg, visits, pessimism = self._option_rows(regions, variants)
+        corr, marg, visits, pessimism, novel = self._option_rows(regions, variants)
         # raw + prior + correction, the sums made in the FM's pass over the grid (3, P, V, B, C)
         logp = self.model.raw_grid(self._part_arrays(ctx, options, variants), n_static=3, cache=static,
                                    plus=(prior, corr))[:, 0]
         logp[THR] = self._log_items_per_batch() - logp[LAT] + math.log(1000.0)  # capacity: b x c per p99 batch
         lat, energy, thr = np.exp(logp)
         pess_lat = lat * pessimism
-        out = (logp, lat, energy, thr, marg, visits, pess_lat)
+        out = (logp, lat, energy, thr, marg, visits, pess_lat, novel)
         for a in out:
             a.flags.writeable = False
         return (*out, {})  # + values derived from these for the key's job kind and rate

@@ -29,6 +29,7 @@ class Estimate:
     thr: np.ndarray  # items/s
     marg: np.ndarray  # P, 3: log margins per option's accelerator
     visits: np.ndarray  # P, V: measurements of each (accelerator, variant)
+    novel: np.ndarray  # P, V: each pair's novelty term of the log margins, novelty / sqrt(1 + visits)
     pess_lat: np.ndarray  # batch p99 with margin
     pess_thr: np.ndarray  # throughput less its margin (streaming), else the mean
     req_lat: np.ndarray  # what the SLO is checked against: pessimistic request latency
