@@ -277,13 +277,15 @@ class Advice(_Frozen):
 
 
 class Trial(_Frozen):
-    """A candidate worth trying beside the chosen one (a shadow or a probe shard), and why: ``value`` is its
-    expected improvement on the decision's objective (the explanation's ``ranked_on`` unit) if it were measured."""
+    """A candidate worth trying beside the chosen one (a shadow or a probe shard), and why: ``value`` is the net
+    expected saving over the job's run if it were measured (`oltunes.tuner.decide.trials`)."""
 
     candidate: Candidate
     device: int = Field(ge=0, le=MAX_SETTING, description="device of the candidate's pool to try it on")
     predicted: Prediction
-    value: Quantity = Field(description="expected improvement on the objective, the explanation's unit")
+    value: Quantity = Field(description=(
+        "net expected saving over the job's run, in the objective's unit (a per-item objective x the items), less "
+        "the trial's own cost"))
 
 
 class Decision(_Frozen):
