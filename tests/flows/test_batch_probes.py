@@ -18,7 +18,7 @@ from oltunes.launchers.probe_shards import recorded_probes
 from oltunes.tuner import Tuner
 from oltunes.zoo import make_dataset
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a real Prefect server, MLflow, workers
+SLOW = (pytest.mark.slow, pytest.mark.timeout(600))  # a real Prefect server, MLflow, workers
 
 PROBING = dict(family="cnn", slo_ms=1000.0, accuracy_floor=0.5, probes=2, probe_share=0.05, probe_min_items=1_000,
                items_per_worker=1_500, shard_size=50)  # fmt: skip
@@ -39,6 +39,8 @@ def n_observed() -> int:
     return Tuner.load(path).n_observed if path.exists() else 0
 
 
+@SLOW[0]
+@SLOW[1]
 def test_a_probed_job_writes_every_input_row_once_learns_each_probe_and_logs_them(own_home, tmp_path):
     data = make_dataset("cnn", 3_000, tmp_path / "in.parquet", seed=7)
     out = tmp_path / "out"
@@ -78,6 +80,8 @@ def test_a_probed_job_writes_every_input_row_once_learns_each_probe_and_logs_the
     assert (out / DECISION_FILE).is_file()
 
 
+@SLOW[0]
+@SLOW[1]
 def test_probes_off_or_a_small_job_runs_as_before(own_home, tmp_path):
     data = make_dataset("cnn", 1_200, tmp_path / "in.parquet", seed=8)
     for name, overrides in {"off": {"probes": 0}, "small": {"probe_min_items": 5_000}}.items():
@@ -86,3 +90,20 @@ def test_probes_off_or_a_small_job_runs_as_before(own_home, tmp_path):
         assert recorded_probes(out) is None and res.probes == [] and res.first_decision is None
         assert sorted(rows(out)) == sorted(pq.read_table(data).column("id").to_pylist())
         assert "probe_items" not in json.loads((out / PLAN_FILE).read_text())
+
+
+@pytest.mark.parametrize(("bad", "name"), [({"probes": 9}, "probes"), ({"probe_share": 0.5}, "probe_share"),
+                                           ({"probe_share": -0.1}, "probe_share"), ({"probe_s": 0}, "probe_s"),
+                                           ({"probe_min_items": 0}, "probe_min_items")])
+def test_bad_probe_parameters_are_refused_naming_the_parameter(bad, name):
+    from flows.batch_inference import BatchParams
+    from flows.common import validate
+    from oltunes.errors import ConfigError
+
+    good = dict(family="cnn", slo_ms=10, accuracy_floor=0, objective="energy", launcher="local", items_per_worker=1,
+                shard_size=1, part_timeout_s=1, policy="oltunes", output_wait_s=0, lease_ttl_s=10, lease_wait_s=0,
+                probes=2, probe_share=0.02, probe_min_items=1, probe_s=60)  # fmt: skip
+    validate(BatchParams, **good)
+    with pytest.raises(ConfigError) as e:
+        validate(BatchParams, **{**good, **bad})
+    assert f"parameter {name!r}" in str(e.value)
