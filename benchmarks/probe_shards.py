@@ -129,7 +129,9 @@ def main() -> None:
         get_settings.cache_clear()
         data = make_dataset("cnn", args.items, work / "in.parquet", seed=30)
         with prefect_test_harness(server_startup_timeout=180):
-            env = {**os.environ}
+            from prefect.settings import PREFECT_API_URL
+
+            env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}  # the flows share its API
             results = [run_scenario(s, data, work, params, env) for s in args.scenarios]
     cols = ["scenario", "killed", "runs", "input_rows", "output_rows", "duplicates", "lost", "extra", "probes",
             "ran_on", "wall_s"]
