@@ -215,28 +215,27 @@ async def _run_job(
     tuner, tsettings = make_tuner(env, variants, p.policy, p.advisory)
     ran = ran_policy(p.policy, p.advisory)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
-    recorded = env.recorded_decision(out)
-    if recorded is not None:
-        # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
-        job = job.model_copy(update={"job_id": recorded.job_id})
-        jid = recorded.job_id
-        log.info("job %s: resuming with its recorded decision %s", jid, recorded.candidate.key)
+    recorded, probe_record = env.recorded_decision(out), recorded_probes(out)
+    started = recorded or (probe_record.first if probe_record else None)
+    if started is not None:
+        # A re-run resumes the job (its id, its probe shards, its decision) as its finished shards were made.
+        job = job.model_copy(update={"job_id": started.job_id})
+        jid = started.job_id
+        log.info("job %s: resuming with its recorded %s", jid,
+                 f"decision {recorded.candidate.key}" if recorded else f"{len(probe_record.probes)} probe shard(s)")
     leases = leases_for(tuner, cluster.pools)
     params = {"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor}
     ctx = JobContext(job=job, cluster=cluster, leases=leases, tuner=tuner, tracker=tracker, policy=ran, params=params)
-    probing, first = Probing(record=recorded_probes(out)), None
-    if probing.record is not None:
-        first = probing.record.first
-        log.info("job %s: resuming its %d probe shard(s)", jid, len(probing.items))
-    elif recorded is None and wants_probes(p, job):
+    probing = Probing(record=probe_record)
+    if started is None and wants_probes(p, job):
         first, probing.record = await first_decision(p, leases, job, out)
         if probing.record is None:  # no trial worth it: the first decision is the job's
             recorded = first.model_copy(update={"trials": ()})
+    first = probing.record.first if probing.record else None
     parts = await plan_job_parts(out, job.items, p.items_per_worker, p.dataset, probing.items)
     if probing.record is not None:
         probing = await run_probes(p, ctx, parts, probing.record)
-    fixed = recorded
-    async with hold_lease(leases, job, ttl_s=p.lease_ttl_s, wait_s=p.lease_wait_s, decision=fixed) as lease:
+    async with hold_lease(leases, job, ttl_s=p.lease_ttl_s, wait_s=p.lease_wait_s, decision=recorded) as lease:
         decision = lease.decision
         if env.recorded_decision(out) is None:
             env.record_decision(out, decision)
