@@ -33,8 +33,8 @@ FLOW = r"""
 import asyncio, json, sys
 from flows.batch_inference import batch_inference
 res = asyncio.run(batch_inference(**json.loads(sys.argv[1])))
-print("OUTCOME " + json.dumps({"probes": len(res.probes), "first": res.first_decision.candidate.key if res.first_decision else None,
-                               "ran_on": res.decision.candidate.key}), flush=True)
+first = res.first_decision.candidate.key if res.first_decision else None
+print("OUTCOME " + json.dumps({"probes": len(res.probes), "first": first, "ran_on": res.decision.candidate.key}), flush=True)
 """
 SCENARIOS = ("none", "worker", "flow", "flow-rest")
 TRIAL_PROBE = 1  # the first trial's probe shard (probe 0 is the decision's own choice)
@@ -86,7 +86,8 @@ def run_scenario(name: str, data: Path, work: Path, params: dict, env: dict[str,
     if rc != 0:  # say why, before the temporary directory (and the log) goes
         print(f"scenario {name}: the flow exited {rc}; its log ends:\n" + "\n".join(log.read_text().splitlines()[-30:]),
               file=sys.stderr)
-    outcome = next((json.loads(line[8:]) for line in reversed(log.read_text().splitlines()) if line.startswith("OUTCOME ")), {})
+    lines = reversed(log.read_text().splitlines())
+    outcome = next((json.loads(line[8:]) for line in lines if line.startswith("OUTCOME ")), {})
     return {"scenario": name, "killed": killed, "runs": runs, "rc": rc, "wall_s": wall, **count_rows(data, out),
             "probes": len((recorded_probes(out).probes if recorded_probes(out) else [])),
             "first_choice": outcome.get("first"), "ran_on": outcome.get("ran_on")}
@@ -135,7 +136,8 @@ def main() -> None:
             results = [run_scenario(s, data, work, params, env) for s in args.scenarios]
     cols = ["scenario", "killed", "runs", "input_rows", "output_rows", "duplicates", "lost", "extra", "probes",
             "ran_on", "wall_s"]
-    print_table("Probe shards: output rows after a SIGKILL during a probe", cols, [[r[c] for c in cols] for r in results])
+    print_table("Probe shards: output rows after a SIGKILL during a probe", cols,
+                [[r[c] for c in cols] for r in results])
     ok = all(r["output_rows"] == r["input_rows"] and not (r["duplicates"] or r["lost"] or r["extra"]) and r["rc"] == 0
              for r in results)
     print(f"exactly once in every scenario: {ok}")

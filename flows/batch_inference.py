@@ -207,7 +207,8 @@ async def _run_job(
     p: BatchParams, env: Environment, variants: list[Variant], family_variants: list[Variant], job: JobSpec,
     out: Path, cluster: ClusterState,
 ) -> BatchOutcome:  # fmt: skip
-    """Decide (or resume the recorded decision), probe, run the parts, measure, log, feed back: under the output lock."""
+    """Decide (or resume the recorded decision), probe, run the parts, measure, log, feed back: under the output
+    lock."""
     started_at = time.time()  # the job's MLflow run spans from here (the lock is held) to its measurement
     log = get_run_logger()
     jid = job.job_id
@@ -257,6 +258,8 @@ async def _run_job(
     if m is None:
         log.info("job %s: every part was already complete (resumed run); nothing new to measure", jid)
     else:
+        switched = {} if first is None else {
+            "switched_after_probes": str(first.candidate.key != decision.candidate.key).lower()}
         probed = {} if probing.record is None else {
             "probes": len(probing.items), "probe_items": sum(probing.items), "first_choice": first.candidate.key,
             "probe_candidates": ",".join(s.decision.candidate.key for s in probing.record.probes)[:500]}
@@ -265,8 +268,7 @@ async def _run_job(
             policy=ran, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
             extra_metrics={"job_wall_s": job_wall + probing.wall_s, "parts": float(len(parts))},
             extra_params={**params, **probed, "ran_on": decision.candidate.key},
-            extra_tags={"purpose": "serve", **({"switched_after_probes": str(first.candidate.key != decision.candidate.key).lower()}
-                                              if probing.record is not None and first is not None else {})},
+            extra_tags={"purpose": "serve", **switched},
             dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
         observed = await tuning.observe(tuner, m)

@@ -51,7 +51,8 @@ def wants_probes(p: BatchParams, job: JobSpec) -> bool:
     return p.probes > 0 and p.probe_share > 0 and job.items >= p.probe_min_items and not p.advisory
 
 
-async def first_decision(p: BatchParams, leases: Leases, job: JobSpec, out: Path) -> tuple[Decision, ProbeRecord | None]:
+async def first_decision(p: BatchParams, leases: Leases, job: JobSpec, out: Path
+                         ) -> tuple[Decision, ProbeRecord | None]:  # fmt: skip
     """Decide the job asking for ``p.probes`` trials (under a lease, released at once: each probe takes its own);
     when it suggests any, write the probe record (the decision's choice and its trials, with their sizes)."""
     async with hold_lease(leases, job.model_copy(update={"trials": p.probes}), ttl_s=p.lease_ttl_s,

@@ -102,8 +102,8 @@ def probe_decisions(first: Decision, device: int, limit: int) -> list[Decision]:
     for i, (cand, dev, pred, why) in enumerate(targets):
         job_id = probe_job_id(first.job_id, i)
         note = f"probe shard {i} of job {first.job_id} (decision {first.decision_id}): {why}"
-        expl = first.explanation.model_copy(update={"predicted": pred, "note": note[:500], "runner_ups": ()}) if i else \
-            first.explanation.model_copy(update={"note": note[:500]})
+        changes = {"predicted": pred, "note": note[:500], "runner_ups": ()} if i else {"note": note[:500]}
+        expl = first.explanation.model_copy(update=changes)
         out.append(first.model_copy(update={
             "decision_id": new_id(), "job_id": job_id, "candidate": cand, "trials": (), "advice": None,
             "source": first.source if i == 0 else "explore", "explanation": expl,
