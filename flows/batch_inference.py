@@ -7,6 +7,11 @@ The job runs under a lease on the device its decision names (`oltunes.allocator.
 cluster's allocator). A job larger than `items_per_worker` is split into parts run one after another on that
 device; every output shard is atomic, so re-running a failed flow with the same `output` resumes it without
 losing or duplicating rows.
+
+A large job (``probe_min_items`` items or more) first runs probe shards (``docs/exploration.md``): a small first
+shard on the decision's choice and on each of its top ``probes`` trials, each under its own lease, observed as
+``purpose='probe'``; then it is decided again and runs the rest there. The probe shards' rows are the job's first
+rows: nothing is computed twice.
 """
 
 from __future__ import annotations
@@ -24,17 +29,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flows.common import (bind_ephemeral_api, check_family, make_tracker, make_tuner, ran_policy, run_id, run_name,
                           validate)
+from flows.batch_probes import JobContext, Probing, first_decision, run_parts, run_probes, wants_probes
 from oltunes.config import get_settings
-from oltunes.errors import ConfigError, DataError
-from oltunes.launchers import WorkerSpec
+from oltunes.errors import DataError
 from oltunes.launchers.batch_job import measurement_from_results
 from oltunes.launchers.environment import Environment
+from oltunes.launchers.probe_shards import recorded_probes
 from oltunes.allocator.holder import hold_lease, leases_for
 from oltunes.allocator.types import MAX_TTL_S
-from oltunes.types import ClusterState, Decision, Id, JobSpec, Measurement, Objective, Pool, Variant
+from oltunes.types import MAX_TRIALS, ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant
 from tasks import tracking as track
 from tasks import tuning
-from tasks.workers import check_dataset, plan_job_parts, run_worker
+from tasks.workers import check_dataset, plan_job_parts
 
 
 class BatchParams(BaseModel):
@@ -61,6 +67,10 @@ class BatchParams(BaseModel):
     output_wait_s: float = Field(ge=0, le=86_400, description="wait this long for another run to release `output`")
     lease_ttl_s: float = Field(gt=0, le=MAX_TTL_S, description="the job's lease expires this long after its holder dies")
     lease_wait_s: float = Field(ge=0, le=7 * 86_400, description="wait this long in the queue for a lease")
+    probes: int = Field(ge=0, le=MAX_TRIALS, description="trials to probe before committing a large job (0: none)")
+    probe_share: float = Field(ge=0, le=0.2, description="share of the job's items in each probe shard (0: none)")
+    probe_min_items: int = Field(ge=1, description="jobs with fewer items are not probed")
+    probe_s: float = Field(gt=0, le=3_600, description="a probe shard's predicted run time at most")
 
     @field_validator("dataset", "output")
     @classmethod
@@ -86,6 +96,8 @@ class BatchOutcome(BaseModel):
     output: str | None
     parts: int
     job_wall_s: float
+    first_decision: Decision | None = Field(default=None, description="the decision the probes were chosen from")
+    probes: list[Measurement] = Field(default=[], description="probe shards measured in this run (purpose='probe')")
 
 
 @flow(name="batch-inference", flow_run_name=run_name("batch"), validate_parameters=True)
@@ -109,6 +121,10 @@ async def batch_inference(
     output_wait_s: float = 0.0,
     lease_ttl_s: float = 60.0,
     lease_wait_s: float = 3_600.0,
+    probes: int = 2,
+    probe_share: float = 0.02,
+    probe_min_items: int = 50_000,
+    probe_s: float = 60.0,
 ) -> BatchOutcome:
     """Run one batch inference job where the tuner says, measure it, log it, and feed it back.
 
@@ -147,6 +163,11 @@ async def batch_inference(
         The job holds a lease on its device (from the tuning service when ``OLTUNES_TUNER_URL`` is set, so
         concurrent runs never share a slot), renewed every ``lease_ttl_s / 3`` and lost ``lease_ttl_s`` after the
         flow dies; a job that does not fit waits in the queue up to ``lease_wait_s``, then fails.
+    probes, probe_share, probe_min_items, probe_s
+        Probe shards (``docs/exploration.md``): a job of at least ``probe_min_items`` items first runs
+        ``probe_share`` of its items (at least 4 batches, at most ``probe_s`` seconds as predicted) on the
+        decision's choice and on each of its top ``probes`` trials, then is decided again on what they measured.
+        ``0`` disables (and advisory mode never probes). A resumed job keeps the probe shards it started with.
     """
     bind_ephemeral_api()  # a SIGKILLed flow process must not leave Prefect's server (or its workers) behind
     p = validate(
@@ -154,7 +175,8 @@ async def batch_inference(
         objective=objective, items=items, job_id=job_id, launcher=launcher, inventory=inventory,
         items_per_worker=items_per_worker, shard_size=shard_size, part_timeout_s=part_timeout_s,
         deadline_s=deadline_s, policy=policy, advisory=advisory, output_wait_s=output_wait_s, lease_ttl_s=lease_ttl_s,
-        lease_wait_s=lease_wait_s,
+        lease_wait_s=lease_wait_s, probes=probes, probe_share=probe_share, probe_min_items=probe_min_items,
+        probe_s=probe_s,
     )  # fmt: skip
     settings = get_settings()
     env = Environment.make(p.launcher)
@@ -185,7 +207,8 @@ async def _run_job(
     p: BatchParams, env: Environment, variants: list[Variant], family_variants: list[Variant], job: JobSpec,
     out: Path, cluster: ClusterState,
 ) -> BatchOutcome:  # fmt: skip
-    """Decide (or resume the recorded decision), run the parts, measure, log, feed back: under the output lock."""
+    """Decide (or resume the recorded decision), probe, run the parts, measure, log, feed back: under the output
+    lock."""
     started_at = time.time()  # the job's MLflow run spans from here (the lock is held) to its measurement
     log = get_run_logger()
     jid = job.job_id
@@ -193,29 +216,40 @@ async def _run_job(
     tuner, tsettings = make_tuner(env, variants, p.policy, p.advisory)
     ran = ran_policy(p.policy, p.advisory)
     replayed = await track.warm_start(tracker, tuner, tsettings, ("batch", "streaming"), env)
-    recorded = env.recorded_decision(out)
-    if recorded is not None:
-        # A re-run resumes the job with the decision its finished shards were made with (one job, one model).
-        job = job.model_copy(update={"job_id": recorded.job_id})
-        jid = recorded.job_id
-        log.info("job %s: resuming with its recorded decision %s", jid, recorded.candidate.key)
+    recorded, probe_record = env.recorded_decision(out), recorded_probes(out)
+    started = recorded or (probe_record.first if probe_record else None)
+    if started is not None:
+        # A re-run resumes the job (its id, its probe shards, its decision) as its finished shards were made.
+        job = job.model_copy(update={"job_id": started.job_id})
+        jid = started.job_id
+        log.info("job %s: resuming with its recorded %s", jid,
+                 f"decision {recorded.candidate.key}" if recorded else f"{len(probe_record.probes)} probe shard(s)")
     leases = leases_for(tuner, cluster.pools)
+    params = {"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor}
+    ctx = JobContext(job=job, cluster=cluster, leases=leases, tuner=tuner, tracker=tracker, policy=ran, params=params)
+    probing = Probing(record=probe_record)
+    if started is None and wants_probes(p, job):
+        first, probing.record = await first_decision(p, leases, job, out)
+        if probing.record is None:  # no trial worth it: the first decision is the job's
+            recorded = first.model_copy(update={"trials": ()})
+    first = probing.record.first if probing.record else None
+    parts = await plan_job_parts(out, job.items, p.items_per_worker, p.dataset, probing.items)
+    if probing.record is not None:
+        probing = await run_probes(p, ctx, parts, probing.record)
     async with hold_lease(leases, job, ttl_s=p.lease_ttl_s, wait_s=p.lease_wait_s, decision=recorded) as lease:
         decision = lease.decision
-        if recorded is None:
+        if env.recorded_decision(out) is None:
             env.record_decision(out, decision)
-            log.info("job %s: decision %s (source %s), warm start replayed %d", jid, decision.candidate.key,
-                     decision.source, replayed)
-        if lease.pool not in {q.name for q in cluster.pools}:
-            raise ConfigError(f"parameter 'inventory': the tuning service placed job {jid} on pool {lease.pool!r}, "
-                              "which this flow's inventory does not list; give the flow the service's inventory")
+            log.info("job %s: decision %s (source %s), warm start replayed %d, probes %d", jid, decision.candidate.key,
+                     decision.source, replayed, len(probing.measured))
         try:
-            results, job_wall, n_parts = await _run_parts(p, job, out, cluster.pool(lease.pool), lease.device, decision)
+            results, job_wall = await run_parts(p, job, [q for q in parts if q.probe is None],
+                                                ctx.pool_of(lease.pool), lease.device, decision)
         except Exception as e:  # the job's run still spans it, with the outcome as its status
             await track.log_failed_job(
                 tracker, decision, f"{type(e).__name__}: {e}", simulated=env.simulated, policy=ran,
                 run_name=f"batch-{p.family}-{jid[:8]}", dataset=p.dataset, rows=job.items, started_at=started_at,
-                extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+                extra_params=params,
             )  # fmt: skip
             raise
     m = measurement_from_results(job, decision.candidate, list(results), decision)
@@ -224,11 +258,17 @@ async def _run_job(
     if m is None:
         log.info("job %s: every part was already complete (resumed run); nothing new to measure", jid)
     else:
+        switched = {} if first is None else {
+            "switched_after_probes": str(first.candidate.key != decision.candidate.key).lower()}
+        probed = {} if probing.record is None else {
+            "probes": len(probing.items), "probe_items": sum(probing.items), "first_choice": first.candidate.key,
+            "probe_candidates": ",".join(s.decision.candidate.key for s in probing.record.probes)[:500]}
         run_id = await track.log_measurement(
             tracker, m, slo_ms=p.slo_ms,
             policy=ran, decision=decision, run_name=f"batch-{p.family}-{jid[:8]}",
-            extra_metrics={"job_wall_s": job_wall, "parts": float(n_parts)},
-            extra_params={"launcher": p.launcher, "objective": p.objective, "accuracy_floor": p.accuracy_floor},
+            extra_metrics={"job_wall_s": job_wall + probing.wall_s, "parts": float(len(parts))},
+            extra_params={**params, **probed, "ran_on": decision.candidate.key},
+            extra_tags={"purpose": "serve", **switched},
             dataset=p.dataset, started_at=started_at,
         )  # fmt: skip
         observed = await tuning.observe(tuner, m)
@@ -236,29 +276,9 @@ async def _run_job(
             await track.register_variants(tracker, family_variants, decision.variant, m.accuracy)
     await track.publish_decision(decision, m, key=f"batch-decision-{jid[:12].lower()}", slo_ms=p.slo_ms, title=f"Batch job {jid[:8]}")
     rows = env.output_files(out)
-    log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, n_parts, rows, run_id, observed)
+    log.info("job %s: %d part(s), %d shard file(s), run %s, observed=%s", jid, len(parts), rows, run_id, observed)
     return BatchOutcome(
         job_id=jid, job=job, decision=decision, measurement=m, run_id=run_id, observed=observed,
-        output=env.reported_output(out), parts=n_parts, job_wall_s=job_wall,
+        output=env.reported_output(out), parts=len(parts), job_wall_s=job_wall + probing.wall_s,
+        first_decision=first, probes=probing.measured,
     )  # fmt: skip
-
-
-
-async def _run_parts(p: BatchParams, job: JobSpec, out: Path, pool: Pool, device: int, decision: Decision
-                     ) -> tuple[list[Any], float, int]:  # fmt: skip
-    """Run the job's parts one after another on the leased device (its slot is the job's; the worker's own
-    concurrency is the decision's). Returns the part results, the wall time and the number of parts."""
-    parts = await plan_job_parts(out, job.items, p.items_per_worker, p.dataset)
-    device_ids = (pool.device_ids[device],) if device < len(pool.device_ids) else ()
-    on_device = pool.model_copy(update={"device_ids": device_ids})
-    t0 = time.monotonic()
-    results = []
-    for part in parts:
-        spec = WorkerSpec(
-            mode="batch", job=job, candidate=decision.candidate, pool=on_device, run_dir=part.run_dir,
-            decision_id=decision.decision_id, input_path=part.input_path, output_dir=part.output_dir,
-            shard_size=p.shard_size, items=part.items,
-        )  # fmt: skip
-        # Prefect's timeout is the outer guard; the launcher's own deadline stops the process first.
-        results.append(await run_worker.with_options(timeout_seconds=p.part_timeout_s + 60)(p.launcher, spec, p.part_timeout_s))
-    return results, time.monotonic() - t0, len(parts)

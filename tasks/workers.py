@@ -31,8 +31,9 @@ async def check_dataset(dataset: Path, variants: list[Variant]) -> int:
 
 
 @task(name="plan-parts", cache_policy=NO_CACHE, timeout_seconds=300)
-async def plan_job_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None) -> list[Part]:
-    return await asyncio.to_thread(plan_parts, output, items, items_per_worker, dataset)
+async def plan_job_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None,
+                         probe_items: list[int] | None = None) -> list[Part]:  # fmt: skip
+    return await asyncio.to_thread(plan_parts, output, items, items_per_worker, dataset, probe_items or ())
 
 
 @task(

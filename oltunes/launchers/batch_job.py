@@ -3,19 +3,23 @@
 Layout of a job's output directory::
 
     _decision.json             the Decision this job runs with (a resumed job keeps it: one job, one model)
-    _plan.json                 what the parts are (input fingerprint, items, items per worker)
+    _probes.json               probe shards only: the first decision and each probe's decision and size
+    _plan.json                 what the parts are (input fingerprint, items, items per worker, probe sizes)
     _inputs/input-00000.parquet  part inputs (only when the job has more than one part)
     worker-00000/part-*.parquet  each worker's resumable shards (see `oltunes.worker.batch`)
     worker-00000/_run/           the worker's log and measurement report
 
-Every file is written atomically and the plan is checked on re-run, so a resumed job continues the very same
-parts; the worker skips its finished shards. Rows are therefore neither lost nor written twice.
+The plan is the manifest: part ``i`` holds input rows ``[start, start + items)``, the parts in order partition
+the input (probe shards first, then the rest in parts of at most ``items_per_worker``). Every file is written
+atomically and the plan is checked on re-run, so a resumed job continues the very same parts, each with the
+model its decision names; the worker skips its finished shards. Rows are therefore neither lost nor written twice.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +39,14 @@ class Part:
     output_dir: Path
     run_dir: Path
     items: int
+    start: int = 0  # the part's first row in the job's input: it holds rows [start, start + items)
+    probe: int | None = None  # the probe shard it is (its index in `ProbeRecord.probes`), None for the rest
+
+    def complete(self, shard_size: int) -> bool:
+        """Every output shard of the part is on disk with its rows (no worker needed to tell)."""
+        from oltunes.worker.batch import shards_complete
+
+        return shards_complete(self.output_dir, self.items, shard_size)
 
 
 def check_input(dataset: Path, variants: list[Variant]) -> int:
@@ -56,11 +68,29 @@ def check_input(dataset: Path, variants: list[Variant]) -> int:
     return len(data)
 
 
-def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None) -> list[Part]:
-    """Split `items` into parts of at most `items_per_worker` and write their inputs (idempotent).
+def part_bounds(items: int, items_per_worker: int, probe_items: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Row ranges ``[lo, hi)`` of a job's parts, in order: one per probe shard (`probe_items`), then the rest in
+    parts of at most `items_per_worker`. They partition ``[0, items)`` exactly (no gap, no overlap, none empty)."""
+    if items < 1 or items_per_worker < 1:
+        raise DataError("items and items_per_worker: must be >= 1")
+    if any(n < 1 for n in probe_items) or sum(probe_items) >= items:
+        raise DataError(f"probe_items: each >= 1 and fewer than the job's {items} items together")
+    bounds, lo = [], 0
+    for n in probe_items:
+        bounds.append((lo, lo + n))
+        lo += n
+    rest = items - lo
+    n_rest = math.ceil(rest / items_per_worker)
+    bounds += [(lo + i * items_per_worker, min(items, lo + (i + 1) * items_per_worker)) for i in range(n_rest)]
+    return bounds
 
-    A re-run with the same dataset and split finds the same plan and the same files; a different dataset or
-    split on an output directory that already holds a plan is refused, naming the parameter to change.
+
+def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | None,
+               probe_items: Sequence[int] = ()) -> list[Part]:  # fmt: skip
+    """Split `items` into parts (`part_bounds`) and write their inputs (idempotent).
+
+    A re-run with the same dataset, split and probe sizes finds the same plan and the same files; a different
+    one on an output directory that already holds a plan is refused, naming the parameter to change.
     """
     from oltunes.atomic import atomic_write_json
     from oltunes.worker.dataset import (  # the worker owns the dataset format
@@ -69,7 +99,8 @@ def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | 
     )
 
     output = Path(output)
-    n_parts = max(1, math.ceil(items / items_per_worker))
+    bounds = part_bounds(items, items_per_worker, probe_items)
+    n_parts = len(bounds)
     plan = {
         "dataset": str(dataset) if dataset else None,
         "dataset_sha256": sha256_file(dataset) if dataset else None,
@@ -77,6 +108,8 @@ def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | 
         "items_per_worker": items_per_worker,
         "parts": n_parts,
     }
+    if probe_items:  # a plan without probes stays what it always was (older outputs resume)
+        plan["probe_items"] = list(probe_items)
     plan_path = output / PLAN_FILE
     if plan_path.is_file():
         old = json.loads(plan_path.read_text())
@@ -87,7 +120,6 @@ def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | 
     else:
         output.mkdir(parents=True, exist_ok=True)
         atomic_write_json(plan_path, plan)
-    bounds = [(i * items_per_worker, min(items, (i + 1) * items_per_worker)) for i in range(n_parts)]
     parts = []
     data = None
     for i, (lo, hi) in enumerate(bounds):
@@ -98,7 +130,8 @@ def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | 
                 data = data or read_dataset(dataset)
                 write_dataset(inp, data.slice(lo, hi))
         wdir = output / f"worker-{i:05d}"
-        parts.append(Part(index=i, input_path=inp, output_dir=wdir, run_dir=wdir / "_run", items=hi - lo))
+        parts.append(Part(index=i, input_path=inp, output_dir=wdir, run_dir=wdir / "_run", items=hi - lo, start=lo,
+                          probe=i if i < len(probe_items) else None))
     return parts
 
 

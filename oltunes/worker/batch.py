@@ -146,6 +146,14 @@ def _shard_complete(path: Path, rows: int) -> bool:
         return False  # unreadable: redo it
 
 
+def shards_complete(output: Path | str, items: int, shard_size: int) -> bool:
+    """Whether `output` holds every shard of an ``items``-row input, each with its rows (a finished job or part):
+    what a re-run would skip, known without loading a model."""
+    out = Path(output)
+    n_shards = (items + shard_size - 1) // shard_size
+    return all(_shard_complete(out / shard_name(i), min(shard_size, items - i * shard_size)) for i in range(n_shards))
+
+
 def _write_shard(path: Path, ids: np.ndarray, preds: np.ndarray, labels: np.ndarray | None) -> None:
     # class ids from (n, classes) scores are int64; a model with one output value per item keeps its floats
     cols = {"id": pa.array(ids, pa.int64()), "pred": pa.array(preds)}
