@@ -16,7 +16,7 @@ __all__ = ["EXAMPLE", "job_template"]
 # A batch job of 5,000 items (the values a newcomer edits; every field of JobSpec has one)
 EXAMPLE: dict[str, Any] = {
     "job_id": "my-batch-job", "kind": "batch", "family": "cnn", "slo_ms": 200.0, "accuracy_floor": 0.0,
-    "objective": "energy", "arrival_rate_rps": 0.0, "items": 5000, "deadline_s": None,
+    "objective": "energy", "arrival_rate_rps": 0.0, "items": 5000, "deadline_s": None, "trials": 0,
 }  # fmt: skip
 
 
