@@ -65,7 +65,6 @@ SCENARIO_CLASS = {
     "heterogeneous-heavy": "batch-heavy", "overloaded": "overloaded",
     "a10-l4-wide": "bursty", "bursty-lost-gpus": "bursty", "code-llm": "moderate",
     "code-trace-older-gpus": "moderate", "medium-cpu-heavy": "moderate", "throttled-l4-noisy-neighbour": "moderate",
-    "p-h100-llm": "bursty", "p-small-a10": "light", "p-v100-a100-gamma": "moderate",
 }
 
 
