@@ -242,6 +242,17 @@ class Load:
                 over += n if d[j].min() > 1.0 else 0
         return over / total if total else 0.0
 
+    def one_device_cap(self, k: float, tol: float = 0.02) -> float:
+        """The largest multiplier up to ``k`` that keeps at most OVER_ONE_DEVICE_MAX of the requests on streams
+        needing more than one device (on this realisation: check the rebuilt workload, whose copies differ)."""
+        if self.over_one_device(k) <= OVER_ONE_DEVICE_MAX:
+            return k
+        lo, hi = k / 64, k
+        while hi / lo > 1 + tol:
+            mid = (lo * hi) ** 0.5
+            lo, hi = (mid, hi) if self.over_one_device(mid) <= OVER_ONE_DEVICE_MAX else (lo, mid)
+        return lo
+
     def summary(self, k: float = 1.0) -> dict:
         """The scenario's offered load (module docstring) with every stream's rate times ``k``."""
         sc, streams = self.sc, self.streams
@@ -282,10 +293,13 @@ def with_batch_factor(sc: Scenario, m: float) -> Scenario:
 
 
 def resize(sc: Scenario, cls: str, tol: float = 0.02) -> dict:
-    """Stream-rate and batch-work multipliers that size the scenario to its class (the load rule)."""
+    """Stream-rate and batch-work multipliers that size the scenario to its class (the load rule); below overload
+    the stream multiplier is capped where a stream would need more than one device."""
     spec = CLASSES[cls]
     if cls != "batch-heavy" or not sc.workload.batch:
-        return {"stream_factor": Load(sc).stream_factor(spec["metric"], spec["target"]), "batch_factor": 1.0}
+        load = Load(sc)
+        k = load.stream_factor(spec["metric"], spec["target"])
+        return {"stream_factor": k if cls == "overloaded" else min(k, load.one_device_cap(k)), "batch_factor": 1.0}
     k = Load(sc).stream_factor("load_mean", spec["target"] * (1 - BATCH_SHARE))
     lo, hi = 1.0, 4096.0
     while hi / lo > 1 + tol:
