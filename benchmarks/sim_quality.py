@@ -19,6 +19,7 @@ reported apart from the shipped ones. Drift events: per policy, violations befor
 
     .venv/bin/python -m benchmarks.sim_quality --json benchmarks/results/sim_quality.json
     .venv/bin/python -m benchmarks.sim_quality --scenarios tiny --heldout "" --seeds 0   # a quick look
+    .venv/bin/python -m benchmarks.sim_quality --world stress   # every scenario in the stress world
 
 ``--cache DIR`` keeps the runs of the policies that do not learn (baselines, oracle) between invocations, keyed by
 the scenario, the seed and a hash of the simulator's and the policies' sources: iterating on the tuner then reruns
@@ -82,10 +83,11 @@ def run_cached(p: Prepared, policy: str, cache: Path | None, trials: bool = True
 
 
 def run_one(name: str, seed_offset: int, cache: Path | None = None, learners: tuple[str, ...] = LEARNERS,
-            trials: bool = True) -> dict:
-    """One scenario under one seed offset: every policy's metrics, regret per quarter and event impacts."""
+            trials: bool = True, world: str | None = None) -> dict:
+    """One scenario under one seed offset: every policy's metrics, regret per quarter and event impacts.
+    ``trials``: the learners may shadow and probe; ``world`` (grounded | stress) overrides the scenario's own."""
     sc = load_scenario(name)
-    sc = sc.model_copy(update={"seed": sc.seed + seed_offset})
+    sc = sc.model_copy(update={"seed": sc.seed + seed_offset, **({"world": world} if world else {})})
     p = prepare(sc)
     results = {pol: run_cached(p, pol, cache, trials) for pol in (*learners, *BASELINES, "oracle")}
     m = {k: v[1] for k, v in results.items()}
@@ -178,18 +180,21 @@ def main() -> None:
                    help="the learners run without exploration (no shadows, no probe shards)")
     p.add_argument("--cache", type=Path, default=None,
                    help="directory keeping the baselines' and the oracle's runs between invocations")
+    p.add_argument("--world", choices=("grounded", "stress"), default=None,
+                   help="the simulator's world for every scenario (default: each scenario's own, grounded unless set)")
     a = p.parse_args()
     offsets = [int(x) for x in a.seeds.split(",") if x.strip()]
     out: dict[str, dict] = {}
     for group, names in (("shipped", a.scenarios), ("heldout", a.heldout)):
         summary = {}
         for name in (n for n in names.split(",") if n):
-            runs = [run_one(name, k, a.cache, trials=a.trials) for k in offsets]
+            runs = [run_one(name, k, a.cache, trials=a.trials, world=a.world) for k in offsets]
             summary[runs[0]["scenario"]] = {**summarise(runs), "runs": runs}
         if summary:
             report(group, summary)
         out[group] = summary
-    write_json(a.json, {"seed_offsets": offsets, "regret_close": REGRET_CLOSE, "trials": a.trials, **out})
+    write_json(a.json, {"seed_offsets": offsets, "world": a.world or "per scenario", "regret_close": REGRET_CLOSE,
+                        "trials": a.trials, **out})
 
 
 if __name__ == "__main__":
