@@ -36,12 +36,11 @@ import numpy as np
 from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun, RunResult
 from oltunes.sim.workload import SimJob
-from oltunes.tuner.decide.trials import PROBE_SHARE, SHADOW_SHARE  # the shares the tuner values trials by
+from oltunes.tuner.decide.trials import PROBE_SHARE, SHADOW_MIN_BATCHES, SHADOW_SHARE  # (the tuner's: one definition)
 from oltunes.types import Decision, Measurement, Trial
 
 SHADOW_RETUNES = 2  # a shadow lasts this many re-tune intervals at most
 SHADOW_BATCHES = 8  # or until it has run this many full batches (enough to measure; its device's idle draw costs)
-SHADOW_MIN_BATCHES = 3  # a shadow that ran fewer reports nothing (a p99 of one or two batches flatters)
 PROBE_INTERVALS = 3  # control intervals a probe shard may run before its rest goes back to the job
 EXPLORATION_BUDGET = 0.05  # the trials' energy, share of the run's energy
 BUDGET_AHEAD = 0.25  # share of the run whose budget may be spent ahead of time
