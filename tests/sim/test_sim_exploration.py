@@ -124,13 +124,15 @@ def test_a_shadow_reports_the_energy_per_item_its_stream_would_pay_there(explore
     (busy energy alone made a shadowed candidate look cheaper than the one serving, which pays that share)."""
     sim = simulator(explored)
     pol = _Recording(Policy.make("oltunes", ctx=context(explored, sim.model, sim.cluster), trials=True), sim)
-    where: dict[str, tuple[str, float]] = {}
+    where: dict[str, tuple[str, float, int]] = {}  # a shadow: its pool, its stream's rate, most jobs on its device
     inner = pol.observe_many
 
     def observe_many(ms):
         for tr in sim._exploring:
             if tr.purpose == "shadow":
-                where[tr.job.spec.job_id] = (tr.placement.pool, tr.of.job.spec.arrival_rate_rps)
+                n = len(sim.cluster.members(tr.placement.pool, tr.placement.device))
+                most = max(n, where.get(tr.job.spec.job_id, ("", 0.0, 0))[2])
+                where[tr.job.spec.job_id] = (tr.placement.pool, tr.of.job.spec.arrival_rate_rps, most)
         inner(ms)
 
     pol.observe_many = observe_many
@@ -138,6 +140,5 @@ def test_a_shadow_reports_the_energy_per_item_its_stream_would_pay_there(explore
     shadows = [x for x in pol.measured if x.purpose == "shadow"]
     assert shadows
     for x in shadows:
-        pool, rate = where[x.job_id]
-        p = sim.cluster.pool(pool)
-        assert x.energy_j_per_item >= p.accelerator.idle_w / (p.slots_per_device * rate)
+        pool, rate, most = where[x.job_id]
+        assert x.energy_j_per_item >= sim.cluster.pool(pool).accelerator.idle_w / (most * rate)
