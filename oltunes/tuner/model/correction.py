@@ -140,10 +140,9 @@ class PooledCorrection:
         return before[0], after[0]
 
     def learn_many(self, measurements: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
-        """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches[, weight])`` (``learn``'s
-        arguments; ``weight`` in (0, 1], default 1: how much of one measurement's evidence it holds) at once: every
-        one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at most
-        ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction before it and
+        """Several measurements ``(acc, variant, batch, conc, y, mask, growth, full_batches)`` (``learn``'s arguments)
+        at once: every one's statistics added, then one fit (``ROUNDS_PER_OBSERVATION`` rounds per measurement, at
+        most ``MAX_ROUNDS``, stopping once converged). Returns each one's configuration correction before it and
         after them all (measurements, n_targets) each.
 
         "Before it" is the fit before the batch moved along the batch's change by the share of the batch learnt before
@@ -154,7 +153,7 @@ class PooledCorrection:
         refit."""
         if not measurements:
             return np.zeros((0, self.n_targets)), np.zeros((0, self.n_targets))
-        cells = np.array([self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, *_ in measurements],
+        cells = np.array([self._cell(acc, v, b, c, growth) for acc, v, b, c, _, _, growth, _ in measurements],
                          dtype=np.intp)
         self._fit()
         self._add_all(cells, measurements)
@@ -170,16 +169,13 @@ class PooledCorrection:
 
     def _add_all(self, cells: np.ndarray, measurements: Sequence[tuple]) -> None:
         """The measurements (``learn_many``'s), in order, into their configurations' decayed sums and counts, and the
-        full-batch ones' into the elasticity's counts (no refit). A measurement of weight w adds w to the counts and
-        w x its residuals to the sums, and decays what was there by ``decay ** w`` (a part of a measurement forgets
-        as much of the past as its part)."""
-        for j, (_, _, _, _, y, mask, _, full_batches, *rest) in zip(cells.tolist(), measurements):
-            w = float(rest[0]) if rest else 1.0
-            d = self.decay if w == 1.0 else self.decay ** w
+        full-batch ones' into the elasticity's counts (no refit)."""
+        d = self.decay
+        for j, (*_, y, mask, _, full_batches) in zip(cells.tolist(), measurements):
             m = np.asarray(mask, dtype=bool)
-            self._sums[m, j] = d * self._sums[m, j] + w * np.asarray(y, dtype=float)[m]
-            self._counts[m, j] = d * self._counts[m, j] + w
-            self._tilt_counts[m, j] = d * self._tilt_counts[m, j] + w * float(full_batches)
+            self._sums[m, j] = d * self._sums[m, j] + np.asarray(y, dtype=float)[m]
+            self._counts[m, j] = d * self._counts[m, j] + 1.0
+            self._tilt_counts[m, j] = d * self._tilt_counts[m, j] + float(full_batches)
             self._tilt_news += bool(full_batches and m.any())
         self.version += len(cells)
 

@@ -15,7 +15,7 @@ from oltunes.errors import DataError
 from oltunes.learner.features import encode, job_context
 from oltunes.types import Candidate, Measurement
 
-__all__ = ["EN", "LAT", "LEARN_CHUNK", "TARGETS", "THR", "TRIAL_FULL_BATCHES", "EstimatorLearning", "evidence_weight"]
+__all__ = ["EN", "LAT", "LEARN_CHUNK", "TARGETS", "THR", "EstimatorLearning"]
 
 TARGETS = ("log_latency", "log_energy", "log_throughput")
 LAT, EN, THR = 0, 1, 2
@@ -24,19 +24,6 @@ LAT, EN, THR = 0, 1, 2
 # 0.696 with whole control intervals (~28 measurements) per fit, 0.678 with 10, 0.661 with 6, 0.643 with 4, 0.639
 # one by one. 4 costs 1.5x less observe CPU than one by one (whole intervals: ~3x).
 LEARN_CHUNK = 4
-# A trial's measurement (``purpose`` shadow or probe) holds a few batches (a shadow: 3-8 at 2 % of a stream), not a
-# control interval's worth: it weighs its batches / ``TRIAL_FULL_BATCHES`` of a measurement, at most one, in the pooled
-# correction and the FM's step, so a flattering p99 of a few batches does not move a whole variant's predictions as
-# much as a served interval does.
-TRIAL_FULL_BATCHES = 16
-
-
-def evidence_weight(m: Measurement) -> float:
-    """How much of one measurement's evidence ``m`` holds: 1 for a served interval; a trial's batches (its items at
-    the candidate's batch size) / ``TRIAL_FULL_BATCHES``, at most 1."""
-    if m.purpose == "serve":
-        return 1.0
-    return min(1.0, max(m.items / max(m.candidate.batch_size, 1), 1.0) / TRIAL_FULL_BATCHES)
 
 
 class EstimatorLearning:
@@ -60,13 +47,13 @@ class EstimatorLearning:
         before, after = corr.learn_many([
             (c.accelerator, c.variant, c.batch_size, c.concurrency, [v or 0.0 for v in ys], measured,
              None if corr.has(c.accelerator, c.variant, c.batch_size, c.concurrency)  # (read for a new one only)
-             else self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming", evidence_weight(m))
+             else self.priors.growth(c.accelerator, c.variant, c.batch_size), m.kind != "streaming")
             for m, c, _, ys, measured in rows])
         # per target in Python floats (a handful of targets: cheaper than numpy's scalars)
         learn, residuals = self.model.learn_predict, [self.residuals[t] for t in TARGETS]
         for (m, c, x, ys, measured), corr_before, corr_after in zip(rows, before.tolist(), after.tolist()):
             fm_before = learn(x, np.array([0.0 if v is None else v - a for v, a in zip(ys, corr_after)]),
-                              np.array(measured), evidence_weight(m)).tolist()
+                              np.array(measured)).tolist()
             acc = c.accelerator
             region = f"{acc}/{c.variant.family}"
             for res, v, b, f in zip(residuals, ys, corr_before, fm_before):
