@@ -21,6 +21,7 @@ from oltunes.launchers.local import pool_cores
 from oltunes.launchers.serve_metrics import interval_measurement, read_window
 from oltunes.launchers.traffic import Window
 from oltunes.telemetry import Monitor
+from oltunes.tuner.decide.trials import SHADOW_MIN_BATCHES
 from oltunes.types import Decision, Measurement
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ class ShadowWorker:
         self.monitor.start()
 
     async def measure(self) -> Measurement | None:
-        """The shadow's interval (None: it answered nothing, or it died)."""
+        """The shadow's interval (None: it answered nothing, ran fewer than ``SHADOW_MIN_BATCHES`` batches, whose
+        p99 would flatter its candidate, or it died)."""
         monitor, self.monitor = self.monitor, None
         mirror = self.gateway.shadows.get(self.family)
         if not await asyncio.to_thread(self.launcher.alive, self.handle) or mirror is None:
@@ -71,6 +73,8 @@ class ShadowWorker:
         if monitor is None:
             return None
         tele = monitor.stop(cpu_time_s=wm.get("cpu_time_s"))
+        if wm and (wm.get("batches") or 0) < SHADOW_MIN_BATCHES:
+            return None
         m = interval_measurement(self.decision.job_id, self.decision, wm, client, tele)
         return None if m is None else m.model_copy(update={"purpose": "shadow"})
 

@@ -36,13 +36,11 @@ import numpy as np
 from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun, RunResult
 from oltunes.sim.workload import SimJob
+from oltunes.tuner.decide.trials import PROBE_SHARE, SHADOW_MIN_BATCHES, SHADOW_SHARE  # (the tuner's: one definition)
 from oltunes.types import Decision, Measurement, Trial
 
-SHADOW_SHARE = 0.02  # of a stream's requests mirrored to its shadow
 SHADOW_RETUNES = 2  # a shadow lasts this many re-tune intervals at most
 SHADOW_BATCHES = 8  # or until it has run this many full batches (enough to measure; its device's idle draw costs)
-SHADOW_MIN_BATCHES = 3  # a shadow that ran fewer reports nothing (a p99 of one or two batches flatters)
-PROBE_SHARE = 0.015  # of a batch job's items per probe shard
 PROBE_INTERVALS = 3  # control intervals a probe shard may run before its rest goes back to the job
 EXPLORATION_BUDGET = 0.05  # the trials' energy, share of the run's energy
 BUDGET_AHEAD = 0.25  # share of the run whose budget may be spent ahead of time
@@ -204,13 +202,20 @@ class Exploration:
         c, pl = tr.decision.candidate, tr.placement
         co = self.cluster.co_runners(pl.pool, pl.device, exclude=tr.job.spec.job_id)
         p50, p95, p99 = percentiles(tr.shadow_lat_ms, (50, 95, 99))
-        energy_j, items = tr.shadow_busy
+        drawn_j, items = tr.shadow_busy
         busy_s = sum(tr.shadow_lat_ms) / 1000.0 / tr.conc
+        # per item as its stream would pay there, as the stream's own measurements say it: the draw above idle of
+        # its busy time, and its share of the device's idle draw at the stream's rate (not the shadow's: at 2 % of
+        # the rate an item would carry 50x the idle draw; without it, a shadowed candidate looks cheaper than the
+        # one serving by the idle share alone)
+        idle_w = self.cluster.pool(pl.pool).accelerator.idle_w
+        rate = tr.of.job.spec.arrival_rate_rps
+        idle_j = idle_w / (len(self.cluster.members(pl.pool, pl.device)) * rate) if rate > 0 else 0.0
         return Measurement(
             job_id=tr.job.spec.job_id, decision_id=tr.decision.decision_id, kind="batch", arrival_rate_rps=0.0,
             candidate=c.model_copy(update={"co_runners": co}), items=int(items), wall_s=max(now - tr.started_s, 1e-9),
             latency_p50_ms=float(p50), latency_p95_ms=float(p95), latency_p99_ms=float(p99),
-            throughput_items_per_s=items / busy_s, energy_j_per_item=energy_j / items, energy_source="simulated",
+            throughput_items_per_s=items / busy_s, energy_j_per_item=drawn_j / items + idle_j, energy_source="simulated",
             accuracy=tr.accuracy, gpu_util=min(1.0, busy_s / max(now - tr.started_s, 1e-9)),
             request_latency_p99_ms=None, queueing_delay_ms=None, simulated=True, purpose="shadow", timestamp=now)
 
@@ -231,6 +236,6 @@ class Exploration:
             added += tr.energy_j
             if tr.purpose == "shadow" and tr.interval_items:
                 tr.shadow_lat_ms += tr.interval_lat_ms
-                tr.shadow_busy[0] += tr.busy_j
+                tr.shadow_busy[0] += drawn
                 tr.shadow_busy[1] += tr.interval_items
         res.exploration_energy_j += added

@@ -89,7 +89,7 @@ class JobRun:
     shadow: JobRun | None = None  # a stream's running shadow
     probes_open: int = 0  # a batch job's probe shards still running
     shadow_lat_ms: list[float] = field(default_factory=list)  # a shadow: its batches' latencies so far
-    shadow_busy: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a shadow: energy busy (J), items
+    shadow_busy: list[float] = field(default_factory=lambda: [0.0, 0.0])  # a shadow: drawn above idle (J), items
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)

@@ -81,8 +81,17 @@ def test_probed_items_count_once_and_the_job_is_redecided_after_its_probes(explo
     assert all(r.finished_s is not None for r in batch)
     for r in batch:
         assert r.items_done == r.job.spec.items and r.remaining == 0 and r.probes_open == 0
-    probed = {x.job_id.rsplit("-probe", 1)[0] for x in pol.measured if x.purpose == "probe"}
-    assert probed and all(pol.redecided.get(j, 0) >= 2 for j in probed)  # after its first interval, and its probes
+    last_probe: dict[str, float] = {}
+    for x in pol.measured:
+        if x.purpose == "probe":
+            j = x.job_id.rsplit("-probe", 1)[0]
+            last_probe[j] = max(last_probe.get(j, 0.0), x.timestamp)
+    assert last_probe
+    # re-decided after its first interval, and after its probes (unless it finished before the tick after them)
+    dt = explored.scenario.control_interval_s
+    running = [r.job.spec.job_id for r in batch if r.job.spec.job_id in last_probe
+               and r.finished_s > last_probe[r.job.spec.job_id] + 2 * dt]
+    assert all(pol.redecided.get(j, 0) >= 2 for j in running)
 
 
 def test_the_streams_requests_never_go_to_a_shadow(explored):
@@ -107,3 +116,29 @@ def test_without_trials_and_for_the_baselines_nothing_is_explored(explored):
     for r in (res, run_policy(explored, "oracle"), run_policy(explored, "least-loaded")):
         assert (r.shadows, r.probes, r.exploration_energy_j) == (0, 0, 0.0)
         assert compute(r)["exploration_energy_share"] == 0.0
+
+
+def test_a_shadow_reports_the_energy_per_item_its_stream_would_pay_there(explored):
+    """At 2 % of a stream's requests, the device's idle draw is the stream's to pay, not the shadow's alone: a
+    shadow's energy per item carries at least the stream's share of its device's idle draw at the stream's rate
+    (busy energy alone made a shadowed candidate look cheaper than the one serving, which pays that share)."""
+    sim = simulator(explored)
+    pol = _Recording(Policy.make("oltunes", ctx=context(explored, sim.model, sim.cluster), trials=True), sim)
+    where: dict[str, tuple[str, float, int]] = {}  # a shadow: its pool, its stream's rate, most jobs on its device
+    inner = pol.observe_many
+
+    def observe_many(ms):
+        for tr in sim._exploring:
+            if tr.purpose == "shadow":
+                n = len(sim.cluster.members(tr.placement.pool, tr.placement.device))
+                most = max(n, where.get(tr.job.spec.job_id, ("", 0.0, 0))[2])
+                where[tr.job.spec.job_id] = (tr.placement.pool, tr.of.job.spec.arrival_rate_rps, most)
+        inner(ms)
+
+    pol.observe_many = observe_many
+    sim.run(pol)
+    shadows = [x for x in pol.measured if x.purpose == "shadow"]
+    assert shadows
+    for x in shadows:
+        pool, rate, most = where[x.job_id]
+        assert x.energy_j_per_item >= sim.cluster.pool(pool).accelerator.idle_w / (most * rate)
