@@ -37,7 +37,7 @@ from oltunes.launchers.environment import Environment
 from oltunes.launchers.probe_shards import recorded_probes
 from oltunes.allocator.holder import hold_lease, leases_for
 from oltunes.allocator.types import MAX_TTL_S
-from oltunes.types import MAX_TRIALS, ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant
+from oltunes.types import MAX_TRIALS, PROBE_SHARE, ClusterState, Decision, Id, JobSpec, Measurement, Objective, Variant
 from tasks import tracking as track
 from tasks import tuning
 from tasks.workers import check_dataset, plan_job_parts
@@ -122,7 +122,7 @@ async def batch_inference(
     lease_ttl_s: float = 60.0,
     lease_wait_s: float = 3_600.0,
     probes: int = 2,
-    probe_share: float = 0.02,
+    probe_share: float = PROBE_SHARE,
     probe_min_items: int = 50_000,
     probe_s: float = 60.0,
 ) -> BatchOutcome:

@@ -21,6 +21,8 @@ DecisionSource = Literal["model", "prior", "explore", "fallback", "policy"]
 EnergySource = Literal["measured", "estimated", "simulated"]
 Purpose = Literal["serve", "shadow", "probe"]  # why a measurement was taken (exploration is shadow or probe)
 MAX_TRIALS = 8  # candidates a decision may suggest trying (shadows, probe shards)
+SHADOW_SHARE = 0.02  # default share of a stream's requests mirrored to its shadow (gateway, flow, simulator)
+PROBE_SHARE = 0.02  # default share of a batch job's items in each probe shard (the batch flow, the simulator)
 
 
 # Limits on everything that enters from outside (HTTP bodies, CLI files, flow parameters). Ids and names become

@@ -24,11 +24,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from oltunes.gateway.upstream import UpstreamPool
+from oltunes.types import SHADOW_SHARE
 from oltunes.worker.stats import LatencyHistogram
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SHARE = 0.02
+DEFAULT_SHARE = SHADOW_SHARE
 MAX_SHARE = 0.5  # mirroring more than this is load testing, not shadowing
 
 

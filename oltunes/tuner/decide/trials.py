@@ -29,14 +29,12 @@ from oltunes.tuner.decide.constraints import Verdict
 from oltunes.tuner.decide.objectives import Objective
 from oltunes.tuner.decide.posterior import expected_improvement, learnable_sd, miss_probability
 from oltunes.tuner.model.estimate import Estimate
-from oltunes.types import JobSpec, Trial
+from oltunes.types import PROBE_SHARE, SHADOW_SHARE, JobSpec, Trial
 
 __all__ = ["DEFAULT_HORIZON_S", "PROBE_SHARE", "SHADOW_MIN_BATCHES", "SHADOW_SHARE", "horizon_items", "rank_trials",
            "trial_values"]
 
 DEFAULT_HORIZON_S = 3600.0  # a streaming job without a duration hint is valued over an hour
-SHADOW_SHARE = 0.02  # the share of a stream's requests a shadow mirrors (the default cap)
-PROBE_SHARE = 0.02  # the share of a batch job's items a probe shard runs
 # A shadow's measurement reports the p99 of its batches: of one or two (a shadow's interval at 2 % of a stream) it is
 # their max or less, and flatters the candidate. Fewer than this many batches report nothing (the simulator's shadow
 # and the real path's shadow worker alike).
