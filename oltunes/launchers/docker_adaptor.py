@@ -115,7 +115,9 @@ def engine_socket(endpoint: str | None) -> Path | None:
 
 
 def mounts(spec: WorkerSpec, endpoint: str | None = None) -> dict[str, dict[str, str]]:
-    """Bind mounts, each at its own path inside: model and input read-only, outputs and run directory read-write."""
+    """Bind mounts, each at its own path inside: model and input read-only, outputs and run directory read-write.
+    The source is the resolved host directory; the target is the path as the worker's arguments name it, so a path
+    through a symbolic link (a home or a zoo linked from elsewhere) is found inside too."""
     wanted: list[tuple[Path | None, str]] = [
         (Path(spec.candidate.variant.path).parent if spec.candidate.variant.path else None, "ro"),
         (spec.input_path.parent if spec.input_path else None, "ro"),
@@ -131,7 +133,7 @@ def mounts(spec: WorkerSpec, endpoint: str | None = None) -> dict[str, dict[str,
         if socket is not None and (socket == Path(host) or Path(host) in socket.parents):
             raise ConfigError(f"{host}: would expose the Docker socket {socket} to the worker; use another directory")
         if volumes.get(host, {}).get("mode") != "rw":  # the same directory for input and output: writable
-            volumes[host] = {"bind": host, "mode": mode}
+            volumes[host] = {"bind": str(Path(path).absolute()), "mode": mode}
     return volumes
 
 

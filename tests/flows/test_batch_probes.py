@@ -17,6 +17,7 @@ from oltunes.launchers.batch_job import DECISION_FILE, PLAN_FILE, job_outputs
 from oltunes.launchers.probe_shards import recorded_probes
 from oltunes.tuner import Tuner
 from oltunes.zoo import make_dataset
+from tests.launchers.test_docker_engine import docker_engine, worker_image  # noqa: F401 -- fixtures
 
 SLOW = (pytest.mark.slow, pytest.mark.timeout(600))  # a real Prefect server, MLflow, workers
 
@@ -107,3 +108,21 @@ def test_bad_probe_parameters_are_refused_naming_the_parameter(bad, name):
     with pytest.raises(ConfigError) as e:
         validate(BatchParams, **{**good, **bad})
     assert f"parameter {name!r}" in str(e.value)
+
+
+@SLOW[0]
+@SLOW[1]
+def test_probe_shards_run_in_containers_and_the_output_holds_every_row_once(own_home, tmp_path, docker_engine,
+                                                                           worker_image, monkeypatch, settings_env):
+    monkeypatch.setenv("OLTUNES_WORKER_IMAGE", worker_image)  # the image built here (no registry)
+    settings_env()
+    data = make_dataset("cnn", 3_000, tmp_path / "in.parquet", seed=9)
+    out = tmp_path / "out"
+    res = asyncio.run(batch_inference(dataset=str(data), output=str(out), job_id="job-probed-docker", launcher="docker",
+                                      **PROBING))  # fmt: skip
+    record = recorded_probes(out)
+    assert record is not None and len(record.probes) >= 2, "the tuner suggested no trial to probe"
+    ids = rows(out)
+    assert len(ids) == len(set(ids)) == 3_000 and sorted(ids) == sorted(pq.read_table(data).column("id").to_pylist())
+    assert [p.purpose for p in res.probes] == ["probe"] * len(record.probes)
+    assert [p.items for p in res.probes] == record.items and res.measurement.items == 3_000 - sum(record.items)

@@ -51,6 +51,19 @@ def test_gpu_container_gets_its_gpus_by_uuid_and_the_worker_args_after_the_entry
     assert kw["labels"]["oltunes.owner"] == docker_adaptor.OWNER
 
 
+def test_paths_through_a_symbolic_link_are_found_inside_the_container(tmp_path):
+    (tmp_path / "real" / "models").mkdir(parents=True)
+    (tmp_path / "home").symlink_to(tmp_path / "real")  # e.g. a zoo or a home linked from another disk
+    linked = tmp_path / "home" / "models"
+    s = spec(GPU_POOL, tmp=tmp_path, candidate=spec(GPU_POOL).candidate.model_copy(
+        update={"variant": VARIANT.model_copy(update={"path": str(linked / "cnn-s-fp32.onnx")})}))
+    args = worker_argv(s, threads=1, command=[])
+    volumes = docker_adaptor.mounts(s)
+    mount = volumes[str((tmp_path / "real" / "models").resolve())]  # the source: the real directory
+    # the target: where the worker's --model argument points, so the file is there inside
+    assert mount == {"bind": str(linked), "mode": "ro"} and args[args.index("--model") + 1].startswith(mount["bind"] + "/")
+
+
 def test_cpu_serve_container_shares_the_host_network_and_pins_cores(tmp_path):
     pool = Pool(name="cpu", accelerator=CATALOG["cpu"], count=1, cpu_set=(0, 1))
     s = spec(pool, mode="serve", tmp=tmp_path, input_path=None, output_dir=None)
