@@ -75,10 +75,32 @@ def test_cli_logs_parent_and_child_runs_to_mlflow(shared_data, oltunes_home):
     assert all("slo_violation_rate" in c.data.metrics for c in children)
 
 
+# tiny's streams on a roomier cluster: a shadow runs only on a device no stream runs on (tiny itself has none free)
+ROOMY = """name: tiny-roomy
+seed: 0
+duration_s: 60
+control_interval_s: 5
+retune_interval_s: 15
+pools:
+  - {name: cpu, accelerator: cpu, count: 2, slots_per_device: 2}
+  - {name: t4, accelerator: t4, count: 3}
+  - {name: a100, accelerator: a100, count: 2}
+  - {name: h100, accelerator: h100, count: 1}
+workload:
+  streaming:
+    - {trace: proteus, scenario: equal_gamma_300, families: [resnet, bert, mobilenet], rate_scale: 6.5}
+  batch:
+    - {trace: philly, jobs: 2, families: [resnet], slo_ms: 2000, arrival_window_s: 20}
+"""
+
+
 @pytest.mark.parametrize("trials", [True, False])
 def test_cli_reports_exploration_per_policy(shared_data, oltunes_home, tmp_path, trials):
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(app, ["simulate", "--scenario", "tiny", "--policies", "oltunes,oracle", "--json", str(out),
+    scenario = tmp_path / "roomy.yaml"
+    scenario.write_text(ROOMY)
+    res = CliRunner().invoke(app, ["simulate", "--scenario", str(scenario), "--policies", "oltunes,oracle",
+                                   "--json", str(out),
                                    "--no-mlflow", "--trials" if trials else "--no-trials"], terminal_width=200)
     assert res.exit_code == 0, res.output
     assert "exploration energy share" in res.output
