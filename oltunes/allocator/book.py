@@ -31,22 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from oltunes.errors import ConfigError, DataError
 from oltunes.allocator.queue import ArrivalOrder, KeptOrder, QueueOrder
 from oltunes.allocator.store import BookStore, Tracked
-from oltunes.allocator.types import (
-    MAX_WAITING,
-    BookView,
-    Lease,
-    LeaseAnswer,
-    LeaseForbidden,
-    LeaseRequest,
-    MoveAnswer,
-    owns,
-    stand_in,
-    MoveRequest,
-    Waiting,
-)
+from oltunes.allocator.types import (MAX_WAITING, BookView, Lease, LeaseAnswer, LeaseForbidden, LeaseRequest,
+                                     MoveAnswer, MoveRequest, Waiting, owns, stand_in)
+from oltunes.errors import ConfigError, DataError
 from oltunes.types import ClusterState, Decision, JobSpec, Pool, Prediction, new_id
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from oltunes.atomic import sha256_file
 from oltunes.errors import DataError
 from oltunes.launchers.base import WorkerResult
 from oltunes.types import Candidate, Decision, EnergySource, JobSpec, Measurement, Variant
+
+R = TypeVar("R", bound=BaseModel)
 
 PLAN_FILE = "_plan.json"
 DECISION_FILE = "_decision.json"
@@ -135,15 +140,21 @@ def plan_parts(output: Path, items: int, items_per_worker: int, dataset: Path | 
     return parts
 
 
-def recorded_decision(output: Path) -> Decision | None:
-    """The decision a job in `output` was started with, if any (a re-run resumes with it, not a new one)."""
-    path = Path(output) / DECISION_FILE
+def read_record(output: Path, name: str, model: type[R], what: str) -> R | None:
+    """The record ``name`` a job in `output` wrote (``model``), or None; a damaged one is a clear error naming the
+    file (the job's output directory is then not resumable)."""
+    path = Path(output) / name
     if not path.is_file():
         return None
     try:
-        return Decision.model_validate_json(path.read_text())
+        return model.model_validate_json(path.read_text())
     except ValueError as e:
-        raise DataError(f"output: {path} is not a valid decision record ({e}); use a new output directory") from e
+        raise DataError(f"output: {path} is not a valid {what} record; use a new output directory") from e
+
+
+def recorded_decision(output: Path) -> Decision | None:
+    """The decision a job in `output` was started with, if any (a re-run resumes with it, not a new one)."""
+    return read_record(output, DECISION_FILE, Decision, "decision")
 
 
 def record_decision(output: Path, decision: Decision) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from oltunes.errors import DataError
+from oltunes.launchers.batch_job import read_record
 from oltunes.types import MAX_TRIALS, ColocationGroup, Decision, Prediction, new_id
 
 __all__ = ["MIN_PROBE_BATCHES", "PROBES_FILE", "MAX_PROBED_SHARE", "ProbeRecord", "ProbeShard", "probe_decisions",
@@ -56,13 +57,7 @@ class ProbeRecord(BaseModel):
 
 def recorded_probes(output: Path) -> ProbeRecord | None:
     """The probe shards a job in `output` was started with, if any."""
-    path = Path(output) / PROBES_FILE
-    if not path.is_file():
-        return None
-    try:
-        return ProbeRecord.model_validate_json(path.read_text())
-    except ValueError as e:
-        raise DataError(f"output: {path} is not a valid probe record; use a new output directory") from e
+    return read_record(output, PROBES_FILE, ProbeRecord, "probe")
 
 
 def probe_sizes(items: int, predicted: Sequence[tuple[int, Prediction]], share: float, max_s: float) -> list[int]:

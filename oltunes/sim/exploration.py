@@ -36,8 +36,8 @@ import numpy as np
 from oltunes.percentile import percentiles
 from oltunes.sim.jobrun import JobRun, RunResult
 from oltunes.sim.workload import SimJob
-from oltunes.tuner.decide.trials import PROBE_SHARE, SHADOW_MIN_BATCHES, SHADOW_SHARE  # (the tuner's: one definition)
-from oltunes.types import Decision, Measurement, Trial
+from oltunes.tuner.decide.trials import SHADOW_MIN_BATCHES
+from oltunes.types import PROBE_SHARE, SHADOW_SHARE, Decision, Measurement, Trial  # (the shares: one definition)
 
 SHADOW_RETUNES = 2  # a shadow lasts this many re-tune intervals at most
 SHADOW_BATCHES = 8  # or until it has run this many full batches (enough to measure; its device's idle draw costs)

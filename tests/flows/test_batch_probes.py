@@ -5,39 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from mlflow import MlflowClient
 
 from flows.batch_inference import batch_inference
-from oltunes.config import get_settings
-from oltunes.launchers.batch_job import DECISION_FILE, PLAN_FILE, job_outputs
+from oltunes.launchers.batch_job import DECISION_FILE, PLAN_FILE
 from oltunes.launchers.probe_shards import recorded_probes
-from oltunes.tuner import Tuner
 from oltunes.zoo import make_dataset
+from tests.flows.test_flow_processes import n_observed, rows, runs_of
 from tests.launchers.test_docker_engine import docker_engine, worker_image  # noqa: F401 -- fixtures
 
 SLOW = (pytest.mark.slow, pytest.mark.timeout(600))  # a real Prefect server, MLflow, workers
 
 PROBING = dict(family="cnn", slo_ms=1000.0, accuracy_floor=0.5, probes=2, probe_share=0.05, probe_min_items=1_000,
                items_per_worker=1_500, shard_size=50)  # fmt: skip
-
-
-def rows(output: Path) -> list[int]:
-    return [i for p in job_outputs(output) for i in pq.read_table(p, columns=["id"]).column("id").to_pylist()]
-
-
-def runs_of(job_id: str):
-    c = MlflowClient(get_settings().mlflow_uri)
-    exp = c.get_experiment_by_name("oltunes-batch")
-    return [] if exp is None else c.search_runs([exp.experiment_id], f"tags.job_id = '{job_id}'")
-
-
-def n_observed() -> int:
-    path = get_settings().tuner_state_path
-    return Tuner.load(path).n_observed if path.exists() else 0
 
 
 @SLOW[0]

@@ -31,8 +31,7 @@ from oltunes.tuner.decide.posterior import expected_improvement, learnable_sd, m
 from oltunes.tuner.model.estimate import Estimate
 from oltunes.types import PROBE_SHARE, SHADOW_SHARE, JobSpec, Trial
 
-__all__ = ["DEFAULT_HORIZON_S", "PROBE_SHARE", "SHADOW_MIN_BATCHES", "SHADOW_SHARE", "horizon_items", "rank_trials",
-           "trial_values"]
+__all__ = ["DEFAULT_HORIZON_S", "SHADOW_MIN_BATCHES", "horizon_items", "rank_trials", "trial_values"]
 
 DEFAULT_HORIZON_S = 3600.0  # a streaming job without a duration hint is valued over an hour
 # A shadow's measurement reports the p99 of its batches: of one or two (a shadow's interval at 2 % of a stream) it is
